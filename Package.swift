@@ -1,0 +1,94 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+let swiftSettings: [SwiftSetting] = [
+    .enableUpcomingFeature("ExistentialAny"),
+    .enableUpcomingFeature("MemberImportVisibility"),
+]
+
+let package = Package(
+    name: "swift-quic-transport",
+    platforms: [.macOS(.v13)],
+    products: [
+        .library(name: "QuicTransport", targets: ["QuicTransport"]),
+        .library(name: "H3", targets: ["H3"]),
+        .executable(name: "quic-echo", targets: ["quic-echo"]),
+        .executable(name: "h3get", targets: ["h3get"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
+        .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
+    ],
+    targets: [
+        // System libraries (Debian 12: ngtcp2 0.12.1 with GnuTLS, nghttp3 0.8.0).
+        .systemLibrary(
+            name: "CNGTCP2",
+            pkgConfig: "libngtcp2",
+            providers: [.apt(["libngtcp2-dev"])]
+        ),
+        .systemLibrary(
+            name: "CNGTCP2Crypto",
+            pkgConfig: "libngtcp2_crypto_gnutls gnutls",
+            providers: [.apt(["libngtcp2-crypto-gnutls-dev", "libgnutls28-dev"])]
+        ),
+        .systemLibrary(
+            name: "CNGHTTP3",
+            pkgConfig: "libnghttp3",
+            providers: [.apt(["libnghttp3-dev"])]
+        ),
+        // Logic-free C shim: function-like macros and variadics turned into callable functions.
+        .target(
+            name: "CQuicShims",
+            dependencies: ["CNGTCP2", "CNGTCP2Crypto", "CNGHTTP3"]
+        ),
+        .target(
+            name: "QuicTransport",
+            dependencies: [
+                "CQuicShims",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "H3",
+            dependencies: ["QuicTransport"],
+            swiftSettings: swiftSettings
+        ),
+        .executableTarget(
+            name: "quic-echo",
+            dependencies: [
+                "QuicTransport",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .executableTarget(
+            name: "h3get",
+            dependencies: [
+                "H3",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "QuicTransportTests",
+            dependencies: [
+                "QuicTransport",
+                "CQuicShims",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "H3Tests",
+            dependencies: ["H3"],
+            swiftSettings: swiftSettings
+        ),
+    ]
+)

@@ -1,0 +1,1 @@
+#include <nghttp3/nghttp3.h>

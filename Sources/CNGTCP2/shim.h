@@ -1,0 +1,1 @@
+#include <ngtcp2/ngtcp2.h>

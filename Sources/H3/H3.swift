@@ -1,0 +1,1 @@
+// H3 arrives with the HTTP/3 issue.

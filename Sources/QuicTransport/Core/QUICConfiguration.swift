@@ -1,0 +1,79 @@
+import CQuicShims
+
+/// An AEAD cipher suite a QUIC connection may negotiate (RFC 9001 §5.3).
+public enum QUICCipherSuite: String, Sendable, CaseIterable {
+    case aes128GCM = "aes128gcm"
+    case aes256GCM = "aes256gcm"
+    case chacha20Poly1305 = "chacha20"
+
+    /// The GnuTLS priority-string token.
+    var gnutlsToken: String {
+        switch self {
+        case .aes128GCM: return "+AES-128-GCM"
+        case .aes256GCM: return "+AES-256-GCM"
+        case .chacha20Poly1305: return "+CHACHA20-POLY1305"
+        }
+    }
+}
+
+/// Everything a connection core needs to know before its first packet, for either role.
+///
+/// The public `NWProtocolQUIC.Options` lowers to this value; the core never sees the public API.
+package struct QUICConfiguration: Sendable {
+    /// ALPN protocol IDs in preference order (RFC 9001 §8.1). At least one is required.
+    package var alpn: [String] = []
+    /// `max_idle_timeout` (RFC 9000 §10.1), in milliseconds; 0 disables it.
+    package var idleTimeoutMilliseconds: UInt64 = 30_000
+    package var initialMaxData: UInt64 = 16 << 20
+    package var initialMaxStreamDataBidirectionalLocal: UInt64 = 4 << 20
+    package var initialMaxStreamDataBidirectionalRemote: UInt64 = 4 << 20
+    package var initialMaxStreamDataUnidirectional: UInt64 = 4 << 20
+    package var initialMaxStreamsBidirectional: UInt64 = 100
+    package var initialMaxStreamsUnidirectional: UInt64 = 100
+    /// The largest UDP payload this endpoint will send (RFC 9000 §14).
+    package var maxUDPPayloadSize: Int = 1452
+    /// `max_datagram_frame_size` (RFC 9221 §3); 0 means datagrams are not offered.
+    package var maxDatagramFrameSize: UInt64 = 0
+    /// Upper bounds for ngtcp2's flow-control window auto-tuning.
+    package var maxConnectionWindow: UInt64 = 64 << 20
+    package var maxStreamWindow: UInt64 = 32 << 20
+    package var handshakeTimeoutMilliseconds: UInt64 = 10_000
+    package var cipherSuites: [QUICCipherSuite] = QUICCipherSuite.allCases
+    /// Directory for `<odcid>_<role>.sqlog` traces; nil writes none.
+    package var qlogDirectory: String?
+    /// Mirror ngtcp2's debug log into the logger at trace level.
+    package var ngtcp2DebugLogging = false
+
+    package init() {}
+
+    /// The GnuTLS priority string: TLS 1.3 only, the chosen AEADs, and no middlebox
+    /// compatibility mode, which QUIC forbids (RFC 9001 §8.4).
+    var gnutlsPriority: String {
+        let ciphers = (cipherSuites.isEmpty ? QUICCipherSuite.allCases : cipherSuites).map(\.gnutlsToken)
+        return (["NORMAL", "-VERS-ALL", "+VERS-TLS1.3", "-CIPHER-ALL"] + ciphers
+            + ["-GROUP-ALL", "+GROUP-X25519", "+GROUP-SECP256R1", "+GROUP-SECP384R1", "%DISABLE_TLS13_COMPAT_MODE"])
+            .joined(separator: ":")
+    }
+}
+
+/// The TLS side of a client connection.
+package struct QUICClientTLS: Sendable {
+    package var credentials: TLSCredentials
+    package var verification: CertificateVerification
+    /// The name sent as SNI and checked against the certificate; nil for IP literals.
+    package var serverName: String?
+    /// The name or address the certificate must match.
+    package var verificationName: String
+
+    package init(
+        credentials: TLSCredentials,
+        verification: CertificateVerification,
+        serverName: String?,
+        verificationName: String
+    ) {
+        self.credentials = credentials
+        self.verification = verification
+        self.serverName = serverName
+        self.verificationName = verificationName
+    }
+}

@@ -1,0 +1,196 @@
+import CQuicShims
+import Logging
+
+/// The ngtcp2 callbacks (ngtcp2 0.12 `ngtcp2_callbacks`). Each runs synchronously inside a core
+/// call, never throws and never calls out: it records state or an event and returns 0, or
+/// `NGTCP2_ERR_CALLBACK_FAILURE` after recording why.
+extension QUICConnectionCore {
+    /// Borrows the core behind ngtcp2's `user_data` without retaining it (also valid inside deinit).
+    @inline(__always)
+    static func withCore<R>(_ userData: UnsafeMutableRawPointer?, _ body: (QUICConnectionCore) -> R) -> R {
+        Unmanaged<QUICConnectionCore>.fromOpaque(userData!)._withUnsafeGuaranteedRef(body)
+    }
+
+    static let getConnection: @convention(c) (UnsafeMutablePointer<ngtcp2_crypto_conn_ref>?) -> OpaquePointer? = {
+        ref in
+        QUICConnectionCore.withCore(ref!.pointee.user_data) { $0.conn }
+    }
+
+    static let writeQLog: @convention(c) (UnsafeMutableRawPointer?, UInt32, UnsafeRawPointer?, Int) -> Void = {
+        userData, flags, data, length in
+        QUICConnectionCore.withCore(userData) { core in
+            core.qlog?.write(UnsafeRawBufferPointer(start: data, count: length), final: flags & UInt32(NGTCP2_QLOG_WRITE_FLAG_FIN) != 0)
+        }
+    }
+
+    /// GnuTLS certificate check for clients (RFC 9001 §4.4: QUIC relies on TLS authentication).
+    static let verifyCertificate: @convention(c) (gnutls_session_t?) -> Int32 = { session in
+        guard let session, let ref = gnutls_session_get_ptr(session) else { return -1 }
+        let userData = ref.assumingMemoryBound(to: ngtcp2_crypto_conn_ref.self).pointee.user_data
+        return QUICConnectionCore.withCore(userData) { core in
+            guard let tls = core.clientTLS else { return 0 }
+            if let failure = verifyPeerCertificate(
+                session: session,
+                serverName: tls.verificationName,
+                verification: tls.verification
+            ) {
+                core.verificationFailure = failure
+                return Int32(GNUTLS_E_CERTIFICATE_VERIFICATION_ERROR)
+            }
+            return 0
+        }
+    }
+
+    static func makeCallbacks(role: Role) -> ngtcp2_callbacks {
+        var callbacks = ngtcp2_callbacks()
+        switch role {
+        case .client:
+            callbacks.client_initial = ngtcp2_crypto_client_initial_cb
+            callbacks.recv_retry = ngtcp2_crypto_recv_retry_cb
+        case .server:
+            callbacks.recv_client_initial = ngtcp2_crypto_recv_client_initial_cb
+        }
+        callbacks.recv_crypto_data = ngtcp2_crypto_recv_crypto_data_cb
+        callbacks.encrypt = ngtcp2_crypto_encrypt_cb
+        callbacks.decrypt = ngtcp2_crypto_decrypt_cb
+        callbacks.hp_mask = ngtcp2_crypto_hp_mask_cb
+        callbacks.update_key = ngtcp2_crypto_update_key_cb
+        callbacks.delete_crypto_aead_ctx = ngtcp2_crypto_delete_crypto_aead_ctx_cb
+        callbacks.delete_crypto_cipher_ctx = ngtcp2_crypto_delete_crypto_cipher_ctx_cb
+        callbacks.get_path_challenge_data = ngtcp2_crypto_get_path_challenge_data_cb
+        callbacks.version_negotiation = ngtcp2_crypto_version_negotiation_cb
+
+        callbacks.rand = { destination, length, _ in
+            _ = gnutls_rnd(GNUTLS_RND_RANDOM, destination, length)
+        }
+        callbacks.get_new_connection_id = { _, cid, token, length, userData in
+            QUICConnectionCore.withCore(userData) { core in
+                let id = length == QUICConnectionIDFactory.idLength
+                    ? core.idFactory.makeConnectionID() : QUICConnectionID.random(length: length)
+                cid!.pointee = id.ngtcp2
+                let resetToken = core.idFactory.statelessResetToken(for: id)
+                token!.update(from: resetToken, count: resetToken.count)
+                core.events.append(.connectionIDIssued(id))
+                return 0
+            }
+        }
+        callbacks.remove_connection_id = { _, cid, userData in
+            QUICConnectionCore.withCore(userData) { core in
+                core.events.append(.connectionIDRetired(QUICConnectionID(cid!.pointee)))
+                return 0
+            }
+        }
+        callbacks.handshake_completed = { _, userData in
+            QUICConnectionCore.withCore(userData) { core in
+                core.didCompleteHandshake()
+                return 0
+            }
+        }
+        callbacks.stream_open = { _, streamID, userData in
+            QUICConnectionCore.withCore(userData) { core in
+                core.streams[streamID] = QUICStreamState(id: streamID)
+                core.events.append(.streamOpened(streamID: streamID))
+                return 0
+            }
+        }
+        callbacks.recv_stream_data = { _, flags, streamID, _, data, length, userData, _ in
+            QUICConnectionCore.withCore(userData) { core in
+                core.didReceiveStreamData(
+                    streamID: streamID,
+                    bytes: UnsafeRawBufferPointer(start: data, count: length),
+                    fin: flags & UInt32(NGTCP2_STREAM_DATA_FLAG_FIN) != 0
+                )
+                return 0
+            }
+        }
+        callbacks.acked_stream_data_offset = { _, streamID, offset, length, userData, _ in
+            QUICConnectionCore.withCore(userData) { core in
+                core.streams[streamID]?.send.didAcknowledge(upTo: offset + UInt64(length))
+                return 0
+            }
+        }
+        callbacks.stream_reset = { _, streamID, _, code, userData, _ in
+            QUICConnectionCore.withCore(userData) { core in
+                core.streams[streamID]?.receive.resetCode = code
+                core.signalReadable(streamID)
+                return 0
+            }
+        }
+        callbacks.stream_close = { _, flags, streamID, code, userData, _ in
+            QUICConnectionCore.withCore(userData) { core in
+                core.didCloseStream(
+                    streamID: streamID,
+                    code: flags & UInt32(NGTCP2_STREAM_CLOSE_FLAG_APP_ERROR_CODE_SET) != 0 ? code : nil
+                )
+                return 0
+            }
+        }
+        callbacks.extend_max_stream_data = { _, streamID, _, userData, _ in
+            QUICConnectionCore.withCore(userData) { core in
+                core.streams[streamID]?.isFlowControlBlocked = false
+                if core.streams[streamID]?.send.hasUnwrittenData == true { core.enqueueForWrite(streamID) }
+                return 0
+            }
+        }
+        callbacks.extend_max_local_streams_bidi = { _, _, userData in
+            QUICConnectionCore.withCore(userData) { core in
+                core.events.append(.streamCreditAvailable)
+                return 0
+            }
+        }
+        callbacks.extend_max_local_streams_uni = { _, _, userData in
+            QUICConnectionCore.withCore(userData) { core in
+                core.events.append(.streamCreditAvailable)
+                return 0
+            }
+        }
+        callbacks.recv_datagram = { _, _, data, length, userData in
+            QUICConnectionCore.withCore(userData) { core in
+                core.events.append(.datagramReceived(Array(UnsafeRawBufferPointer(start: data, count: length))))
+                return 0
+            }
+        }
+        return callbacks
+    }
+
+    func didCompleteHandshake() {
+        if case .handshaking = state { markEstablished() }
+        events.append(.handshakeCompleted)
+    }
+
+    func didReceiveStreamData(streamID: Int64, bytes: UnsafeRawBufferPointer, fin: Bool) {
+        guard streams[streamID] != nil else {
+            // Data for a stream we already forgot: credit it back so the connection window keeps moving.
+            ngtcp2_conn_extend_max_offset(conn, UInt64(bytes.count))
+            return
+        }
+        streams[streamID]!.receive.append(bytes, fin: fin)
+        signalReadable(streamID)
+    }
+
+    func didCloseStream(streamID: Int64, code: UInt64?) {
+        queuedForWrite.remove(streamID)
+        guard streams[streamID] != nil else { return }
+        streams[streamID]!.isClosedByTransport = true
+        // Peer-initiated streams free a slot in the peer's stream limit (RFC 9000 §4.6).
+        let isPeerInitiated = (streamID & 0x1 == 0) != (role == .client)
+        if isPeerInitiated {
+            if streamID & 0x2 == 0 {
+                ngtcp2_conn_extend_max_streams_bidi(conn, 1)
+            } else {
+                ngtcp2_conn_extend_max_streams_uni(conn, 1)
+            }
+        }
+        events.append(.streamClosed(streamID: streamID, code: code))
+        forgetIfDone(streamID)
+    }
+}
+
+/// ngtcp2's debug log lines, forwarded by the C shim's variadic adaptor.
+@_cdecl("quictransport_ngtcp2_log_line")
+func quictransportNGTCP2LogLine(_ userData: UnsafeMutableRawPointer?, _ line: UnsafePointer<CChar>?) {
+    guard let userData, let line else { return }
+    QUICConnectionCore.withCore(userData) { core in
+        core.logger.trace("\(String(cString: line))")
+    }
+}

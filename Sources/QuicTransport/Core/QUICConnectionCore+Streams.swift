@@ -1,0 +1,208 @@
+import CQuicShims
+
+/// Stream and datagram operations the application drives (RFC 9000 §2–§4, RFC 9221).
+extension QUICConnectionCore {
+    /// Opens a locally initiated stream; nil while the peer's stream limit is reached (RFC 9000 §4.6).
+    package func openStream(bidirectional: Bool) throws -> Int64? {
+        guard state == .handshaking || state == .established else { throw QUICStreamError.connectionClosed }
+        var streamID: Int64 = -1
+        let rv = bidirectional
+            ? ngtcp2_conn_open_bidi_stream(conn, &streamID, nil)
+            : ngtcp2_conn_open_uni_stream(conn, &streamID, nil)
+        if rv == NGTCP2_ERR_STREAM_ID_BLOCKED { return nil }
+        guard rv == 0 else { throw QUICCoreError.ngtcp2("ngtcp2_conn_open_stream", rv) }
+        streams[streamID] = QUICStreamState(id: streamID)
+        return streamID
+    }
+
+    /// Queues bytes (and optionally FIN) on a stream; `token` comes back in `.streamSendCompleted`.
+    package func send(streamID: Int64, bytes: UnsafeRawBufferPointer, fin: Bool, token: UInt64?) throws {
+        guard state == .handshaking || state == .established else { throw QUICStreamError.connectionClosed }
+        guard var stream = streams[streamID] else { throw QUICStreamError.unknownStream(streamID) }
+        if stream.send.isAbandoned || stream.isClosedByTransport { throw QUICStreamError.sendingAbandoned }
+        guard !stream.send.finQueued else { throw QUICStreamError.sendAfterFinish }
+        guard canSend(on: streamID) else { throw QUICStreamError.receiveOnlyStream }
+        stream.send.enqueue(bytes, fin: fin, completionToken: token)
+        drainCompletions(&stream)
+        streams[streamID] = stream
+        if stream.send.hasUnwrittenData { enqueueForWrite(streamID) }
+    }
+
+    /// Takes up to `maximumLength` received bytes, and returns whether the stream's receive side has ended.
+    ///
+    /// Reading is what extends the peer's flow-control credit (RFC 9000 §4.1): unread data holds
+    /// the window closed, which is the backpressure the application sees.
+    package func read(streamID: Int64, maximumLength: Int) -> QUICStreamRead {
+        guard var stream = streams[streamID] else { return QUICStreamRead(bytes: [], isFinished: true, resetCode: nil) }
+        let bytes = stream.receive.read(maximumLength: maximumLength)
+        stream.readableSignalled = false
+        let result = QUICStreamRead(bytes: bytes, isFinished: stream.receive.isFinished, resetCode: stream.receive.resetCode)
+        if result.isFinished { stream.isEndDelivered = true }
+        streams[streamID] = stream
+        if !bytes.isEmpty, state == .handshaking || state == .established {
+            ngtcp2_conn_extend_max_stream_offset(conn, streamID, UInt64(bytes.count))
+            ngtcp2_conn_extend_max_offset(conn, UInt64(bytes.count))
+        }
+        forgetIfDone(streamID)
+        return result
+    }
+
+    package func readableBytes(streamID: Int64) -> Int { streams[streamID]?.receive.readableBytes ?? 0 }
+
+    /// Abandons the sending side with RESET_STREAM carrying `code` (RFC 9000 §19.4).
+    package func resetStream(streamID: Int64, code: UInt64) {
+        guard state == .handshaking || state == .established, streams[streamID] != nil else { return }
+        _ = ngtcp2_conn_shutdown_stream_write(conn, streamID, code)
+        streams[streamID]?.send.resetCode = code
+        abandonSend(streamID: streamID)
+    }
+
+    /// Asks the peer to stop sending with STOP_SENDING carrying `code` (RFC 9000 §19.5).
+    package func stopSending(streamID: Int64, code: UInt64) {
+        guard state == .handshaking || state == .established, streams[streamID] != nil else { return }
+        _ = ngtcp2_conn_shutdown_stream_read(conn, streamID, code)
+    }
+
+    /// Queues an unreliable datagram (RFC 9221 §5).
+    package func sendDatagram(_ bytes: [UInt8]) throws {
+        guard state == .handshaking || state == .established else { throw QUICStreamError.connectionClosed }
+        guard configuration.maxDatagramFrameSize > 0 else { throw QUICStreamError.datagramsNotNegotiated }
+        if isHandshakeCompleted {
+            let peerLimit = ngtcp2_conn_get_remote_transport_params(conn)?.pointee.max_datagram_frame_size ?? 0
+            guard peerLimit > 0 else { throw QUICStreamError.datagramsNotNegotiated }
+            guard UInt64(bytes.count) + 16 <= peerLimit else { throw QUICStreamError.datagramTooLarge(bytes.count) }
+        }
+        pendingDatagrams.append(bytes)
+    }
+
+    package var hasPendingWrites: Bool { writeQueueHead < writeQueue.count || !pendingDatagrams.isEmpty }
+
+    // MARK: Internal bookkeeping
+
+    func canSend(on streamID: Int64) -> Bool {
+        let isBidirectional = streamID & 0x2 == 0
+        let isLocal = (streamID & 0x1 == 0) == (role == .client)
+        return isBidirectional || isLocal
+    }
+
+    func canReceive(on streamID: Int64) -> Bool {
+        let isBidirectional = streamID & 0x2 == 0
+        let isLocal = (streamID & 0x1 == 0) == (role == .client)
+        return isBidirectional || !isLocal
+    }
+
+    func enqueueForWrite(_ streamID: Int64) {
+        guard !queuedForWrite.contains(streamID) else { return }
+        queuedForWrite.insert(streamID)
+        writeQueue.append(streamID)
+    }
+
+    func dequeueForWrite(_ streamID: Int64) {
+        queuedForWrite.remove(streamID)
+    }
+
+    /// The next stream with unwritten data and flow-control credit, rotating for fairness.
+    func nextWritableStream() -> Int64? {
+        while writeQueueHead < writeQueue.count {
+            let candidate = writeQueue[writeQueueHead]
+            guard queuedForWrite.contains(candidate), let stream = streams[candidate],
+                stream.send.hasUnwrittenData, !stream.isFlowControlBlocked
+            else {
+                queuedForWrite.remove(candidate)
+                writeQueueHead += 1
+                compactWriteQueue()
+                continue
+            }
+            // Rotate: move it to the back so the next packet serves another stream.
+            writeQueueHead += 1
+            writeQueue.append(candidate)
+            compactWriteQueue()
+            return candidate
+        }
+        return nil
+    }
+
+    private func compactWriteQueue() {
+        if writeQueueHead > 64 && writeQueueHead * 2 > writeQueue.count {
+            writeQueue.removeFirst(writeQueueHead)
+            writeQueueHead = 0
+        }
+        if writeQueueHead == writeQueue.count {
+            writeQueue.removeAll(keepingCapacity: true)
+            writeQueueHead = 0
+        }
+    }
+
+    func didWrite(streamID: Int64, bytes: Int, fin: Bool) {
+        guard var stream = streams[streamID] else { return }
+        stream.send.didWrite(bytes, fin: fin)
+        drainCompletions(&stream)
+        if !stream.send.hasUnwrittenData { queuedForWrite.remove(streamID) }
+        streams[streamID] = stream
+    }
+
+    func drainCompletions(_ stream: inout QUICStreamState) {
+        for token in stream.send.completedTokens {
+            events.append(.streamSendCompleted(streamID: stream.id, token: token, error: nil))
+        }
+        stream.send.completedTokens.removeAll()
+    }
+
+    func abandonSend(streamID: Int64) {
+        queuedForWrite.remove(streamID)
+        guard var stream = streams[streamID] else { return }
+        let code = stream.send.resetCode ?? 0
+        for token in stream.send.discard() {
+            events.append(.streamSendCompleted(streamID: streamID, token: token, error: code))
+        }
+        streams[streamID] = stream
+    }
+
+    func signalReadable(_ streamID: Int64) {
+        guard var stream = streams[streamID], !stream.readableSignalled else { return }
+        stream.readableSignalled = true
+        streams[streamID] = stream
+        events.append(.streamReadable(streamID: streamID))
+    }
+
+    /// Drops a stream ngtcp2 has closed once the application has read everything, including its end.
+    func forgetIfDone(_ streamID: Int64) {
+        guard let stream = streams[streamID], stream.isClosedByTransport,
+            stream.isEndDelivered || !canReceive(on: streamID)
+        else { return }
+        streams[streamID] = nil
+    }
+}
+
+/// The outcome of one `read` from a stream.
+package struct QUICStreamRead: Sendable, Equatable {
+    package var bytes: [UInt8]
+    /// No more bytes will arrive: FIN was received and read, or the peer reset the stream.
+    package var isFinished: Bool
+    /// The peer's RESET_STREAM code, if it reset the stream (RFC 9000 §19.4).
+    package var resetCode: UInt64?
+}
+
+/// Errors for stream operations that the application can correct or must handle.
+package enum QUICStreamError: Error, Equatable, CustomStringConvertible {
+    case connectionClosed
+    case unknownStream(Int64)
+    case sendAfterFinish
+    /// The sending side was reset, by us or because the peer sent STOP_SENDING (RFC 9000 §3.5).
+    case sendingAbandoned
+    case receiveOnlyStream
+    case datagramsNotNegotiated
+    case datagramTooLarge(Int)
+
+    package var description: String {
+        switch self {
+        case .connectionClosed: return "the connection is closed"
+        case .unknownStream(let id): return "stream \(id) does not exist"
+        case .sendAfterFinish: return "the stream's sending side is already finished"
+        case .sendingAbandoned: return "the stream's sending side was reset"
+        case .receiveOnlyStream: return "cannot send on a stream the peer opened unidirectionally"
+        case .datagramsNotNegotiated: return "datagrams were not negotiated with the peer (RFC 9221)"
+        case .datagramTooLarge(let size): return "datagram of \(size) bytes exceeds the peer's max_datagram_frame_size"
+        }
+    }
+}

@@ -1,0 +1,599 @@
+import CQuicShims
+import Logging
+
+/// One QUIC connection as a sans-I/O state machine: the single owner of an `ngtcp2_conn` and its
+/// GnuTLS session.
+///
+/// Call order, always on one thread:
+/// 1. `receive(datagram:path:now:)` for every datagram that routes here;
+/// 2. `writePackets(now:scratch:emit:)` after any input, and when `nextDeadline` passes,
+///    after `handleTimeout(now:)`;
+/// 3. `takeEvents()` to learn what happened.
+///
+/// Time is whatever monotonic nanosecond clock the caller supplies, so tests can run it on a
+/// virtual clock. C callbacks run synchronously inside ngtcp2 calls; they only record events.
+package final class QUICConnectionCore {
+    package enum Role: Sendable { case client, server }
+
+    package enum State: Equatable {
+        case handshaking
+        case established
+        /// We sent CONNECTION_CLOSE; we answer late packets with it until the deadline (RFC 9000 §10.2.1).
+        case closing(until: UInt64)
+        /// The peer closed; we stay silent until the deadline (RFC 9000 §10.2.2).
+        case draining(until: UInt64)
+        case closed
+    }
+
+    package let role: Role
+    /// The Destination Connection ID of the client's first Initial: names the qlog trace.
+    package let originalDestinationConnectionID: QUICConnectionID
+    package private(set) var state: State = .handshaking
+    package private(set) var closeReason: QUICCloseReason?
+    package private(set) var path: QUICPath
+
+    // The ngtcp2 connection; freed first in deinit, while `qlog` is still alive.
+    var conn: OpaquePointer!
+    private var tlsSession: QUICTLSSession!
+    private let connectionRef: UnsafeMutablePointer<ngtcp2_crypto_conn_ref>
+    let qlog: QLogWriter?
+    let logger: Logger
+    let configuration: QUICConfiguration
+    let clientTLS: QUICClientTLS?
+    let idFactory: QUICConnectionIDFactory
+
+    var streams: [Int64: QUICStreamState] = [:]
+    /// Streams with bytes or FIN to write, served round-robin.
+    var writeQueue: [Int64] = []
+    var writeQueueHead = 0
+    var queuedForWrite: Set<Int64> = []
+    var pendingDatagrams: [[UInt8]] = []
+    var events: [QUICConnectionEvent] = []
+    var verificationFailure: TLSVerificationFailure?
+    /// Set from inside callbacks that cannot return an error to ngtcp2 directly.
+    var callbackFailure: String?
+    private var lastError = ngtcp2_connection_close_error()
+    private var closePacket: [UInt8] = []
+    private var closePacketDue = false
+    private var closePacketsSent = 0
+
+    // MARK: Creation
+
+    /// A client connection to `path.remote`.
+    package init(
+        clientWith configuration: QUICConfiguration,
+        tls: QUICClientTLS,
+        path: QUICPath,
+        now: UInt64,
+        logger: Logger
+    ) throws {
+        self.role = .client
+        self.configuration = configuration
+        self.clientTLS = tls
+        self.path = path
+        self.logger = logger
+        self.idFactory = QUICConnectionIDFactory()
+        let dcid = QUICConnectionID.random(length: QUICConnectionIDFactory.idLength)
+        self.originalDestinationConnectionID = dcid
+        self.connectionRef = .allocate(capacity: 1)
+        self.qlog = configuration.qlogDirectory.map {
+            QLogWriter(directory: $0, originalDestinationConnectionID: dcid, vantagePoint: .client, logger: logger)
+        }
+        ngtcp2_connection_close_error_default(&lastError)
+        connectionRef.initialize(to: ngtcp2_crypto_conn_ref(get_conn: Self.getConnection, user_data: nil))
+        connectionRef.pointee.user_data = Unmanaged.passUnretained(self).toOpaque()
+
+        var settings = makeSettings(now: now, qlogID: dcid)
+        var params = makeTransportParameters()
+        var callbacks = Self.makeCallbacks(role: .client)
+        var dcidC = dcid.ngtcp2
+        var scidC = idFactory.makeConnectionID().ngtcp2
+        var newConn: OpaquePointer?
+        let rv = path.withNGTCP2Path { ngPath in
+            cqs_ngtcp2_conn_client_new(
+                &newConn, &dcidC, &scidC, ngPath, NGTCP2_PROTO_VER_V1, &callbacks, &settings, &params, nil,
+                Unmanaged.passUnretained(self).toOpaque()
+            )
+        }
+        guard rv == 0, let newConn else { throw QUICCoreError.ngtcp2("ngtcp2_conn_client_new", rv) }
+        self.conn = newConn
+        tlsSession = try QUICTLSSession(
+            clientWith: tls.credentials,
+            alpn: configuration.alpn,
+            serverName: tls.serverName,
+            priority: configuration.gnutlsPriority,
+            connectionRef: connectionRef
+        )
+        // Runs inside the handshake; it finds this core through the session's conn_ref.
+        tlsSession.setVerifyFunction(Self.verifyCertificate)
+        ngtcp2_conn_set_tls_native_handle(conn, UnsafeMutableRawPointer(tlsSession.raw))
+    }
+
+    /// A server connection for a client Initial that `ngtcp2_accept` approved.
+    ///
+    /// - Parameters:
+    ///   - originalDestinationConnectionID: the client's first DCID (from the Retry token if one was used).
+    ///   - retrySourceConnectionID: the SCID of our Retry packet, when address validation used Retry.
+    package init(
+        serverWith configuration: QUICConfiguration,
+        credentials: TLSCredentials,
+        header: ngtcp2_pkt_hd,
+        originalDestinationConnectionID: QUICConnectionID,
+        retrySourceConnectionID: QUICConnectionID?,
+        idFactory: QUICConnectionIDFactory,
+        path: QUICPath,
+        now: UInt64,
+        logger: Logger
+    ) throws {
+        self.role = .server
+        self.configuration = configuration
+        self.clientTLS = nil
+        self.path = path
+        self.logger = logger
+        self.idFactory = idFactory
+        self.originalDestinationConnectionID = originalDestinationConnectionID
+        self.connectionRef = .allocate(capacity: 1)
+        self.qlog = configuration.qlogDirectory.map {
+            QLogWriter(
+                directory: $0,
+                originalDestinationConnectionID: originalDestinationConnectionID,
+                vantagePoint: .server,
+                logger: logger
+            )
+        }
+        ngtcp2_connection_close_error_default(&lastError)
+        connectionRef.initialize(to: ngtcp2_crypto_conn_ref(get_conn: Self.getConnection, user_data: nil))
+        connectionRef.pointee.user_data = Unmanaged.passUnretained(self).toOpaque()
+
+        let scid = idFactory.makeConnectionID()
+        var settings = makeSettings(now: now, qlogID: originalDestinationConnectionID)
+        // The token points into the datagram being processed, which outlives this initializer call.
+        if header.token.len > 0, retrySourceConnectionID == nil {
+            settings.token = header.token
+        }
+        var params = makeTransportParameters()
+        params.original_dcid = originalDestinationConnectionID.ngtcp2
+        if let retrySourceConnectionID {
+            params.retry_scid = retrySourceConnectionID.ngtcp2
+            params.retry_scid_present = 1
+        }
+        params.stateless_reset_token_present = 1
+        let resetToken = idFactory.statelessResetToken(for: scid)
+        withUnsafeMutableBytes(of: &params.stateless_reset_token) { $0.copyBytes(from: resetToken) }
+        var callbacks = Self.makeCallbacks(role: .server)
+        var clientSCID = header.scid
+        var scidC = scid.ngtcp2
+        var newConn: OpaquePointer?
+        let rv = path.withNGTCP2Path { ngPath in
+            cqs_ngtcp2_conn_server_new(
+                &newConn, &clientSCID, &scidC, ngPath, header.version, &callbacks, &settings, &params, nil,
+                Unmanaged.passUnretained(self).toOpaque()
+            )
+        }
+        guard rv == 0, let newConn else { throw QUICCoreError.ngtcp2("ngtcp2_conn_server_new", rv) }
+        self.conn = newConn
+        tlsSession = try QUICTLSSession(
+            serverWith: credentials,
+            alpn: configuration.alpn,
+            priority: configuration.gnutlsPriority,
+            connectionRef: connectionRef
+        )
+        ngtcp2_conn_set_tls_native_handle(conn, UnsafeMutableRawPointer(tlsSession.raw))
+        events.append(.connectionIDIssued(scid))
+    }
+
+    deinit {
+        // ngtcp2 writes its last qlog record from inside ngtcp2_conn_del, so the writer must still exist.
+        if let conn { ngtcp2_conn_del(conn) }
+        qlog?.close()
+        connectionRef.deallocate()
+    }
+
+    private func makeSettings(now: UInt64, qlogID: QUICConnectionID) -> ngtcp2_settings {
+        var settings = ngtcp2_settings()
+        cqs_ngtcp2_settings_default(&settings)
+        settings.initial_ts = now
+        settings.cc_algo = NGTCP2_CC_ALGO_CUBIC
+        settings.max_tx_udp_payload_size = configuration.maxUDPPayloadSize
+        settings.max_window = configuration.maxConnectionWindow
+        settings.max_stream_window = configuration.maxStreamWindow
+        settings.handshake_timeout = configuration.handshakeTimeoutMilliseconds * UInt64(NGTCP2_MILLISECONDS)
+        if qlog != nil {
+            settings.qlog.odcid = qlogID.ngtcp2
+            settings.qlog.write = Self.writeQLog
+        }
+        if configuration.ngtcp2DebugLogging {
+            cqs_ngtcp2_settings_set_log_printf(&settings)
+        }
+        return settings
+    }
+
+    private func makeTransportParameters() -> ngtcp2_transport_params {
+        var params = ngtcp2_transport_params()
+        cqs_ngtcp2_transport_params_default(&params)
+        params.initial_max_data = configuration.initialMaxData
+        params.initial_max_stream_data_bidi_local = configuration.initialMaxStreamDataBidirectionalLocal
+        params.initial_max_stream_data_bidi_remote = configuration.initialMaxStreamDataBidirectionalRemote
+        params.initial_max_stream_data_uni = configuration.initialMaxStreamDataUnidirectional
+        params.initial_max_streams_bidi = configuration.initialMaxStreamsBidirectional
+        params.initial_max_streams_uni = configuration.initialMaxStreamsUnidirectional
+        params.max_idle_timeout = configuration.idleTimeoutMilliseconds * UInt64(NGTCP2_MILLISECONDS)
+        params.max_datagram_frame_size = configuration.maxDatagramFrameSize
+        params.active_connection_id_limit = 4
+        return params
+    }
+
+    // MARK: Inputs
+
+    /// Feeds one UDP datagram that arrived on `path` (RFC 9000 §12.2: it may hold several packets).
+    package func receive(datagram: UnsafeRawBufferPointer, path: QUICPath, now: UInt64) {
+        switch state {
+        case .closing:
+            // Answer, a bounded number of times, with the same CONNECTION_CLOSE (RFC 9000 §10.2.1).
+            if closePacketsSent < 16 { closePacketDue = true }
+            return
+        case .draining, .closed:
+            return
+        case .handshaking, .established:
+            break
+        }
+        var info = ngtcp2_pkt_info()
+        let rv = path.withNGTCP2Path { ngPath in
+            cqs_ngtcp2_conn_read_pkt(
+                conn, ngPath, &info, datagram.baseAddress?.assumingMemoryBound(to: UInt8.self), datagram.count, now
+            )
+        }
+        if rv != 0 {
+            handleReadError(rv, now: now)
+            return
+        }
+        if self.path.remote != path.remote, ngtcp2_conn_get_handshake_completed(conn) != 0 {
+            let current = ngtcp2_conn_get_path(conn)!.pointee
+            self.path = QUICPath(
+                local: QUICSocketAddress(current.local.addr, length: current.local.addrlen),
+                remote: QUICSocketAddress(current.remote.addr, length: current.remote.addrlen)
+            )
+        }
+        if let failure = callbackFailure {
+            callbackFailure = nil
+            closeWithTransportError(NGTCP2_ERR_INTERNAL, reason: failure, now: now)
+        }
+    }
+
+    /// The next time `handleTimeout(now:)` must run; `UInt64.max` for never.
+    package var nextDeadline: UInt64 {
+        switch state {
+        case .closing(let until), .draining(let until): return until
+        case .closed: return .max
+        case .handshaking, .established: return ngtcp2_conn_get_expiry(conn)
+        }
+    }
+
+    /// Runs loss detection, idle and handshake timers (RFC 9002 §6).
+    package func handleTimeout(now: UInt64) {
+        switch state {
+        case .closing(let until), .draining(let until):
+            if now >= until { state = .closed }
+            return
+        case .closed:
+            return
+        case .handshaking, .established:
+            break
+        }
+        guard ngtcp2_conn_get_expiry(conn) <= now else { return }
+        let rv = ngtcp2_conn_handle_expiry(conn, now)
+        switch rv {
+        case 0:
+            return
+        case NGTCP2_ERR_IDLE_CLOSE:
+            finish(.idleTimeout)
+            state = .closed
+        case NGTCP2_ERR_HANDSHAKE_TIMEOUT:
+            finish(.handshakeTimeout)
+            state = .closed
+        default:
+            closeWithTransportError(rv, reason: "", now: now)
+        }
+    }
+
+    /// Closes with an application error code and reason (RFC 9000 §10.2, frame type 0x1d).
+    package func close(applicationErrorCode: UInt64, reason: String, now: UInt64) {
+        guard state == .handshaking || state == .established else { return }
+        let reasonBytes = Array(reason.utf8.prefix(512))
+        reasonBytes.withUnsafeBufferPointer {
+            ngtcp2_connection_close_error_set_application_error(
+                &lastError, applicationErrorCode, $0.baseAddress, $0.count
+            )
+        }
+        enterClosing(reason: .localApplicationClose(code: applicationErrorCode, reason: reason), now: now)
+    }
+
+    /// Hands over the events recorded since the last call.
+    package func takeEvents() -> [QUICConnectionEvent] {
+        defer { events.removeAll(keepingCapacity: true) }
+        return events
+    }
+
+    package var isHandshakeCompleted: Bool { ngtcp2_conn_get_handshake_completed(conn) != 0 }
+    package var negotiatedALPN: String? { tlsSession.negotiatedALPN }
+    package var cipherName: String? { tlsSession.cipherName }
+    package var negotiatedVersion: UInt32 { ngtcp2_conn_get_negotiated_version(conn) }
+    /// Whether both sides offered RFC 9221 datagrams (the peer's `max_datagram_frame_size` > 0).
+    package var isDatagramNegotiated: Bool {
+        configuration.maxDatagramFrameSize > 0 && (ngtcp2_conn_get_remote_transport_params(conn)?.pointee.max_datagram_frame_size ?? 0) > 0
+    }
+    package var statistics: ngtcp2_conn_stat {
+        var stat = ngtcp2_conn_stat()
+        cqs_ngtcp2_conn_get_conn_stat(conn, &stat)
+        return stat
+    }
+
+    // MARK: Output
+
+    /// Writes every packet ngtcp2 has ready, in batches that suit UDP GSO.
+    ///
+    /// Packets go into `scratch` back to back; `emit` receives each batch with its segment size
+    /// (every packet but the last has exactly that size) and destination. Returns true when the
+    /// send quantum ran out and more may be ready: call again after servicing other work.
+    @discardableResult
+    package func writePackets(
+        now: UInt64,
+        scratch: UnsafeMutableRawBufferPointer,
+        emit: (UnsafeRawBufferPointer, _ segmentSize: Int, _ remote: QUICSocketAddress) -> Void
+    ) -> Bool {
+        if closePacketDue {
+            closePacketDue = false
+            closePacketsSent += 1
+            closePacket.withUnsafeBytes { emit($0, $0.count, path.remote) }
+            return false
+        }
+        guard state == .handshaking || state == .established else { return false }
+
+        let maxPacket = min(ngtcp2_conn_get_max_tx_udp_payload_size(conn), scratch.count)
+        let quantumPackets = max(1, ngtcp2_conn_get_send_quantum(conn) / max(maxPacket, 1))
+        var batchStart = 0
+        var batchEnd = 0
+        var segmentSize = 0
+        var batchRemote = path.remote
+        var written = 0
+        var pathStorage = ngtcp2_path_storage()
+        ngtcp2_path_storage_zero(&pathStorage)
+
+        func flushBatch() {
+            if batchEnd > batchStart {
+                emit(UnsafeRawBufferPointer(rebasing: scratch[batchStart..<batchEnd]), segmentSize, batchRemote)
+            }
+            batchStart = 0
+            batchEnd = 0
+            segmentSize = 0
+        }
+
+        return withUnsafeTemporaryAllocation(of: ngtcp2_vec.self, capacity: 16) { vectors -> Bool in
+            while true {
+                let capacity = segmentSize == 0 ? maxPacket : segmentSize
+                if batchEnd + capacity > scratch.count || batchEnd + capacity > 65_000 { flushBatch() }
+                let destination = scratch.baseAddress!.advanced(by: batchEnd).assumingMemoryBound(to: UInt8.self)
+                let packetSize: Int
+                switch writeOnePacket(into: destination, capacity: capacity, path: &pathStorage.path, vectors: vectors, now: now) {
+                case .packet(let size): packetSize = size
+                case .nothing:
+                    ngtcp2_conn_update_pkt_tx_time(conn, now)
+                    flushBatch()
+                    return false
+                case .failed(let rv):
+                    flushBatch()
+                    closeWithTransportError(rv, reason: "", now: now)
+                    return writePackets(now: now, scratch: scratch, emit: emit)
+                }
+                let remote = QUICSocketAddress(pathStorage.path.remote.addr, length: pathStorage.path.remote.addrlen)
+                if batchEnd > batchStart && remote != batchRemote {
+                    // A packet for another path ends the batch; move it to the front of the scratch space.
+                    let packetStart = batchEnd
+                    emit(UnsafeRawBufferPointer(rebasing: scratch[batchStart..<batchEnd]), segmentSize, batchRemote)
+                    scratch.baseAddress!.copyMemory(from: scratch.baseAddress!.advanced(by: packetStart), byteCount: packetSize)
+                    batchStart = 0
+                    batchEnd = 0
+                    segmentSize = 0
+                }
+                if batchEnd == batchStart { batchRemote = remote }
+                if segmentSize == 0 { segmentSize = packetSize }
+                batchEnd += packetSize
+                written += 1
+                if packetSize < segmentSize { flushBatch() }
+                if written >= quantumPackets {
+                    ngtcp2_conn_update_pkt_tx_time(conn, now)
+                    flushBatch()
+                    return true
+                }
+            }
+        }
+    }
+
+    private enum PacketWriteResult {
+        case packet(Int)
+        case nothing
+        case failed(Int32)
+    }
+
+    /// Fills one packet: queued datagrams first, then stream data round-robin, then ngtcp2's own frames.
+    private func writeOnePacket(
+        into destination: UnsafeMutablePointer<UInt8>,
+        capacity: Int,
+        path: inout ngtcp2_path,
+        vectors: UnsafeMutableBufferPointer<ngtcp2_vec>,
+        now: UInt64
+    ) -> PacketWriteResult {
+        var info = ngtcp2_pkt_info()
+        while true {
+            if !pendingDatagrams.isEmpty && isHandshakeCompleted {
+                var accepted: Int32 = 0
+                let datagram = pendingDatagrams[0]
+                let rv = datagram.withUnsafeBufferPointer { bytes -> Int in
+                    var vec = ngtcp2_vec(base: UnsafeMutablePointer(mutating: bytes.baseAddress), len: bytes.count)
+                    return cqs_ngtcp2_conn_writev_datagram(
+                        conn, &path, &info, destination, capacity, &accepted,
+                        UInt32(NGTCP2_WRITE_DATAGRAM_FLAG_MORE), 0, &vec, 1, now
+                    )
+                }
+                if accepted != 0 || rv == Int(NGTCP2_ERR_INVALID_ARGUMENT) { pendingDatagrams.removeFirst() }
+                if rv == Int(NGTCP2_ERR_WRITE_MORE) { continue }
+                if rv > 0 { return .packet(rv) }
+                if rv == 0 { return .nothing }
+                if rv != Int(NGTCP2_ERR_INVALID_ARGUMENT) { return .failed(Int32(rv)) }
+                continue
+            }
+
+            var streamID: Int64 = -1
+            var vectorCount = 0
+            var fin = false
+            if let next = nextWritableStream() {
+                streamID = next
+                (vectorCount, fin) = streams[next]!.send.gather(into: vectors)
+            }
+            var flags = UInt32(NGTCP2_WRITE_STREAM_FLAG_MORE)
+            if fin { flags |= UInt32(NGTCP2_WRITE_STREAM_FLAG_FIN) }
+            var accepted: ngtcp2_ssize = -1
+            let rv = cqs_ngtcp2_conn_writev_stream(
+                conn, &path, &info, destination, capacity, &accepted, flags, streamID,
+                vectors.baseAddress, vectorCount, now
+            )
+            if streamID >= 0 && accepted >= 0 {
+                let total = (0..<vectorCount).reduce(0) { $0 + vectors[$1].len }
+                didWrite(streamID: streamID, bytes: accepted, fin: fin && accepted == total)
+            }
+            switch Int32(truncatingIfNeeded: rv) {
+            case _ where rv > 0:
+                return .packet(rv)
+            case 0:
+                return .nothing
+            case NGTCP2_ERR_WRITE_MORE:
+                continue
+            case NGTCP2_ERR_STREAM_DATA_BLOCKED:
+                streams[streamID]?.isFlowControlBlocked = true
+                dequeueForWrite(streamID)
+                continue
+            case NGTCP2_ERR_STREAM_SHUT_WR, NGTCP2_ERR_STREAM_NOT_FOUND:
+                abandonSend(streamID: streamID)
+                continue
+            default:
+                return .failed(Int32(truncatingIfNeeded: rv))
+            }
+        }
+    }
+
+    // MARK: Closing
+
+    private func handleReadError(_ rv: Int32, now: UInt64) {
+        switch rv {
+        case NGTCP2_ERR_DRAINING:
+            state = .draining(until: now + 3 * ngtcp2_conn_get_pto(conn))
+            finish(peerCloseReason())
+        case NGTCP2_ERR_DROP_CONN, NGTCP2_ERR_RETRY:
+            state = .closed
+            finish(.localTransportError(code: 0x1, reason: "dropped: \(String(cString: ngtcp2_strerror(rv)))"))
+        case NGTCP2_ERR_RECV_VERSION_NEGOTIATION, NGTCP2_ERR_VERSION_NEGOTIATION_FAILURE:
+            state = .closed
+            finish(.versionNegotiationFailed)
+        case NGTCP2_ERR_CRYPTO:
+            let alert = ngtcp2_conn_get_tls_alert(conn)
+            ngtcp2_connection_close_error_set_transport_error_tls_alert(&lastError, alert, nil, 0)
+            let detail = gnutls_alert_get_name(gnutls_alert_description_t(UInt32(alert))).map { String(cString: $0) }
+                ?? "TLS error"
+            enterClosing(reason: .handshakeFailed(alert: alert, detail: detail, verification: verificationFailure), now: now)
+        default:
+            closeWithTransportError(rv, reason: "", now: now)
+        }
+    }
+
+    private func closeWithTransportError(_ rv: Int32, reason: String, now: UInt64) {
+        guard state == .handshaking || state == .established else { return }
+        ngtcp2_connection_close_error_set_transport_error_liberr(&lastError, rv, nil, 0)
+        let detail = reason.isEmpty ? String(cString: ngtcp2_strerror(rv)) : reason
+        enterClosing(reason: .localTransportError(code: lastError.error_code, reason: detail), now: now)
+    }
+
+    private func enterClosing(reason: QUICCloseReason, now: UInt64) {
+        guard ngtcp2_conn_is_in_closing_period(conn) == 0, ngtcp2_conn_is_in_draining_period(conn) == 0 else {
+            state = .closed
+            finish(reason)
+            return
+        }
+        var buffer = [UInt8](repeating: 0, count: 1500)
+        var pathStorage = ngtcp2_path_storage()
+        ngtcp2_path_storage_zero(&pathStorage)
+        var info = ngtcp2_pkt_info()
+        let n = cqs_ngtcp2_conn_write_connection_close(conn, &pathStorage.path, &info, &buffer, buffer.count, &lastError, now)
+        if n > 0 {
+            closePacket = Array(buffer.prefix(n))
+            closePacketDue = true
+            state = .closing(until: now + 3 * ngtcp2_conn_get_pto(conn))
+        } else {
+            state = .closed
+        }
+        finish(reason)
+    }
+
+    func markEstablished() { state = .established }
+
+    private func finish(_ reason: QUICCloseReason) {
+        guard closeReason == nil else { return }
+        closeReason = reason
+        logger.debug("connection closed", metadata: ["reason": "\(reason)"])
+        events.append(.closed(reason))
+    }
+
+    private func peerCloseReason() -> QUICCloseReason {
+        var error = ngtcp2_connection_close_error()
+        ngtcp2_conn_get_connection_close_error(conn, &error)
+        let reason = error.reason.map {
+            String(decoding: UnsafeBufferPointer(start: $0, count: error.reasonlen), as: UTF8.self)
+        } ?? ""
+        switch error.type {
+        case NGTCP2_CONNECTION_CLOSE_ERROR_CODE_TYPE_APPLICATION:
+            return .peerApplicationClose(code: error.error_code, reason: reason)
+        case NGTCP2_CONNECTION_CLOSE_ERROR_CODE_TYPE_TRANSPORT_IDLE_CLOSE:
+            return .idleTimeout
+        default:
+            if error.error_code == 0 && reason.isEmpty && !isHandshakeCompleted && verificationFailure == nil {
+                // ngtcp2 reports a received stateless reset as a transport NO_ERROR close.
+                return .statelessReset
+            }
+            return .peerTransportClose(code: error.error_code, reason: reason)
+        }
+    }
+}
+
+/// Failures of the C libraries below the core, with the function that failed.
+package enum QUICCoreError: Error, CustomStringConvertible {
+    case ngtcp2(String, Int32)
+
+    package var description: String {
+        switch self {
+        case .ngtcp2(let function, let rv): return "\(function) failed: \(String(cString: ngtcp2_strerror(rv)))"
+        }
+    }
+}
+
+extension QUICPath {
+    /// Runs `body` with an `ngtcp2_path` that points at this value's addresses.
+    func withNGTCP2Path<R>(_ body: (UnsafePointer<ngtcp2_path>) throws -> R) rethrows -> R {
+        var local = self.local.storage
+        var remote = self.remote.storage
+        return try withUnsafeMutableBytes(of: &local) { localBytes in
+            try withUnsafeMutableBytes(of: &remote) { remoteBytes in
+                var path = ngtcp2_path(
+                    local: ngtcp2_addr(
+                        addr: localBytes.baseAddress!.assumingMemoryBound(to: sockaddr.self),
+                        addrlen: self.local.length
+                    ),
+                    remote: ngtcp2_addr(
+                        addr: remoteBytes.baseAddress!.assumingMemoryBound(to: sockaddr.self),
+                        addrlen: self.remote.length
+                    ),
+                    user_data: nil
+                )
+                return try body(&path)
+            }
+        }
+    }
+}

@@ -1,0 +1,232 @@
+import CQuicShims
+import Logging
+
+/// The server side of one UDP socket, sans I/O: routes datagrams to connection cores by
+/// connection ID and answers what no connection owns.
+///
+/// It sends Version Negotiation for unknown versions (RFC 9000 §6), Retry when address
+/// validation is on (RFC 9000 §8.1.2), stateless resets for IDs it issued but no longer knows
+/// (RFC 9000 §10.3), and CONNECTION_REFUSED past the connection limit. Anything else that does
+/// not parse is dropped without a reply, so garbage never draws traffic and never reaches a core.
+package final class QUICEndpointCore {
+    package struct Configuration: Sendable {
+        package var quic: QUICConfiguration
+        package var credentials: TLSCredentials
+        /// Validate client addresses with a Retry round trip before creating state.
+        package var requiresRetry = false
+        package var maximumConnections = 1024
+        /// How long a Retry token stays valid.
+        package var retryTokenLifetimeNanoseconds: UInt64 = 10_000_000_000
+
+        package init(quic: QUICConfiguration, credentials: TLSCredentials) {
+            self.quic = quic
+            self.credentials = credentials
+        }
+    }
+
+    /// What became of one datagram.
+    package enum Disposition {
+        /// A connection consumed it; `isNew` when this datagram created it.
+        case delivered(QUICConnectionCore, isNew: Bool)
+        /// The endpoint answered statelessly (Version Negotiation, Retry, reset or refusal).
+        case answered(String)
+        /// Nothing could use it.
+        case dropped(String)
+    }
+
+    package let configuration: Configuration
+    package let idFactory: QUICConnectionIDFactory
+    private let logger: Logger
+    private var routes: [QUICConnectionID: QUICConnectionCore] = [:]
+    private var routesByConnection: [ObjectIdentifier: Set<QUICConnectionID>] = [:]
+    package private(set) var connections: [ObjectIdentifier: QUICConnectionCore] = [:]
+
+    package init(configuration: Configuration, idFactory: QUICConnectionIDFactory = QUICConnectionIDFactory(), logger: Logger) {
+        self.configuration = configuration
+        self.idFactory = idFactory
+        self.logger = logger
+    }
+
+    /// Routes or answers one datagram. `reply` sends a stateless packet back to `path.remote`.
+    package func receive(
+        datagram: UnsafeRawBufferPointer,
+        path: QUICPath,
+        now: UInt64,
+        reply: (UnsafeRawBufferPointer) -> Void
+    ) -> Disposition {
+        guard let base = datagram.baseAddress?.assumingMemoryBound(to: UInt8.self), datagram.count > 0 else {
+            return .dropped("empty datagram")
+        }
+        var versionCID = ngtcp2_version_cid()
+        let rv = ngtcp2_pkt_decode_version_cid(&versionCID, base, datagram.count, QUICConnectionIDFactory.idLength)
+        if rv == NGTCP2_ERR_VERSION_NEGOTIATION {
+            return sendVersionNegotiation(versionCID, reply: reply)
+        }
+        guard rv == 0, let dcidPointer = versionCID.dcid else { return .dropped("undecodable header") }
+        let dcid = QUICConnectionID(pointer: dcidPointer, length: versionCID.dcidlen)
+        if let core = routes[dcid] {
+            core.receive(datagram: datagram, path: path, now: now)
+            return .delivered(core, isNew: false)
+        }
+        let isLongHeader = base[0] & 0x80 != 0
+        guard isLongHeader else {
+            return sendStatelessReset(to: dcid, datagramSize: datagram.count, reply: reply)
+        }
+        var header = ngtcp2_pkt_hd()
+        guard ngtcp2_accept(&header, base, datagram.count) == 0 else {
+            return .dropped("long header packet that cannot start a connection")
+        }
+        guard header.type == UInt8(NGTCP2_PKT_INITIAL.rawValue) else {
+            return .dropped("0-RTT packet for an unknown connection")
+        }
+        if connections.count >= configuration.maximumConnections {
+            return refuse(header, code: UInt64(NGTCP2_CONNECTION_REFUSED), why: "connection limit reached", reply: reply)
+        }
+
+        var originalDCID = QUICConnectionID(header.dcid)
+        var retrySCID: QUICConnectionID?
+        if configuration.requiresRetry {
+            let token = header.token.len > 0 ? header.token.base : nil
+            guard let token, token[0] == UInt8(NGTCP2_CRYPTO_TOKEN_MAGIC_RETRY) else {
+                return sendRetry(header, path: path, now: now, reply: reply)
+            }
+            var odcid = ngtcp2_cid()
+            let verified = path.remote.withSockAddr { address, length in
+                idFactory.secretBytes.withUnsafeBufferPointer { secret in
+                    withUnsafePointer(to: header.dcid) { dcidC in
+                        ngtcp2_crypto_verify_retry_token(
+                            &odcid, token, header.token.len, secret.baseAddress, secret.count, header.version,
+                            address, length, dcidC, configuration.retryTokenLifetimeNanoseconds, now
+                        )
+                    }
+                }
+            }
+            guard verified == 0 else {
+                return refuse(header, code: UInt64(NGTCP2_INVALID_TOKEN), why: "invalid Retry token", reply: reply)
+            }
+            originalDCID = QUICConnectionID(odcid)
+            retrySCID = QUICConnectionID(header.dcid)
+        }
+
+        let core: QUICConnectionCore
+        do {
+            core = try QUICConnectionCore(
+                serverWith: configuration.quic,
+                credentials: configuration.credentials,
+                header: header,
+                originalDestinationConnectionID: originalDCID,
+                retrySourceConnectionID: retrySCID,
+                idFactory: idFactory,
+                path: path,
+                now: now,
+                logger: logger
+            )
+        } catch {
+            logger.warning("cannot create connection", metadata: ["error": "\(error)"])
+            return .dropped("connection setup failed: \(error)")
+        }
+        connections[ObjectIdentifier(core)] = core
+        addRoute(dcid, to: core)
+        core.receive(datagram: datagram, path: path, now: now)
+        return .delivered(core, isNew: true)
+    }
+
+    /// Hands over a core's events, keeping the routing table in step with its connection IDs.
+    package func takeEvents(of core: QUICConnectionCore) -> [QUICConnectionEvent] {
+        let events = core.takeEvents()
+        for event in events {
+            switch event {
+            case .connectionIDIssued(let id): addRoute(id, to: core)
+            case .connectionIDRetired(let id): removeRoute(id)
+            default: break
+            }
+        }
+        return events
+    }
+
+    /// Forgets a connection whose closing or draining period is over.
+    package func remove(_ core: QUICConnectionCore) {
+        let key = ObjectIdentifier(core)
+        for id in routesByConnection[key] ?? [] { routes[id] = nil }
+        routesByConnection[key] = nil
+        connections[key] = nil
+    }
+
+    private func addRoute(_ id: QUICConnectionID, to core: QUICConnectionCore) {
+        routes[id] = core
+        routesByConnection[ObjectIdentifier(core), default: []].insert(id)
+    }
+
+    private func removeRoute(_ id: QUICConnectionID) {
+        guard let core = routes.removeValue(forKey: id) else { return }
+        routesByConnection[ObjectIdentifier(core)]?.remove(id)
+    }
+
+    // MARK: Stateless answers
+
+    private func sendVersionNegotiation(_ versionCID: ngtcp2_version_cid, reply: (UnsafeRawBufferPointer) -> Void) -> Disposition {
+        var buffer = [UInt8](repeating: 0, count: 256)
+        let supported: [UInt32] = [NGTCP2_PROTO_VER_V1, NGTCP2_PROTO_VER_V2_DRAFT]
+        var random: UInt8 = 0
+        _ = gnutls_rnd(GNUTLS_RND_NONCE, &random, 1)
+        // The reply swaps the IDs: its DCID is the client's SCID (RFC 9000 §17.2.1).
+        let n = ngtcp2_pkt_write_version_negotiation(
+            &buffer, buffer.count, random, versionCID.scid, versionCID.scidlen, versionCID.dcid, versionCID.dcidlen,
+            supported, supported.count
+        )
+        guard n > 0 else { return .dropped("cannot write Version Negotiation") }
+        buffer.withUnsafeBytes { reply(UnsafeRawBufferPointer(rebasing: $0.prefix(n))) }
+        return .answered("version negotiation for 0x\(String(versionCID.version, radix: 16))")
+    }
+
+    private func sendStatelessReset(to dcid: QUICConnectionID, datagramSize: Int, reply: (UnsafeRawBufferPointer) -> Void) -> Disposition {
+        // Only for IDs we issued, and always smaller than the trigger to prevent loops (RFC 9000 §10.3.3).
+        let minimum = 1 + Int(NGTCP2_MIN_STATELESS_RESET_RANDLEN) + Int(NGTCP2_STATELESS_RESET_TOKENLEN)
+        guard dcid.bytes.withUnsafeBytes({ idFactory.isIssuedHere($0) }) else {
+            return .dropped("short header packet for an unknown connection ID")
+        }
+        guard datagramSize - 1 > minimum else { return .dropped("too small to answer with a stateless reset") }
+        let size = min(datagramSize - 1, 43)
+        var random = [UInt8](repeating: 0, count: size - 1 - Int(NGTCP2_STATELESS_RESET_TOKENLEN))
+        _ = gnutls_rnd(GNUTLS_RND_NONCE, &random, random.count)
+        let token = idFactory.statelessResetToken(for: dcid)
+        var buffer = [UInt8](repeating: 0, count: size)
+        let n = ngtcp2_pkt_write_stateless_reset(&buffer, buffer.count, token, random, random.count)
+        guard n > 0 else { return .dropped("cannot write stateless reset") }
+        buffer.withUnsafeBytes { reply(UnsafeRawBufferPointer(rebasing: $0.prefix(n))) }
+        return .answered("stateless reset")
+    }
+
+    private func sendRetry(_ header: ngtcp2_pkt_hd, path: QUICPath, now: UInt64, reply: (UnsafeRawBufferPointer) -> Void) -> Disposition {
+        var header = header
+        var retrySCID = idFactory.makeConnectionID().ngtcp2
+        var token = [UInt8](repeating: 0, count: 256)
+        let tokenLength = path.remote.withSockAddr { address, length in
+            idFactory.secretBytes.withUnsafeBufferPointer { secret in
+                ngtcp2_crypto_generate_retry_token(
+                    &token, secret.baseAddress, secret.count, header.version, address, length, &retrySCID, &header.dcid, now
+                )
+            }
+        }
+        guard tokenLength > 0 else { return .dropped("cannot generate Retry token") }
+        var buffer = [UInt8](repeating: 0, count: 1200)
+        let n = ngtcp2_crypto_write_retry(
+            &buffer, buffer.count, header.version, &header.scid, &retrySCID, &header.dcid, token, tokenLength
+        )
+        guard n > 0 else { return .dropped("cannot write Retry") }
+        buffer.withUnsafeBytes { reply(UnsafeRawBufferPointer(rebasing: $0.prefix(n))) }
+        return .answered("retry")
+    }
+
+    private func refuse(_ header: ngtcp2_pkt_hd, code: UInt64, why: String, reply: (UnsafeRawBufferPointer) -> Void) -> Disposition {
+        var header = header
+        var buffer = [UInt8](repeating: 0, count: 1200)
+        // Initial keys come from the client's DCID, so it goes back as our SCID (RFC 9001 §5.2).
+        let n = ngtcp2_crypto_write_connection_close(
+            &buffer, buffer.count, header.version, &header.scid, &header.dcid, code, nil, 0
+        )
+        if n > 0 { buffer.withUnsafeBytes { reply(UnsafeRawBufferPointer(rebasing: $0.prefix(n))) } }
+        logger.info("refused a connection", metadata: ["why": "\(why)"])
+        return .answered(why)
+    }
+}

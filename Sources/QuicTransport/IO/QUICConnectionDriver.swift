@@ -1,0 +1,111 @@
+import Logging
+import NIOCore
+
+/// Runs one `QUICConnectionCore` on an event loop: feeds it datagrams, flushes its packets to the
+/// socket, arms its timer, and hands its events to the API layer.
+///
+/// Everything here happens on `eventLoop`; public handles post commands to it with `execute`.
+// @unchecked Sendable: every stored property is read and written only on `eventLoop`; the one
+// cross-thread entry point, `perform`, hops there first.
+final class QUICConnectionDriver: @unchecked Sendable {
+    let eventLoop: any EventLoop
+    let core: QUICConnectionCore
+    private let socket: QUICDatagramSocket
+    private var timer: Scheduled<Void>?
+    private var timerDeadline: UInt64 = .max
+    private var flushScheduled = false
+    private var finished = false
+    /// Receives the core's events after every input; set by the API layer.
+    var eventHandler: (([QUICConnectionEvent]) -> Void)?
+    /// Pulls events out of the core; the server's endpoint wraps this to keep its routing table current.
+    var takeEvents: (QUICConnectionCore) -> [QUICConnectionEvent] = { $0.takeEvents() }
+    /// Runs once the core reaches `.closed` and may be freed.
+    var onFinished: ((QUICConnectionDriver) -> Void)?
+
+    init(core: QUICConnectionCore, socket: QUICDatagramSocket, eventLoop: any EventLoop) {
+        self.core = core
+        self.socket = socket
+        self.eventLoop = eventLoop
+    }
+
+    /// The monotonic clock the cores run on, in nanoseconds.
+    static func now() -> UInt64 { NIODeadline.now().uptimeNanoseconds }
+
+    /// Feeds one datagram that the client socket received.
+    func receive(_ datagram: ByteBuffer, path: QUICPath) {
+        eventLoop.assertInEventLoop()
+        datagram.withUnsafeReadableBytes { core.receive(datagram: $0, path: path, now: Self.now()) }
+    }
+
+    /// After any input: write what is ready, report events, re-arm the timer.
+    func afterInput() {
+        eventLoop.assertInEventLoop()
+        flush()
+        deliverEvents()
+        rearmTimer()
+        checkFinished()
+    }
+
+    /// Runs `body` against the core on the loop, then services it as after any input.
+    func perform(_ body: @escaping @Sendable (QUICConnectionCore) -> Void) {
+        if eventLoop.inEventLoop {
+            body(core)
+            afterInput()
+        } else {
+            eventLoop.execute {
+                body(self.core)
+                self.afterInput()
+            }
+        }
+    }
+
+    private func flush() {
+        let more = socket.withScratch { scratch in
+            core.writePackets(now: Self.now(), scratch: scratch) { bytes, segmentSize, remote in
+                socket.send(bytes, segmentSize: segmentSize, to: remote)
+            }
+        }
+        socket.flush()
+        if more && !flushScheduled {
+            // The send quantum ran out: let reads in, then continue.
+            flushScheduled = true
+            eventLoop.execute {
+                self.flushScheduled = false
+                self.afterInput()
+            }
+        }
+    }
+
+    private func deliverEvents() {
+        let events = takeEvents(core)
+        if !events.isEmpty { eventHandler?(events) }
+        // Handlers may have queued writes (echoing, for example).
+        if core.hasPendingWrites { flush() }
+    }
+
+    private func rearmTimer() {
+        let deadline = core.nextDeadline
+        guard deadline != timerDeadline else { return }
+        timer?.cancel()
+        timerDeadline = deadline
+        guard deadline != .max else {
+            timer = nil
+            return
+        }
+        timer = eventLoop.scheduleTask(deadline: .uptimeNanoseconds(deadline)) { [weak self] in
+            guard let self else { return }
+            self.timerDeadline = .max
+            self.timer = nil
+            self.core.handleTimeout(now: Self.now())
+            self.afterInput()
+        }
+    }
+
+    private func checkFinished() {
+        guard !finished, core.state == .closed else { return }
+        finished = true
+        timer?.cancel()
+        timer = nil
+        onFinished?(self)
+    }
+}

@@ -1,0 +1,207 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+import CQuicShims
+import Logging
+import NIOCore
+import NIOPosix
+
+/// A bound UDP socket on SwiftNIO, tuned for QUIC: batched reads (`recvmmsg`), 4 MiB socket
+/// buffers, and GSO sends (`UDP_SEGMENT`) when the kernel offers them, with a per-datagram fallback.
+///
+/// Outgoing batches are written from one reusable scratch area into one `ByteBuffer` each, so a
+/// GSO batch of dozens of packets costs one allocation. Lives on its channel's event loop.
+final class QUICDatagramSocket {
+    static let socketBufferSize = 4 << 20
+    static let vectorReadCount = 32
+    private static let scratchSize = 64 * 1024
+
+    let channel: any Channel
+    let localAddress: QUICSocketAddress
+    private var gsoEnabled: Bool
+    private let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: scratchSize, alignment: 16)
+    private var lastRemote: (quic: QUICSocketAddress, nio: SocketAddress)?
+    private var pendingFlush = false
+    private let logger: Logger
+
+    private init(channel: any Channel, sink: QUICDatagramSink, logger: Logger) throws {
+        self.channel = channel
+        self.sink = sink
+        self.logger = logger
+        guard let address = channel.localAddress else { throw QUICSocketError.notBound }
+        self.localAddress = QUICSocketAddress(nio: address)
+        self.gsoEnabled = System.supportsUDPSegmentationOffload
+    }
+
+    deinit { scratch.deallocate() }
+
+    /// What the socket does with received datagrams; set once, on the loop, before the first read.
+    var onDatagram: ((AddressedEnvelope<ByteBuffer>) -> Void)? {
+        get { sink.onDatagram }
+        set { sink.onDatagram = newValue }
+    }
+    /// Runs after each batch of reads, the moment to flush the connections that received data.
+    var onReadComplete: (() -> Void)? {
+        get { sink.onReadComplete }
+        set { sink.onReadComplete = newValue }
+    }
+    private let sink: QUICDatagramSink
+
+    /// Binds a UDP socket on `eventLoop`.
+    static func bind(
+        host: String,
+        port: Int,
+        eventLoop: any EventLoop,
+        logger: Logger
+    ) -> EventLoopFuture<QUICDatagramSocket> {
+        let sink = NIOLoopBound(QUICDatagramSink(), eventLoop: eventLoop)
+        return DatagramBootstrap(group: eventLoop)
+            .channelOption(.socketOption(.so_reuseaddr), value: 1)
+            .channelOption(.socketOption(.so_rcvbuf), value: SocketOptionValue(socketBufferSize))
+            .channelOption(.socketOption(.so_sndbuf), value: SocketOptionValue(socketBufferSize))
+            .channelOption(.datagramVectorReadMessageCount, value: vectorReadCount)
+            .channelOption(
+                .recvAllocator,
+                value: FixedSizeRecvByteBufferAllocator(capacity: vectorReadCount * 2048)
+            )
+            .channelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(QUICDatagramInboundHandler(sink: sink.value))
+                }
+            }
+            .bind(host: host, port: port)
+            .flatMapThrowing { channel in try QUICDatagramSocket(channel: channel, sink: sink.value, logger: logger) }
+    }
+
+    func close() {
+        channel.close(promise: nil)
+    }
+
+    /// Runs `body` with the scratch area that cores write packets into.
+    func withScratch<R>(_ body: (UnsafeMutableRawBufferPointer) -> R) -> R { body(scratch) }
+
+    /// Queues a batch: one packet, or `bytes.count / segmentSize` equal packets (the last may be shorter).
+    func send(_ bytes: UnsafeRawBufferPointer, segmentSize: Int, to remote: QUICSocketAddress) {
+        let destination = nioAddress(for: remote)
+        var buffer = channel.allocator.buffer(capacity: bytes.count)
+        buffer.writeBytes(bytes)
+        if bytes.count <= segmentSize {
+            write(AddressedEnvelope(remoteAddress: destination, data: buffer), watchForGSOFailure: false)
+        } else if gsoEnabled {
+            write(
+                AddressedEnvelope(
+                    remoteAddress: destination,
+                    data: buffer,
+                    metadata: .init(ecnState: .transportNotCapable, packetInfo: nil, segmentSize: segmentSize)
+                ),
+                watchForGSOFailure: true
+            )
+        } else {
+            // Slices share the buffer's storage: no per-packet copy or allocation.
+            var offset = 0
+            while offset < bytes.count {
+                let length = min(segmentSize, bytes.count - offset)
+                write(
+                    AddressedEnvelope(remoteAddress: destination, data: buffer.getSlice(at: offset, length: length)!),
+                    watchForGSOFailure: false
+                )
+                offset += length
+            }
+        }
+    }
+
+    /// Sends one stateless packet (Version Negotiation, Retry, reset) immediately.
+    func sendNow(_ bytes: UnsafeRawBufferPointer, to remote: QUICSocketAddress) {
+        send(bytes, segmentSize: bytes.count, to: remote)
+        flush()
+    }
+
+    func flush() {
+        guard pendingFlush else { return }
+        pendingFlush = false
+        channel.flush()
+    }
+
+    private func write(_ envelope: AddressedEnvelope<ByteBuffer>, watchForGSOFailure: Bool) {
+        pendingFlush = true
+        guard watchForGSOFailure else {
+            channel.write(envelope, promise: nil)
+            return
+        }
+        let promise = channel.eventLoop.makePromise(of: Void.self)
+        let socket = NIOLoopBound(self, eventLoop: channel.eventLoop)
+        promise.futureResult.whenFailure { error in socket.value.writeFailed(error) }
+        channel.write(envelope, promise: promise)
+    }
+
+    private func writeFailed(_ error: any Error) {
+        if gsoEnabled, let ioError = error as? IOError, ioError.errnoCode == EIO || ioError.errnoCode == EINVAL {
+            // Some interfaces refuse UDP_SEGMENT at send time; QUIC recovers the lost batch.
+            gsoEnabled = false
+            logger.info("UDP GSO refused by the kernel; sending datagrams one by one")
+            return
+        }
+        logger.debug("UDP send failed", metadata: ["error": "\(error)"])
+    }
+
+    private func nioAddress(for remote: QUICSocketAddress) -> SocketAddress {
+        if let lastRemote, lastRemote.quic == remote { return lastRemote.nio }
+        let nio = remote.nioAddress
+        lastRemote = (remote, nio)
+        return nio
+    }
+}
+
+enum QUICSocketError: Error, CustomStringConvertible {
+    case notBound
+    var description: String { "the UDP socket has no local address" }
+}
+
+/// Where the pipeline's reads go; lives on the channel's loop.
+final class QUICDatagramSink {
+    var onDatagram: ((AddressedEnvelope<ByteBuffer>) -> Void)?
+    var onReadComplete: (() -> Void)?
+}
+
+/// Forwards each received datagram to the sink; QUIC needs nothing else from the pipeline.
+private final class QUICDatagramInboundHandler: ChannelInboundHandler {
+    typealias InboundIn = AddressedEnvelope<ByteBuffer>
+    private let sink: QUICDatagramSink
+
+    init(sink: QUICDatagramSink) { self.sink = sink }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        sink.onDatagram?(unwrapInboundIn(data))
+    }
+
+    func channelReadComplete(context: ChannelHandlerContext) {
+        sink.onReadComplete?()
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        // ICMP errors (ECONNREFUSED) surface here; QUIC's own timers decide what they mean.
+    }
+}
+
+extension QUICSocketAddress {
+    init(nio address: SocketAddress) {
+        var storage = sockaddr_storage()
+        var length: socklen_t = 0
+        address.withSockAddr { pointer, size in
+            withUnsafeMutableBytes(of: &storage) { $0.copyMemory(from: UnsafeRawBufferPointer(start: pointer, count: size)) }
+            length = socklen_t(size)
+        }
+        self.init(storage: storage, length: length)
+    }
+
+    var nioAddress: SocketAddress {
+        withUnsafeBytes(of: storage) { raw in
+            if family == AF_INET6 {
+                return SocketAddress(raw.load(as: sockaddr_in6.self), host: host)
+            }
+            return SocketAddress(raw.load(as: sockaddr_in.self), host: host)
+        }
+    }
+}

@@ -1,0 +1,110 @@
+import CQuicShims
+
+/// The single owner of one connection's `gnutls_session_t`, configured for QUIC (RFC 9001).
+///
+/// Call order: create it, hand `raw` to `ngtcp2_conn_set_tls_native_handle`, and let it outlive
+/// the `ngtcp2_conn` (the connection core frees the conn first, then this).
+final class QUICTLSSession {
+    let raw: gnutls_session_t
+
+    /// A client session: SNI (when a name is given), ALPN offer, the chosen ciphers.
+    init(
+        clientWith credentials: TLSCredentials,
+        alpn: [String],
+        serverName: String?,
+        priority: String,
+        connectionRef: UnsafeMutablePointer<ngtcp2_crypto_conn_ref>
+    ) throws {
+        var session: gnutls_session_t?
+        try Self.check(
+            gnutls_init(&session, UInt32(GNUTLS_CLIENT.rawValue) | UInt32(GNUTLS_ENABLE_EARLY_DATA.rawValue)
+                | UInt32(GNUTLS_NO_END_OF_EARLY_DATA.rawValue)),
+            "gnutls_init"
+        )
+        self.raw = session!
+        try configureCommon(credentials: credentials, alpn: alpn, priority: priority, connectionRef: connectionRef)
+        guard ngtcp2_crypto_gnutls_configure_client_session(raw) == 0 else {
+            throw TLSError.gnutlsFailure(function: "ngtcp2_crypto_gnutls_configure_client_session", code: -1)
+        }
+        if let serverName {
+            try Self.check(gnutls_server_name_set(raw, GNUTLS_NAME_DNS, serverName, serverName.utf8.count), "gnutls_server_name_set")
+        }
+        try setALPN(alpn, flags: UInt32(GNUTLS_ALPN_MANDATORY.rawValue))
+    }
+
+    /// A server session: the ALPN protocols it accepts, server preference first.
+    init(
+        serverWith credentials: TLSCredentials,
+        alpn: [String],
+        priority: String,
+        connectionRef: UnsafeMutablePointer<ngtcp2_crypto_conn_ref>
+    ) throws {
+        var session: gnutls_session_t?
+        try Self.check(
+            gnutls_init(&session, UInt32(GNUTLS_SERVER.rawValue) | UInt32(GNUTLS_ENABLE_EARLY_DATA.rawValue)
+                | UInt32(GNUTLS_NO_AUTO_SEND_TICKET.rawValue) | UInt32(GNUTLS_NO_END_OF_EARLY_DATA.rawValue)),
+            "gnutls_init"
+        )
+        self.raw = session!
+        try configureCommon(credentials: credentials, alpn: alpn, priority: priority, connectionRef: connectionRef)
+        guard ngtcp2_crypto_gnutls_configure_server_session(raw) == 0 else {
+            throw TLSError.gnutlsFailure(function: "ngtcp2_crypto_gnutls_configure_server_session", code: -1)
+        }
+        try setALPN(alpn, flags: UInt32(GNUTLS_ALPN_MANDATORY.rawValue) | UInt32(GNUTLS_ALPN_SERVER_PRECEDENCE.rawValue))
+    }
+
+    deinit { gnutls_deinit(raw) }
+
+    /// The protocol ALPN settled on, if any (RFC 7301 §3.2).
+    var negotiatedALPN: String? {
+        var datum = gnutls_datum_t()
+        guard gnutls_alpn_get_selected_protocol(raw, &datum) == 0, let data = datum.data else { return nil }
+        return String(decoding: UnsafeBufferPointer(start: data, count: Int(datum.size)), as: UTF8.self)
+    }
+
+    /// The AEAD in use, for example `AES-128-GCM`.
+    var cipherName: String? {
+        guard let name = gnutls_cipher_get_name(gnutls_cipher_get(raw)) else { return nil }
+        return String(cString: name)
+    }
+
+    private func configureCommon(
+        credentials: TLSCredentials,
+        alpn: [String],
+        priority: String,
+        connectionRef: UnsafeMutablePointer<ngtcp2_crypto_conn_ref>
+    ) throws {
+        try Self.check(gnutls_priority_set_direct(raw, priority, nil), "gnutls_priority_set_direct")
+        gnutls_session_set_ptr(raw, connectionRef)
+        try Self.check(
+            gnutls_credentials_set(raw, GNUTLS_CRD_CERTIFICATE, UnsafeMutableRawPointer(credentials.raw)),
+            "gnutls_credentials_set"
+        )
+        // GnuTLS itself appends to SSLKEYLOGFILE when it is set (see KeyLog); nothing to install.
+    }
+
+    private func setALPN(_ protocols: [String], flags: UInt32) throws {
+        let names = protocols.map { Array($0.utf8) }
+        let total = names.reduce(0) { $0 + $1.count }
+        // GnuTLS copies the names, so this storage only has to outlive the call.
+        let storage = UnsafeMutablePointer<UInt8>.allocate(capacity: max(total, 1))
+        defer { storage.deallocate() }
+        var datums: [gnutls_datum_t] = []
+        var offset = 0
+        for name in names {
+            (storage + offset).update(from: name, count: name.count)
+            datums.append(gnutls_datum_t(data: storage + offset, size: UInt32(name.count)))
+            offset += name.count
+        }
+        try Self.check(gnutls_alpn_set_protocols(raw, datums, UInt32(datums.count), flags), "gnutls_alpn_set_protocols")
+    }
+
+    /// Installs the client's certificate check, which runs inside the handshake (RFC 9001 §4.4).
+    func setVerifyFunction(_ function: @escaping @convention(c) (gnutls_session_t?) -> Int32) {
+        gnutls_session_set_verify_function(raw, function)
+    }
+
+    private static func check(_ rv: Int32, _ function: String) throws {
+        if rv < 0 { throw TLSError.gnutlsFailure(function: function, code: rv) }
+    }
+}

@@ -1,0 +1,210 @@
+import CQuicShims
+import QuicTransport
+import Testing
+
+/// In-memory client/server pairs: real ngtcp2 and GnuTLS, simulated link, virtual clock.
+@Suite("QUICConnectionCore in memory")
+struct QUICConnectionCoreTests {
+    /// Echoes every client stream back, resets with the peer's code, echoes datagrams.
+    static func echo(_ core: QUICConnectionCore, _ event: QUICConnectionEvent) {
+        switch event {
+        case .streamReadable(let id):
+            let read = core.read(streamID: id, maximumLength: .max)
+            if let code = read.resetCode {
+                core.resetStream(streamID: id, code: code)
+                return
+            }
+            if !read.bytes.isEmpty || read.isFinished {
+                read.bytes.withUnsafeBytes { try? core.send(streamID: id, bytes: $0, fin: read.isFinished, token: nil) }
+            }
+        case .datagramReceived(let bytes):
+            try? core.sendDatagram(bytes)
+        default:
+            break
+        }
+    }
+
+    func readAll(_ pair: InMemoryPair, stream: Int64) throws -> [UInt8] {
+        var received: [UInt8] = []
+        try pair.run(until: {
+            let read = pair.client.read(streamID: stream, maximumLength: .max)
+            received += read.bytes
+            return read.isFinished
+        })
+        return received
+    }
+
+    @Test func handshakeNegotiatesALPNAndCipher() throws {
+        let pair = try InMemoryPair()
+        try pair.run(until: { pair.client.isHandshakeCompleted && pair.serverConnection?.isHandshakeCompleted == true })
+        #expect(pair.client.negotiatedALPN == "quic-echo")
+        #expect(pair.serverConnection?.negotiatedALPN == "quic-echo")
+        #expect(pair.client.cipherName == "AES-128-GCM")
+        #expect(pair.client.negotiatedVersion == NGTCP2_PROTO_VER_V1)
+        #expect(pair.clientEvents.contains(.handshakeCompleted))
+    }
+
+    @Test func streamIDsFollowRFC9000Numbering() throws {
+        let pair = try InMemoryPair()
+        try pair.run(until: { pair.client.isHandshakeCompleted })
+        let bidi = try (0..<3).map { _ in try #require(try pair.client.openStream(bidirectional: true)) }
+        let uni = try (0..<2).map { _ in try #require(try pair.client.openStream(bidirectional: false)) }
+        #expect(bidi == [0, 4, 8])
+        #expect(uni == [2, 6])
+    }
+
+    @Test(arguments: [0.0, 0.05, 0.2])
+    func bulkEchoSurvivesLoss(lossRate: Double) throws {
+        let pair = try InMemoryPair(seed: 42)
+        pair.serverApplication = Self.echo
+        pair.lossRate = lossRate
+        try pair.run(until: { pair.client.isHandshakeCompleted })
+        let payload = (0..<300_000).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 7) }
+        let stream = try #require(try pair.client.openStream(bidirectional: true))
+        try payload.withUnsafeBytes { try pair.client.send(streamID: stream, bytes: $0, fin: true, token: 1) }
+        let echoed = try readAll(pair, stream: stream)
+        #expect(echoed == payload)
+        #expect(pair.clientEvents.contains(.streamSendCompleted(streamID: stream, token: 1, error: nil)))
+        if lossRate > 0 { #expect(pair.droppedPackets > 0) }
+    }
+
+    @Test func resetCodeReachesThePeerAndComesBack() throws {
+        let pair = try InMemoryPair()
+        pair.serverApplication = Self.echo
+        try pair.run(until: { pair.client.isHandshakeCompleted })
+        let stream = try #require(try pair.client.openStream(bidirectional: true))
+        try ([1, 2, 3] as [UInt8]).withUnsafeBytes { try pair.client.send(streamID: stream, bytes: $0, fin: false, token: nil) }
+        try pair.run(until: { pair.client.readableBytes(streamID: stream) == 3 })
+        pair.client.resetStream(streamID: stream, code: 42)
+        var resetCode: UInt64?
+        try pair.run(until: {
+            resetCode = pair.client.read(streamID: stream, maximumLength: .max).resetCode
+            return resetCode != nil
+        })
+        #expect(resetCode == 42)
+    }
+
+    @Test func stopSendingMakesThePeerResetWithTheSameCode() throws {
+        let pair = try InMemoryPair()
+        try pair.run(until: { pair.client.isHandshakeCompleted })
+        let stream = try #require(try pair.client.openStream(bidirectional: true))
+        try ([9] as [UInt8]).withUnsafeBytes { try pair.client.send(streamID: stream, bytes: $0, fin: true, token: nil) }
+        try pair.run(until: { pair.serverEvents.contains(.streamOpened(streamID: stream)) })
+        pair.client.stopSending(streamID: stream, code: 77)
+        // ngtcp2 answers STOP_SENDING with RESET_STREAM carrying the same code (RFC 9000 §3.5);
+        // the server's stream then closes with that code.
+        try pair.run(until: {
+            pair.serverEvents.contains { if case .streamClosed(stream, _) = $0 { true } else { false } }
+        })
+        #expect(pair.serverEvents.contains(.streamClosed(streamID: stream, code: 77)), "\(pair.serverEvents)")
+        let server = try #require(pair.serverConnection)
+        #expect(throws: QUICStreamError.self) {
+            try ([1] as [UInt8]).withUnsafeBytes { try server.send(streamID: stream, bytes: $0, fin: false, token: nil) }
+        }
+    }
+
+    @Test func datagramsEchoWhenBothSidesEnableThem() throws {
+        var configuration = InMemoryPair.defaultConfiguration()
+        configuration.maxDatagramFrameSize = 65_535
+        let pair = try InMemoryPair(clientConfiguration: configuration, serverConfiguration: configuration)
+        pair.serverApplication = Self.echo
+        try pair.run(until: { pair.client.isHandshakeCompleted })
+        #expect(pair.client.isDatagramNegotiated)
+        try pair.client.sendDatagram([7, 7, 7])
+        try pair.run(until: { pair.clientEvents.contains(.datagramReceived([7, 7, 7])) })
+    }
+
+    @Test func datagramsAreRefusedWhenThePeerDidNotOfferThem() throws {
+        var configuration = InMemoryPair.defaultConfiguration()
+        configuration.maxDatagramFrameSize = 65_535
+        let pair = try InMemoryPair(clientConfiguration: configuration)
+        try pair.run(until: { pair.client.isHandshakeCompleted })
+        #expect(!pair.client.isDatagramNegotiated)
+        #expect(throws: QUICStreamError.datagramsNotNegotiated) { try pair.client.sendDatagram([1]) }
+    }
+
+    @Test func idleTimeoutClosesBothSidesOnTheVirtualClock() throws {
+        var configuration = InMemoryPair.defaultConfiguration()
+        configuration.idleTimeoutMilliseconds = 2_000
+        let pair = try InMemoryPair(clientConfiguration: configuration, serverConfiguration: configuration)
+        try pair.run(until: { pair.client.isHandshakeCompleted })
+        pair.advance(by: 1_000_000_000)
+        #expect(pair.client.closeReason == nil)
+        pair.advance(by: 5_000_000_000)
+        #expect(pair.client.closeReason == .idleTimeout)
+        #expect(pair.serverConnection?.closeReason == .idleTimeout)
+    }
+
+    @Test func applicationCloseCarriesCodeAndReason() throws {
+        let pair = try InMemoryPair()
+        try pair.run(until: { pair.client.isHandshakeCompleted })
+        // Once the handshake is confirmed (HANDSHAKE_DONE), the close travels in 1-RTT as an
+        // application close; before that RFC 9000 §10.2.3 turns it into APPLICATION_ERROR.
+        pair.advance(by: 100_000_000)
+        pair.client.close(applicationErrorCode: 0x2a, reason: "bye", now: pair.now)
+        try pair.run(until: { pair.serverConnection?.closeReason != nil })
+        #expect(pair.serverConnection?.closeReason == .peerApplicationClose(code: 0x2a, reason: "bye"))
+        #expect(pair.client.closeReason == .localApplicationClose(code: 0x2a, reason: "bye"))
+    }
+
+    @Test func wrongALPNFailsTheHandshakeOnBothSides() throws {
+        var serverConfiguration = InMemoryPair.defaultConfiguration()
+        serverConfiguration.alpn = ["h3"]
+        let pair = try InMemoryPair(serverConfiguration: serverConfiguration)
+        try pair.run(until: { pair.client.closeReason != nil })
+        let description = pair.client.closeReason?.description ?? ""
+        #expect(description.contains("no_application_protocol"), "\(description)")
+        #expect(!pair.client.isHandshakeCompleted)
+    }
+
+    @Test func retryValidatesTheAddressBeforeCreatingState() throws {
+        let pair = try InMemoryPair(requiresRetry: true)
+        pair.serverApplication = Self.echo
+        try pair.run(until: { pair.client.isHandshakeCompleted })
+        #expect(pair.server.connections.count == 1)
+        let stream = try #require(try pair.client.openStream(bidirectional: true))
+        try ([5, 6] as [UInt8]).withUnsafeBytes { try pair.client.send(streamID: stream, bytes: $0, fin: true, token: nil) }
+        #expect(try readAll(pair, stream: stream) == [5, 6])
+    }
+
+    @Test func garbageDatagramsGetNoReplyAndCreateNoConnection() throws {
+        let pair = try InMemoryPair()
+        var random = SeededGenerator(seed: 7)
+        for _ in 0..<500 {
+            let size = Int(random.next() % 1_199) + 1
+            let bytes = (0..<size).map { _ in UInt8(truncatingIfNeeded: random.next()) }
+            switch pair.inject(toServer: bytes) {
+            case .dropped: break
+            case .answered(let what): Issue.record("garbage was answered: \(what)")
+            case .delivered: Issue.record("garbage reached a connection")
+            }
+        }
+        #expect(pair.server.connections.isEmpty)
+    }
+
+    @Test func unknownVersionGetsVersionNegotiation() throws {
+        let pair = try InMemoryPair()
+        var packet = [UInt8](repeating: 0, count: 1200)
+        packet[0] = 0xc0
+        packet[1...4] = [0x1a, 0x2a, 0x3a, 0x4a]
+        packet[5] = 8
+        packet[14] = 8
+        guard case .answered(let what) = pair.inject(toServer: packet) else {
+            Issue.record("no Version Negotiation")
+            return
+        }
+        #expect(what.contains("version negotiation"))
+    }
+
+    @Test func shortHeaderForAForgottenConnectionGetsAStatelessReset() throws {
+        let pair = try InMemoryPair()
+        let id = pair.server.idFactory.makeConnectionID()
+        var packet: [UInt8] = [0x40] + id.bytes
+        packet += [UInt8](repeating: 0xab, count: 40)
+        guard case .answered(let what) = pair.inject(toServer: packet) else {
+            Issue.record("no stateless reset")
+            return
+        }
+        #expect(what == "stateless reset")
+    }
+}

@@ -1,0 +1,193 @@
+import CQuicShims
+import Logging
+import QuicTransport
+
+/// A deterministic xorshift generator, so simulated loss is the same on every run.
+struct SeededGenerator: RandomNumberGenerator {
+    private var state: UInt64
+    init(seed: UInt64) { state = seed == 0 ? 0x9E37_79B9_7F4A_7C15 : seed }
+    mutating func next() -> UInt64 {
+        state ^= state << 13
+        state ^= state >> 7
+        state ^= state << 17
+        return state
+    }
+}
+
+/// A QUIC client core and a server endpoint core joined by a simulated link with a virtual clock.
+///
+/// Real ngtcp2, real GnuTLS handshakes, no sockets and no wall clock: every run with the same
+/// seed sends the same packets. Modelled on quinn's `Pair` test utility.
+final class InMemoryPair {
+    struct InFlight {
+        var bytes: [UInt8]
+        var deliverAt: UInt64
+    }
+
+    static let clientAddress = QUICSocketAddress(ip: "127.0.0.1", port: 50_000)!
+    static let serverAddress = QUICSocketAddress(ip: "127.0.0.1", port: 4_433)!
+
+    private(set) var now: UInt64 = 1_000_000_000
+    let server: QUICEndpointCore
+    let client: QUICConnectionCore
+    private(set) var serverConnection: QUICConnectionCore?
+    var clientEvents: [QUICConnectionEvent] = []
+    var serverEvents: [QUICConnectionEvent] = []
+    var oneWayDelay: UInt64 = 10_000_000
+    var lossRate: Double = 0
+    private(set) var droppedPackets = 0
+    private var toServer: [InFlight] = []
+    private var toClient: [InFlight] = []
+    private var random: SeededGenerator
+    private let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: 65_536, alignment: 16)
+    /// Runs on the server connection's events, for tests that act like an application (echo).
+    var serverApplication: ((QUICConnectionCore, QUICConnectionEvent) -> Void)?
+
+    init(
+        clientConfiguration: QUICConfiguration = InMemoryPair.defaultConfiguration(),
+        serverConfiguration: QUICConfiguration = InMemoryPair.defaultConfiguration(),
+        requiresRetry: Bool = false,
+        seed: UInt64 = 1
+    ) throws {
+        let identity = try SelfSignedCertificate.generate()
+        var endpointConfiguration = QUICEndpointCore.Configuration(
+            quic: serverConfiguration,
+            credentials: try .server(certificateChainPEM: identity.certificatePEM, privateKeyPEM: identity.privateKeyPEM)
+        )
+        endpointConfiguration.requiresRetry = requiresRetry
+        let logger = Logger(label: "test")
+        server = QUICEndpointCore(configuration: endpointConfiguration, logger: logger)
+        let verification = CertificateVerification.pinnedSHA256(identity.sha256Fingerprint)
+        client = try QUICConnectionCore(
+            clientWith: clientConfiguration,
+            tls: QUICClientTLS(
+                credentials: try .client(verification: verification),
+                verification: verification,
+                serverName: "localhost",
+                verificationName: "localhost"
+            ),
+            path: QUICPath(local: Self.clientAddress, remote: Self.serverAddress),
+            now: now,
+            logger: logger
+        )
+        random = SeededGenerator(seed: seed)
+    }
+
+    deinit { scratch.deallocate() }
+
+    static func defaultConfiguration() -> QUICConfiguration {
+        var configuration = QUICConfiguration()
+        configuration.alpn = ["quic-echo"]
+        return configuration
+    }
+
+    /// Moves the clock to the next interesting moment and processes it; false when nothing is left to do.
+    @discardableResult
+    func step() -> Bool {
+        flushAll()
+        var next = UInt64.max
+        next = min(next, toServer.map(\.deliverAt).min() ?? .max)
+        next = min(next, toClient.map(\.deliverAt).min() ?? .max)
+        next = min(next, client.nextDeadline)
+        if let serverConnection { next = min(next, serverConnection.nextDeadline) }
+        guard next != .max else { return false }
+        now = max(now, next)
+        deliver()
+        client.handleTimeout(now: now)
+        serverConnection?.handleTimeout(now: now)
+        flushAll()
+        return true
+    }
+
+    /// Steps until `condition` holds, or fails after `limit` of virtual time.
+    func run(until condition: () -> Bool, limit: UInt64 = 60_000_000_000, line: Int = #line) throws {
+        let start = now
+        while !condition() {
+            guard now - start < limit else { throw PairError.timedOut(line: line) }
+            guard step() else { throw PairError.stalled("line \(line): client: \(String(describing: client.closeReason)) server: \(String(describing: serverConnection?.closeReason))") }
+        }
+    }
+
+    /// Advances virtual time by `duration`, processing everything due on the way.
+    func advance(by duration: UInt64) {
+        let end = now + duration
+        while true {
+            flushAll()
+            let next = [
+                toServer.map(\.deliverAt).min() ?? .max, toClient.map(\.deliverAt).min() ?? .max,
+                client.nextDeadline, serverConnection?.nextDeadline ?? .max,
+            ].min()!
+            if next > end { break }
+            now = max(now, next)
+            deliver()
+            client.handleTimeout(now: now)
+            serverConnection?.handleTimeout(now: now)
+        }
+        now = end
+    }
+
+    func inject(toServer bytes: [UInt8]) -> QUICEndpointCore.Disposition {
+        var replies: [[UInt8]] = []
+        let disposition = bytes.withUnsafeBytes { datagram in
+            server.receive(
+                datagram: datagram,
+                path: QUICPath(local: Self.serverAddress, remote: Self.clientAddress),
+                now: now
+            ) { replies.append(Array($0)) }
+        }
+        for reply in replies { toClient.append(InFlight(bytes: reply, deliverAt: now + oneWayDelay)) }
+        return disposition
+    }
+
+    private func deliver() {
+        let dueServer = toServer.filter { $0.deliverAt <= now }
+        toServer.removeAll { $0.deliverAt <= now }
+        for packet in dueServer {
+            switch inject(toServer: packet.bytes) {
+            case .delivered(let core, _): serverConnection = core
+            default: break
+            }
+        }
+        let dueClient = toClient.filter { $0.deliverAt <= now }
+        toClient.removeAll { $0.deliverAt <= now }
+        for packet in dueClient {
+            packet.bytes.withUnsafeBytes {
+                client.receive(datagram: $0, path: QUICPath(local: Self.clientAddress, remote: Self.serverAddress), now: now)
+            }
+        }
+    }
+
+    private func flushAll() {
+        for _ in 0..<4 {
+            _ = client.writePackets(now: now, scratch: scratch) { bytes, segment, _ in
+                self.send(bytes, segment: segment, toServer: true)
+            }
+            clientEvents += client.takeEvents()
+            if let serverConnection {
+                _ = serverConnection.writePackets(now: now, scratch: scratch) { bytes, segment, _ in
+                    self.send(bytes, segment: segment, toServer: false)
+                }
+                let events = server.takeEvents(of: serverConnection)
+                serverEvents += events
+                for event in events { serverApplication?(serverConnection, event) }
+            }
+        }
+    }
+
+    private func send(_ batch: UnsafeRawBufferPointer, segment: Int, toServer: Bool) {
+        var offset = 0
+        while offset < batch.count {
+            let length = min(segment, batch.count - offset)
+            let packet = Array(batch[offset..<(offset + length)])
+            offset += length
+            if lossRate > 0 && Double(random.next() % 10_000) / 10_000 < lossRate {
+                droppedPackets += 1
+                continue
+            }
+            let item = InFlight(bytes: packet, deliverAt: now + oneWayDelay)
+            if toServer { self.toServer.append(item) } else { toClient.append(item) }
+        }
+    }
+
+    enum PairError: Error { case timedOut(line: Int), stalled(String) }
+}
