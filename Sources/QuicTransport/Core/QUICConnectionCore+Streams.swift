@@ -49,6 +49,16 @@ extension QUICConnectionCore {
 
     package func readableBytes(streamID: Int64) -> Int { streams[streamID]?.receive.readableBytes ?? 0 }
 
+    /// What a read would find now, without taking anything: nil when the stream is gone.
+    package func receiveStatus(streamID: Int64) -> QUICStreamReceiveStatus? {
+        guard let stream = streams[streamID] else { return nil }
+        return QUICStreamReceiveStatus(
+            readableBytes: stream.receive.readableBytes,
+            finReceived: stream.receive.finReceived,
+            resetCode: stream.receive.resetCode
+        )
+    }
+
     /// Abandons the sending side with RESET_STREAM carrying `code` (RFC 9000 §19.4).
     package func resetStream(streamID: Int64, code: UInt64) {
         guard state == .handshaking || state == .established, streams[streamID] != nil else { return }
@@ -172,6 +182,13 @@ extension QUICConnectionCore {
         else { return }
         streams[streamID] = nil
     }
+}
+
+/// A stream's receive side at a glance.
+package struct QUICStreamReceiveStatus: Sendable, Equatable {
+    package var readableBytes: Int
+    package var finReceived: Bool
+    package var resetCode: UInt64?
 }
 
 /// The outcome of one `read` from a stream.

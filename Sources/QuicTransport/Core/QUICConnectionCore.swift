@@ -314,6 +314,8 @@ package final class QUICConnectionCore {
         return events
     }
 
+    /// The qlog file this connection writes, if any.
+    package var qlogPath: String? { qlog?.path }
     package var isHandshakeCompleted: Bool { ngtcp2_conn_get_handshake_completed(conn) != 0 }
     package var negotiatedALPN: String? { tlsSession.negotiatedALPN }
     package var cipherName: String? { tlsSession.cipherName }

@@ -38,13 +38,33 @@ final class QUICConnectionDriver: @unchecked Sendable {
     }
 
     /// After any input: write what is ready, report events, re-arm the timer.
+    ///
+    /// Re-entrant calls (an event handler opening a stream, say) only ask the running pass to
+    /// go round once more, so handlers never see events out of order.
     func afterInput() {
         eventLoop.assertInEventLoop()
-        flush()
-        deliverEvents()
+        if servicing {
+            serviceAgain = true
+            return
+        }
+        servicing = true
+        repeat {
+            serviceAgain = false
+            flush()
+            let events = takeEvents(core)
+            if !events.isEmpty {
+                eventHandler?(events)
+                // Handlers may have queued data or consumed some (which sends MAX_STREAM_DATA).
+                serviceAgain = true
+            }
+        } while serviceAgain
+        servicing = false
         rearmTimer()
         checkFinished()
     }
+
+    private var servicing = false
+    private var serviceAgain = false
 
     /// Runs `body` against the core on the loop, then services it as after any input.
     func perform(_ body: @escaping @Sendable (QUICConnectionCore) -> Void) {
@@ -74,13 +94,6 @@ final class QUICConnectionDriver: @unchecked Sendable {
                 self.afterInput()
             }
         }
-    }
-
-    private func deliverEvents() {
-        let events = takeEvents(core)
-        if !events.isEmpty { eventHandler?(events) }
-        // Handlers may have queued writes (echoing, for example).
-        if core.hasPendingWrites { flush() }
     }
 
     private func rearmTimer() {

@@ -49,6 +49,12 @@ final class QUICDatagramSocket {
     }
     private let sink: QUICDatagramSink
 
+    /// Socket errors such as ECONNREFUSED from ICMP (connected sockets only).
+    var onError: ((any Error) -> Void)? {
+        get { sink.onError }
+        set { sink.onError = newValue }
+    }
+
     /// Binds a UDP socket on `eventLoop`.
     static func bind(
         host: String,
@@ -56,9 +62,31 @@ final class QUICDatagramSocket {
         eventLoop: any EventLoop,
         logger: Logger
     ) -> EventLoopFuture<QUICDatagramSocket> {
-        let sink = NIOLoopBound(QUICDatagramSink(), eventLoop: eventLoop)
-        return DatagramBootstrap(group: eventLoop)
-            .channelOption(.socketOption(.so_reuseaddr), value: 1)
+        eventLoop.flatSubmit {
+            let sink = NIOLoopBound(QUICDatagramSink(), eventLoop: eventLoop)
+            return bootstrap(eventLoop: eventLoop, sink: sink)
+                .bind(host: host, port: port)
+                .flatMapThrowing { channel in try QUICDatagramSocket(channel: channel, sink: sink.value, logger: logger) }
+        }
+    }
+
+    /// A client socket on an ephemeral port, connected to `remote` so that ICMP errors
+    /// (port unreachable) surface at once instead of after a handshake timeout.
+    static func connect(
+        to remote: SocketAddress,
+        eventLoop: any EventLoop,
+        logger: Logger
+    ) -> EventLoopFuture<QUICDatagramSocket> {
+        eventLoop.flatSubmit {
+            let sink = NIOLoopBound(QUICDatagramSink(), eventLoop: eventLoop)
+            return bootstrap(eventLoop: eventLoop, sink: sink)
+                .connect(to: remote)
+                .flatMapThrowing { channel in try QUICDatagramSocket(channel: channel, sink: sink.value, logger: logger) }
+        }
+    }
+
+    private static func bootstrap(eventLoop: any EventLoop, sink: NIOLoopBound<QUICDatagramSink>) -> DatagramBootstrap {
+        DatagramBootstrap(group: eventLoop)
             .channelOption(.socketOption(.so_rcvbuf), value: SocketOptionValue(socketBufferSize))
             .channelOption(.socketOption(.so_sndbuf), value: SocketOptionValue(socketBufferSize))
             .channelOption(.datagramVectorReadMessageCount, value: vectorReadCount)
@@ -71,8 +99,6 @@ final class QUICDatagramSocket {
                     try channel.pipeline.syncOperations.addHandler(QUICDatagramInboundHandler(sink: sink.value))
                 }
             }
-            .bind(host: host, port: port)
-            .flatMapThrowing { channel in try QUICDatagramSocket(channel: channel, sink: sink.value, logger: logger) }
     }
 
     func close() {
@@ -163,6 +189,7 @@ enum QUICSocketError: Error, CustomStringConvertible {
 final class QUICDatagramSink {
     var onDatagram: ((AddressedEnvelope<ByteBuffer>) -> Void)?
     var onReadComplete: (() -> Void)?
+    var onError: ((any Error) -> Void)?
 }
 
 /// Forwards each received datagram to the sink; QUIC needs nothing else from the pipeline.
@@ -181,7 +208,8 @@ private final class QUICDatagramInboundHandler: ChannelInboundHandler {
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        // ICMP errors (ECONNREFUSED) surface here; QUIC's own timers decide what they mean.
+        // ICMP errors (ECONNREFUSED) surface here on connected sockets; the owner decides what they mean.
+        sink.onError?(error)
     }
 }
 

@@ -1,0 +1,481 @@
+import Dispatch
+import Foundation
+import Logging
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOPosix
+
+/// One QUIC tunnel (connection) as a Network.framework connection group: streams are
+/// `NWConnection`s inside it, and datagrams (RFC 9221) go to and from the group itself.
+///
+/// Configure handlers, then `start(queue:)`. Handlers and completions run on that queue.
+// @unchecked Sendable: handler properties, the state and the queue sit behind `lock`; everything
+// under "Loop-confined" is read and written only on `eventLoop`.
+public final class NWConnectionGroup: @unchecked Sendable {
+    public enum State: Equatable, Sendable {
+        case setup
+        case waiting(NWError)
+        case preparing
+        case ready
+        case failed(NWError)
+        case cancelled
+    }
+
+    /// A datagram's message context on the group, as in Network.framework.
+    public struct Message: Sendable {
+        public static let `default` = Message()
+        public init() {}
+    }
+
+    public let descriptor: NWMultiplexGroup
+    public let parameters: NWParameters
+    let eventLoop: any EventLoop
+    let logger: Logger
+    let options: NWProtocolQUIC.Options
+
+    private let lock = NIOLock()
+    private var _state: State = .setup
+    private var _queue: DispatchQueue?
+    private var _stateUpdateHandler: (@Sendable (State) -> Void)?
+    private var _newConnectionHandler: (@Sendable (NWConnection) -> Void)?
+    private var _receiveHandler: (@Sendable (Message, Data?, Bool) -> Void)?
+    private var stateContinuations: [AsyncStream<State>.Continuation] = []
+    private var streamContinuations: [AsyncStream<NWConnection>.Continuation] = []
+    private var datagramContinuations: [AsyncStream<Data>.Continuation] = []
+    private let metadataObject = NWProtocolQUIC.Metadata(streamType: .bidirectional)
+
+    // MARK: Loop-confined
+    var driver: QUICConnectionDriver?
+    var streams: [Int64: NWConnection] = [:]
+    private var pendingOpens: [NWConnection] = []
+    /// Streams and datagrams that arrived before `start(queue:)`, delivered once it runs.
+    private var heldInbound: [NWConnection] = []
+    private var heldDatagrams: [Data] = []
+    private var started = false
+    private var socket: QUICDatagramSocket?
+    /// Runs once, on the loop, when the handshake completes (the listener delivers server groups then).
+    var onEstablished: (() -> Void)?
+    /// Runs once the group is finished and can be forgotten.
+    var onFinished: (() -> Void)?
+
+    /// A client tunnel to the descriptor's endpoint.
+    public init(with descriptor: NWMultiplexGroup, using parameters: NWParameters) {
+        self.descriptor = descriptor
+        self.parameters = parameters
+        self.options = parameters.quicOptions.copy()
+        self.eventLoop = MultiThreadedEventLoopGroup.singleton.next()
+        self.logger = Logger(label: "quic.group")
+    }
+
+    /// A server tunnel the listener accepted; already running on `driver`'s loop.
+    init(accepted driver: QUICConnectionDriver, parameters: NWParameters, options: NWProtocolQUIC.Options, logger: Logger) {
+        let remote = driver.core.path.remote
+        self.descriptor = NWMultiplexGroup(to: .hostPort(host: .init(remote.host), port: .init(integerLiteral: remote.port)))
+        self.parameters = parameters
+        self.options = options
+        self.eventLoop = driver.eventLoop
+        self.logger = logger
+        self.driver = driver
+        driver.eventHandler = { [unowned self] events in self.handle(events) }
+        driver.onFinished = { [previous = driver.onFinished, unowned self] finished in
+            previous?(finished)
+            self.onFinished?()
+        }
+    }
+
+    // MARK: Public API
+
+    public var state: State { lock.withLock { _state } }
+
+    public var stateUpdateHandler: (@Sendable (State) -> Void)? {
+        get { lock.withLock { _stateUpdateHandler } }
+        set { lock.withLock { _stateUpdateHandler = newValue } }
+    }
+
+    /// Called with each stream the peer opens; set it before `start(queue:)`.
+    public var newConnectionHandler: (@Sendable (NWConnection) -> Void)? {
+        get { lock.withLock { _newConnectionHandler } }
+        set { lock.withLock { _newConnectionHandler = newValue } }
+    }
+
+    /// The tunnel's remote endpoint.
+    public var remoteEndpoint: NWEndpoint? { descriptor.members.first }
+
+    /// Connects (clients) or begins delivering events (accepted groups).
+    public func start(queue: DispatchQueue) {
+        lock.withLock { _queue = queue }
+        eventLoop.execute {
+            guard !self.started else { return }
+            self.started = true
+            if self.driver == nil {
+                self.setState(.preparing)
+                self.connect()
+            } else {
+                // An accepted group is established already; replay that and the held streams.
+                if let core = self.driver?.core, core.closeReason == nil { self.setState(.ready) }
+                let held = self.heldInbound
+                self.heldInbound.removeAll()
+                for connection in held { self.deliverInbound(connection) }
+                let datagrams = self.heldDatagrams
+                self.heldDatagrams.removeAll()
+                for datagram in datagrams { self.deliverDatagram(datagram) }
+                if let reason = self.driver?.core.closeReason { self.finish(reason) }
+            }
+        }
+    }
+
+    /// Closes the tunnel with CONNECTION_CLOSE. With `metadata`'s `applicationError` set, the
+    /// close carries that code and `applicationErrorReason` (RFC 9000 §10.2); otherwise code 0.
+    public func cancel() {
+        let code = metadataObject.applicationError ?? 0
+        let reason = metadataObject.applicationErrorReason ?? ""
+        cancel(applicationError: code, reason: reason)
+    }
+
+    /// Closes the tunnel with this application error code and reason phrase.
+    public func cancel(applicationError: UInt64, reason: String = "") {
+        eventLoop.execute {
+            guard let driver = self.driver else {
+                self.setState(.cancelled)
+                self.failAllStreams(.posix(.ECANCELED))
+                return
+            }
+            driver.perform { core in core.close(applicationErrorCode: applicationError, reason: reason, now: QUICConnectionDriver.now()) }
+        }
+    }
+
+    /// Sends one QUIC datagram (RFC 9221); both sides must have enabled `isDatagram`.
+    public func send(
+        content: Data?,
+        to endpoint: NWEndpoint? = nil,
+        message: Message = .default,
+        completion: @escaping @Sendable (NWError?) -> Void
+    ) {
+        let bytes = Array(content ?? Data())
+        eventLoop.execute {
+            guard let driver = self.driver else {
+                self.callback { completion(.posix(.ENOTCONN)) }
+                return
+            }
+            do {
+                try driver.core.sendDatagram(bytes)
+                driver.afterInput()
+                self.callback { completion(nil) }
+            } catch {
+                self.callback { completion(.quic(.invalid("\(error)"))) }
+            }
+        }
+    }
+
+    /// Receives datagrams (RFC 9221) sent on the group.
+    public func setReceiveHandler(
+        maximumMessageSize: Int = 65_535,
+        rejectOversizedMessages: Bool = true,
+        handler: @escaping @Sendable (Message, Data?, Bool) -> Void
+    ) {
+        lock.withLock { _receiveHandler = handler }
+    }
+
+    /// QUIC metadata of the tunnel: set `applicationError` before `cancel()` to close with it.
+    public func metadata(definition: NWProtocolDefinition) -> NWProtocolMetadata? {
+        definition == NWProtocolQUIC.definition ? metadataObject : nil
+    }
+
+    /// The qlog trace this tunnel writes, when a qlog directory is set.
+    public var qlogFilePath: String? {
+        get async { try? await eventLoop.submit { self.driver?.core.qlogPath }.get() }
+    }
+
+    /// The negotiated ALPN protocol, once `.ready`.
+    public var negotiatedALPN: String? {
+        get async { try? await eventLoop.submit { self.driver?.core.negotiatedALPN }.get() }
+    }
+
+    /// Round-trip and congestion figures of the tunnel's path right now (RFC 9002 §5).
+    public func pathStatistics() async -> QUICPathStatistics? {
+        try? await eventLoop.submit { () -> QUICPathStatistics? in
+            guard let core = self.driver?.core, core.closeReason == nil else { return nil }
+            return core.pathStatistics
+        }.get() ?? nil
+    }
+
+    // MARK: Swift concurrency
+
+    /// State changes from now on; the stream ends at `.failed` or `.cancelled`.
+    public var states: AsyncStream<State> {
+        AsyncStream { continuation in
+            lock.withLock {
+                continuation.yield(_state)
+                stateContinuations.append(continuation)
+            }
+        }
+    }
+
+    /// Streams the peer opens; create it before `start(queue:)` so none is missed.
+    public var inboundStreams: AsyncStream<NWConnection> {
+        AsyncStream { continuation in lock.withLock { streamContinuations.append(continuation) } }
+    }
+
+    /// Datagrams received on the tunnel.
+    public var datagrams: AsyncStream<Data> {
+        AsyncStream { continuation in lock.withLock { datagramContinuations.append(continuation) } }
+    }
+
+    /// Waits for `.ready`; throws the error of `.failed`, or ECANCELED.
+    public func waitUntilReady() async throws {
+        for await state in states {
+            switch state {
+            case .ready: return
+            case .failed(let error): throw error
+            case .cancelled: throw NWError.posix(.ECANCELED)
+            default: continue
+            }
+        }
+        throw NWError.posix(.ECANCELED)
+    }
+
+    /// Sends one datagram and waits until it is queued.
+    public func send(datagram: Data) async throws {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            send(content: datagram) { error in
+                if let error { continuation.resume(throwing: error) } else { continuation.resume() }
+            }
+        }
+    }
+
+    // MARK: Loop-confined machinery
+
+    /// Runs `body` on the user's queue (or a global one before `start`).
+    func callback(_ body: @escaping @Sendable () -> Void) {
+        let queue = lock.withLock { _queue } ?? DispatchQueue.global()
+        queue.async(execute: body)
+    }
+
+    func setState(_ new: State) {
+        let (handler, continuations, changed): ((@Sendable (State) -> Void)?, [AsyncStream<State>.Continuation], Bool) =
+            lock.withLock {
+                guard _state != new else { return (nil, [], false) }
+                switch _state {
+                case .failed, .cancelled: return (nil, [], false)
+                default: break
+                }
+                _state = new
+                return (_stateUpdateHandler, stateContinuations, true)
+            }
+        guard changed else { return }
+        if let handler { callback { handler(new) } }
+        for continuation in continuations {
+            continuation.yield(new)
+            if case .failed = new { continuation.finish() }
+            if case .cancelled = new { continuation.finish() }
+        }
+    }
+
+    private func connect() {
+        guard case .hostPort(let host, let port) = descriptor.members[0] else { return }
+        let hostName = host.stringValue
+        NIOThreadPool.singleton.runIfActive(eventLoop: eventLoop) {
+            try QUICHostResolver.resolve(host: hostName, port: port.rawValue)
+        }.whenComplete { result in
+            switch result {
+            case .success(let addresses): self.attempt(addresses[...], host: hostName, lastError: nil)
+            case .failure(let error):
+                self.logger.debug("resolution failed", metadata: ["error": "\(error)"])
+                self.setState(.failed(.dns(EAI_NONAME)))
+                self.failAllStreams(.dns(EAI_NONAME))
+            }
+        }
+    }
+
+    /// Tries each resolved address in turn; moves on when one refuses (ICMP) or stays silent.
+    private func attempt(_ addresses: ArraySlice<SocketAddress>, host: String, lastError: NWError?) {
+        guard state == .preparing else { return }
+        guard let address = addresses.first else {
+            let error = lastError ?? .posix(.ECONNREFUSED)
+            setState(.failed(error))
+            failAllStreams(error)
+            return
+        }
+        let remaining = addresses.dropFirst()
+        QUICDatagramSocket.connect(to: address, eventLoop: eventLoop, logger: logger).whenComplete { result in
+            switch result {
+            case .failure(let error):
+                self.logger.debug("cannot open socket", metadata: ["address": "\(address)", "error": "\(error)"])
+                self.attempt(remaining, host: host, lastError: .posix(.ENETUNREACH))
+            case .success(let socket):
+                do {
+                    try self.start(on: socket, remote: address, host: host, fallback: remaining)
+                } catch {
+                    socket.close()
+                    let failure = NWError.quic(.invalid("\(error)"))
+                    self.setState(.failed(failure))
+                    self.failAllStreams(failure)
+                }
+            }
+        }
+    }
+
+    private func start(on socket: QUICDatagramSocket, remote: SocketAddress, host: String, fallback: ArraySlice<SocketAddress>) throws {
+        let verification = options.tls.certificateVerification
+        let isIPLiteral = QUICSocketAddress(ip: host, port: 0) != nil
+        let serverName = options.tls.serverName ?? (isIPLiteral ? nil : host)
+        let tls = QUICClientTLS(
+            credentials: try TLSCredentials.client(verification: verification),
+            verification: verification,
+            serverName: serverName,
+            verificationName: options.tls.serverName ?? host
+        )
+        var configuration = options.configuration
+        if configuration.alpn.isEmpty { throw QUICError.invalid("at least one ALPN protocol is required") }
+        configuration.ngtcp2DebugLogging = logger.logLevel <= .trace
+        let core = try QUICConnectionCore(
+            clientWith: configuration,
+            tls: tls,
+            path: QUICPath(local: socket.localAddress, remote: QUICSocketAddress(nio: remote)),
+            now: QUICConnectionDriver.now(),
+            logger: logger
+        )
+        let driver = QUICConnectionDriver(core: core, socket: socket, eventLoop: eventLoop)
+        self.driver = driver
+        self.socket = socket
+        var heardFromPeer = false
+        let path = core.path
+        socket.onDatagram = { envelope in
+            heardFromPeer = true
+            driver.receive(envelope.data, path: path)
+        }
+        socket.onReadComplete = { driver.afterInput() }
+        socket.onError = { [unowned self] error in
+            // ICMP port unreachable before any answer: this address has no server; try the next.
+            guard !heardFromPeer, !core.isHandshakeCompleted, self.driver === driver else { return }
+            self.logger.debug("address refused", metadata: ["address": "\(remote)", "error": "\(error)"])
+            self.abandon(driver, socket: socket)
+            self.attempt(fallback, host: host, lastError: .posix(.ECONNREFUSED))
+        }
+        driver.eventHandler = { [unowned self] events in self.handle(events) }
+        driver.onFinished = { [unowned self] _ in
+            socket.close()
+            self.onFinished?()
+        }
+        if !fallback.isEmpty {
+            // An address that stays silent for a second gives way to the next one.
+            eventLoop.scheduleTask(in: .seconds(1)) {
+                guard !heardFromPeer, self.driver === driver, self.state == .preparing else { return }
+                self.abandon(driver, socket: socket)
+                self.attempt(fallback, host: host, lastError: .posix(.ETIMEDOUT))
+            }
+        }
+        driver.afterInput()
+    }
+
+    private func abandon(_ driver: QUICConnectionDriver, socket: QUICDatagramSocket) {
+        driver.eventHandler = nil
+        driver.onFinished = nil
+        socket.onDatagram = nil
+        socket.onError = nil
+        socket.close()
+        self.driver = nil
+    }
+
+    func handle(_ events: [QUICConnectionEvent]) {
+        for event in events {
+            logger.trace("event", metadata: ["event": "\(event)"])
+            switch event {
+            case .handshakeCompleted:
+                if started { setState(.ready) }
+                onEstablished?()
+                onEstablished = nil
+                openPendingStreams()
+            case .streamOpened(let id):
+                let connection = NWConnection(inbound: id, group: self)
+                streams[id] = connection
+                if started { deliverInbound(connection) } else { heldInbound.append(connection) }
+            case .streamReadable(let id):
+                streams[id]?.serviceReceives()
+            case .streamSendCompleted(let id, let token, let error):
+                streams[id]?.completeSend(token: token, error: error)
+            case .streamClosed(let id, let code):
+                streams[id]?.transportClosed(code: code)
+            case .streamCreditAvailable:
+                openPendingStreams()
+            case .datagramReceived(let bytes):
+                if started { deliverDatagram(Data(bytes)) } else { heldDatagrams.append(Data(bytes)) }
+            case .closed(let reason):
+                finish(reason)
+            case .connectionIDIssued, .connectionIDRetired:
+                break
+            }
+        }
+    }
+
+    private func finish(_ reason: QUICCloseReason) {
+        guard started else { return }
+        let error = NWError.quic(QUICError(reason))
+        switch reason {
+        case .localApplicationClose(0, _), .peerApplicationClose(0, _): setState(.cancelled)
+        case .localApplicationClose: setState(.cancelled)
+        default: setState(.failed(error))
+        }
+        failAllStreams(error)
+        lock.withLock {
+            for continuation in streamContinuations { continuation.finish() }
+            for continuation in datagramContinuations { continuation.finish() }
+        }
+    }
+
+    private func failAllStreams(_ error: NWError) {
+        for connection in pendingOpens { connection.groupFailed(error) }
+        pendingOpens.removeAll()
+        for connection in streams.values { connection.groupFailed(error) }
+    }
+
+    private func deliverInbound(_ connection: NWConnection) {
+        let (handler, continuations) = lock.withLock { (_newConnectionHandler, streamContinuations) }
+        if let handler { callback { handler(connection) } }
+        for continuation in continuations { continuation.yield(connection) }
+        if handler == nil && continuations.isEmpty {
+            logger.debug("no newConnectionHandler; stream \(connection.streamIDForLogs) waits unread")
+        }
+    }
+
+    private func deliverDatagram(_ data: Data) {
+        let (handler, continuations) = lock.withLock { (_receiveHandler, datagramContinuations) }
+        if let handler { callback { handler(.default, data, true) } }
+        for continuation in continuations { continuation.yield(data) }
+    }
+
+    /// Queues a locally opened stream; it gets its ID once the handshake and the peer's limits allow.
+    func enqueueOpen(_ connection: NWConnection) {
+        switch state {
+        case .failed(let error): connection.groupFailed(error)
+        case .cancelled: connection.groupFailed(.posix(.ECANCELED))
+        default:
+            pendingOpens.append(connection)
+            openPendingStreams()
+        }
+    }
+
+    private func openPendingStreams() {
+        guard let driver, driver.core.isHandshakeCompleted else { return }
+        while let next = pendingOpens.first {
+            let id: Int64?
+            do {
+                id = try driver.core.openStream(bidirectional: next.metadataObject.streamType == .bidirectional)
+            } catch {
+                pendingOpens.removeFirst()
+                next.groupFailed(.quic(.invalid("\(error)")))
+                continue
+            }
+            guard let id else { return }  // Blocked by MAX_STREAMS; resumes on streamCreditAvailable.
+            pendingOpens.removeFirst()
+            streams[id] = next
+            next.didOpen(streamID: id)
+        }
+        driver.afterInput()
+    }
+
+    /// Drops a finished stream from the routing table.
+    func forget(streamID: Int64) {
+        streams[streamID] = nil
+    }
+}

@@ -1,0 +1,57 @@
+/// Where a connection goes or a listener listens, as in Network.framework.
+public enum NWEndpoint: Hashable, Sendable, CustomStringConvertible {
+    case hostPort(host: Host, port: Port)
+
+    /// A host name or numeric address.
+    public enum Host: Hashable, Sendable, ExpressibleByStringLiteral, CustomStringConvertible {
+        case name(String, NWInterface?)
+
+        public init(_ string: String) { self = .name(string, nil) }
+        public init(stringLiteral value: String) { self.init(value) }
+
+        /// The name or address as written, without brackets.
+        public var stringValue: String {
+            switch self {
+            case .name(let name, _):
+                return name.hasPrefix("[") && name.hasSuffix("]") ? String(name.dropFirst().dropLast()) : name
+            }
+        }
+
+        public var description: String { stringValue }
+    }
+
+    /// A UDP port.
+    public struct Port: Hashable, Sendable, RawRepresentable, ExpressibleByIntegerLiteral, CustomStringConvertible {
+        public let rawValue: UInt16
+        /// Any free port, chosen at bind time.
+        public static let any = Port(integerLiteral: 0)
+
+        public init?(rawValue: UInt16) { self.rawValue = rawValue }
+        public init(integerLiteral value: UInt16) { self.rawValue = value }
+        public init?(_ string: String) {
+            guard let value = UInt16(string) else { return nil }
+            self.rawValue = value
+        }
+        public var description: String { String(rawValue) }
+    }
+
+    public var description: String {
+        switch self {
+        case .hostPort(let host, let port):
+            let name = host.stringValue
+            return name.contains(":") ? "[\(name)]:\(port)" : "\(name):\(port)"
+        }
+    }
+}
+
+/// A network interface by name; accepted for source compatibility, not used for routing.
+public struct NWInterface: Hashable, Sendable {
+    public let name: String
+    public init(name: String) { self.name = name }
+}
+
+/// Describes a multiplexed group: one QUIC tunnel to one endpoint.
+public struct NWMultiplexGroup: Hashable, Sendable {
+    public let members: [NWEndpoint]
+    public init(to remoteEndpoint: NWEndpoint) { self.members = [remoteEndpoint] }
+}

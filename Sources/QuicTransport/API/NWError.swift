@@ -1,0 +1,115 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Foundation
+
+/// Errors reported through states and completions, as in Network.framework, plus a `.quic` case
+/// that carries QUIC's own error codes.
+public enum NWError: Error, Equatable, Sendable, CustomStringConvertible, CustomDebugStringConvertible {
+    case posix(POSIXErrorCode)
+    case dns(Int32)
+    case tls(Int32)
+    /// A QUIC transport, application or stream error; see `QUICError`.
+    case quic(QUICError)
+
+    public var description: String {
+        switch self {
+        case .posix(let code): return String(cString: strerror(code.rawValue))
+        case .dns(let code): return "DNS error \(code): \(String(cString: gai_strerror(code)))"
+        case .tls(let code): return "TLS error \(code)"
+        case .quic(let error): return error.description
+        }
+    }
+
+    public var debugDescription: String { description }
+}
+
+/// A QUIC-level failure: the connection closed, a stream was reset, or the handshake failed.
+public struct QUICError: Error, Equatable, Sendable, CustomStringConvertible {
+    public enum Kind: Hashable, Sendable {
+        /// The peer reset the stream (RFC 9000 §19.4); `applicationErrorCode` is its code.
+        case streamReset
+        /// The peer asked us to stop sending (RFC 9000 §19.5).
+        case stopSending
+        /// The connection closed with an application error (RFC 9000 §10.2).
+        case applicationClose
+        /// The connection closed with a transport error (RFC 9000 §20.1).
+        case transportClose
+        /// The TLS handshake failed, for example certificate verification or ALPN.
+        case handshakeFailed
+        case idleTimeout
+        case handshakeTimeout
+        case statelessReset
+        /// A stream or datagram operation that is not possible in the current state.
+        case invalidOperation
+    }
+
+    public let kind: Kind
+    /// The application error code for resets and application closes.
+    public let applicationErrorCode: UInt64?
+    /// The transport error code for transport closes (RFC 9000 §20.1; 0x1XX are TLS alerts).
+    public let transportErrorCode: UInt64?
+    /// The certificate problem, when verification failed.
+    public let verificationFailure: TLSVerificationFailure?
+    /// True when this side initiated the close.
+    public let isLocal: Bool
+    public let description: String
+
+    init(
+        kind: Kind,
+        applicationErrorCode: UInt64? = nil,
+        transportErrorCode: UInt64? = nil,
+        verificationFailure: TLSVerificationFailure? = nil,
+        isLocal: Bool = false,
+        description: String
+    ) {
+        self.kind = kind
+        self.applicationErrorCode = applicationErrorCode
+        self.transportErrorCode = transportErrorCode
+        self.verificationFailure = verificationFailure
+        self.isLocal = isLocal
+        self.description = description
+    }
+
+    init(_ reason: QUICCloseReason) {
+        switch reason {
+        case .localApplicationClose(let code, _):
+            self.init(kind: .applicationClose, applicationErrorCode: code, isLocal: true, description: reason.description)
+        case .peerApplicationClose(let code, _):
+            self.init(kind: .applicationClose, applicationErrorCode: code, description: reason.description)
+        case .peerTransportClose(let code, _):
+            self.init(
+                kind: (0x100...0x1ff).contains(code) ? .handshakeFailed : .transportClose,
+                transportErrorCode: code,
+                description: reason.description
+            )
+        case .localTransportError(let code, _):
+            self.init(kind: .transportClose, transportErrorCode: code, isLocal: true, description: reason.description)
+        case .handshakeFailed(let alert, _, let verification):
+            self.init(
+                kind: .handshakeFailed,
+                transportErrorCode: 0x100 + UInt64(alert),
+                verificationFailure: verification,
+                isLocal: true,
+                description: reason.description
+            )
+        case .idleTimeout: self.init(kind: .idleTimeout, description: reason.description)
+        case .handshakeTimeout: self.init(kind: .handshakeTimeout, description: reason.description)
+        case .statelessReset: self.init(kind: .statelessReset, description: reason.description)
+        case .versionNegotiationFailed: self.init(kind: .transportClose, description: reason.description)
+        }
+    }
+
+    static func streamReset(_ code: UInt64) -> QUICError {
+        QUICError(kind: .streamReset, applicationErrorCode: code, description: "stream reset by peer with application error \(code)")
+    }
+
+    static func stopSending(_ code: UInt64) -> QUICError {
+        QUICError(kind: .stopSending, applicationErrorCode: code, description: "peer sent STOP_SENDING with application error \(code)")
+    }
+
+    static func invalid(_ description: String) -> QUICError {
+        QUICError(kind: .invalidOperation, isLocal: true, description: description)
+    }
+}
+

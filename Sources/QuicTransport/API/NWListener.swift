@@ -1,0 +1,196 @@
+import Dispatch
+import Foundation
+import Logging
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOPosix
+
+/// Listens on a UDP port and hands over one `NWConnectionGroup` per QUIC tunnel, as
+/// Network.framework's listener does for multiplexed protocols.
+///
+/// Groups arrive once their handshake has completed; failed handshakes are logged and never
+/// delivered. Without a certificate in the options the listener generates a self-signed one for
+/// `localhost`, `127.0.0.1` and `::1` (see `generatedCertificate`).
+// @unchecked Sendable: handlers, state and queue sit behind `lock`; `endpoint` and the group
+// registry are touched only on `eventLoop`.
+public final class NWListener: @unchecked Sendable {
+    public enum State: Equatable, Sendable {
+        case setup
+        case waiting(NWError)
+        case ready
+        case failed(NWError)
+        case cancelled
+    }
+
+    public let parameters: NWParameters
+    private let options: NWProtocolQUIC.Options
+    private let requestedPort: NWEndpoint.Port
+    private let eventLoop: any EventLoop
+    private let logger: Logger
+    private let credentials: TLSCredentials
+    /// The certificate the listener made because the options named none.
+    public let generatedCertificate: SelfSignedCertificate?
+
+    private let lock = NIOLock()
+    private var _state: State = .setup
+    private var _port: NWEndpoint.Port?
+    private var _queue: DispatchQueue?
+    private var _stateUpdateHandler: (@Sendable (State) -> Void)?
+    private var _newConnectionGroupHandler: (@Sendable (NWConnectionGroup) -> Void)?
+    private var groupContinuations: [AsyncStream<NWConnectionGroup>.Continuation] = []
+    private var stateContinuations: [AsyncStream<State>.Continuation] = []
+    private var _maximumConcurrentTunnels = 1024
+
+    // MARK: Loop-confined
+    private var endpoint: QUICServerEndpoint?
+    private var liveGroups: [ObjectIdentifier: NWConnectionGroup] = [:]
+
+    /// A listener for `parameters`' QUIC options on `port`, bound to `requiredLocalEndpoint`'s
+    /// host or, without one, to all addresses.
+    ///
+    /// - Throws: `TLSError` when the certificate or key cannot be loaded.
+    public init(using parameters: NWParameters, on port: NWEndpoint.Port = .any) throws {
+        self.parameters = parameters
+        self.options = parameters.quicOptions.copy()
+        self.eventLoop = MultiThreadedEventLoopGroup.singleton.next()
+        self.logger = Logger(label: "quic.listener")
+        if case .hostPort(_, let boundPort) = parameters.requiredLocalEndpoint, port == .any {
+            self.requestedPort = boundPort
+        } else {
+            self.requestedPort = port
+        }
+        let tls = options.tls
+        if let chain = tls.certificateChainFile {
+            guard let key = tls.privateKeyFile else { throw TLSError.missingFile(path: "(no private key given for \(chain))") }
+            credentials = try .server(certificateChainFile: chain, privateKeyFile: key)
+            generatedCertificate = nil
+        } else {
+            let identity = try tls.identity ?? SelfSignedCertificate.generate()
+            credentials = try .server(certificateChainPEM: identity.certificatePEM, privateKeyPEM: identity.privateKeyPEM)
+            generatedCertificate = tls.identity == nil ? identity : nil
+            if tls.identity == nil {
+                logger.info(
+                    "generated a self-signed certificate",
+                    metadata: ["sha256": "\(identity.sha256FingerprintHex)", "names": "localhost, 127.0.0.1, ::1"]
+                )
+            }
+        }
+    }
+
+    public var state: State { lock.withLock { _state } }
+
+    /// The bound port, once `.ready`.
+    public var port: NWEndpoint.Port? { lock.withLock { _port } }
+
+    public var stateUpdateHandler: (@Sendable (State) -> Void)? {
+        get { lock.withLock { _stateUpdateHandler } }
+        set { lock.withLock { _stateUpdateHandler = newValue } }
+    }
+
+    /// Called once per established tunnel; call `start(queue:)` on the group to receive its streams.
+    public var newConnectionGroupHandler: (@Sendable (NWConnectionGroup) -> Void)? {
+        get { lock.withLock { _newConnectionGroupHandler } }
+        set { lock.withLock { _newConnectionGroupHandler = newValue } }
+    }
+
+    /// The most tunnels served at once, handshakes included; past it new clients get
+    /// CONNECTION_REFUSED. Set before `start(queue:)`.
+    public var maximumConcurrentTunnels: Int {
+        get { lock.withLock { _maximumConcurrentTunnels } }
+        set { lock.withLock { _maximumConcurrentTunnels = max(1, newValue) } }
+    }
+
+    /// State changes from now on; ends at `.failed` or `.cancelled`.
+    public var states: AsyncStream<State> {
+        AsyncStream { continuation in
+            lock.withLock {
+                continuation.yield(_state)
+                stateContinuations.append(continuation)
+            }
+        }
+    }
+
+    /// Established tunnels, for `for await`; create it before `start(queue:)`.
+    public var connectionGroups: AsyncStream<NWConnectionGroup> {
+        AsyncStream { continuation in lock.withLock { groupContinuations.append(continuation) } }
+    }
+
+    public func start(queue: DispatchQueue) {
+        lock.withLock { _queue = queue }
+        var boundHost = "0.0.0.0"
+        if case .hostPort(let requiredHost, _) = parameters.requiredLocalEndpoint { boundHost = requiredHost.stringValue }
+        let host = boundHost
+        var configuration = QUICEndpointCore.Configuration(quic: options.configuration, credentials: credentials)
+        configuration.requiresRetry = options.requiresAddressValidation
+        configuration.maximumConnections = maximumConcurrentTunnels
+        if configuration.quic.alpn.isEmpty {
+            setState(.failed(.quic(.invalid("at least one ALPN protocol is required"))))
+            return
+        }
+        QUICDatagramSocket.bind(host: host, port: Int(requestedPort.rawValue), eventLoop: eventLoop, logger: logger)
+            .whenComplete { result in
+                switch result {
+                case .success(let socket):
+                    let endpoint = QUICServerEndpoint(socket: socket, configuration: configuration, logger: self.logger)
+                    endpoint.onNewConnection = { [unowned self] driver in self.accept(driver) }
+                    self.endpoint = endpoint
+                    self.lock.withLock { self._port = NWEndpoint.Port(rawValue: socket.localAddress.port) }
+                    self.setState(.ready)
+                case .failure(let error):
+                    self.logger.error("cannot bind", metadata: ["host": "\(host)", "port": "\(self.requestedPort)", "error": "\(error)"])
+                    let code = (error as? IOError).flatMap { POSIXErrorCode(rawValue: $0.errnoCode) } ?? .EADDRNOTAVAIL
+                    self.setState(.failed(.posix(code)))
+                }
+            }
+    }
+
+    /// Stops listening and closes every tunnel with NO_ERROR.
+    public func cancel() {
+        eventLoop.execute {
+            self.endpoint?.close()
+            self.endpoint = nil
+            self.setState(.cancelled)
+            let continuations = self.lock.withLock { self.groupContinuations }
+            for continuation in continuations { continuation.finish() }
+        }
+    }
+
+    /// How many tunnels are open now, handshakes included.
+    public func connectionCount() async -> Int {
+        (try? await eventLoop.submit { self.endpoint?.connectionCount ?? 0 }.get()) ?? 0
+    }
+
+    private func accept(_ driver: QUICConnectionDriver) {
+        let group = NWConnectionGroup(accepted: driver, parameters: parameters, options: options, logger: logger)
+        let key = ObjectIdentifier(group)
+        liveGroups[key] = group
+        group.onFinished = { [unowned self] in self.liveGroups[key] = nil }
+        group.onEstablished = { [unowned self] in
+            let (handler, continuations, queue) = self.lock.withLock {
+                (self._newConnectionGroupHandler, self.groupContinuations, self._queue)
+            }
+            if let handler { (queue ?? .global()).async { handler(group) } }
+            for continuation in continuations { continuation.yield(group) }
+            if handler == nil && continuations.isEmpty {
+                self.logger.warning("no newConnectionGroupHandler: closing the tunnel")
+                group.cancel(applicationError: 0, reason: "no handler")
+            }
+        }
+    }
+
+    private func setState(_ new: State) {
+        let (handler, queue, continuations): ((@Sendable (State) -> Void)?, DispatchQueue?, [AsyncStream<State>.Continuation]) =
+            lock.withLock {
+                _state = new
+                return (_stateUpdateHandler, _queue, stateContinuations)
+            }
+        if let handler { (queue ?? .global()).async { handler(new) } }
+        for continuation in continuations {
+            continuation.yield(new)
+            switch new {
+            case .failed, .cancelled: continuation.finish()
+            default: break
+            }
+        }
+    }
+}

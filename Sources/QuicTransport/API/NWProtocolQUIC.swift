@@ -1,0 +1,184 @@
+import Foundation
+import NIOConcurrencyHelpers
+
+/// Identifies a protocol in `metadata(definition:)`, as in Network.framework.
+public struct NWProtocolDefinition: Hashable, Sendable, CustomStringConvertible {
+    public let name: String
+    public var description: String { name }
+}
+
+/// Base class of protocol options, as in Network.framework.
+public class NWProtocolOptions: @unchecked Sendable {}
+
+/// Base class of per-connection protocol metadata, as in Network.framework.
+public class NWProtocolMetadata: @unchecked Sendable {}
+
+/// QUIC (RFC 9000) over TLS 1.3 (RFC 9001): options, per-stream metadata and the protocol definition.
+public final class NWProtocolQUIC: @unchecked Sendable {
+    public static let definition = NWProtocolDefinition(name: "quic")
+
+    /// The kind of stream a connection in a group carries (RFC 9000 §2.1).
+    public enum StreamType: Hashable, Sendable {
+        case bidirectional
+        case unidirectional
+    }
+
+    /// QUIC options: ALPN, limits and transport parameters (RFC 9000 §18.2), datagrams (RFC 9221), TLS.
+    ///
+    /// Options are read when a group, connection or listener starts; change them before that.
+    // @unchecked Sendable: a configuration object, like Network.framework's, meant to be filled in
+    // on one thread before `start`; the library copies it into a value at start.
+    public final class Options: NWProtocolOptions, @unchecked Sendable {
+        /// Whether a stream opened from these options is bidirectional or unidirectional.
+        public enum Direction: Hashable, Sendable {
+            case bidirectional
+            case unidirectional
+        }
+
+        /// ALPN protocol IDs in preference order (RFC 9001 §8.1).
+        public var alpn: [String]
+        /// Idle timeout in milliseconds (`max_idle_timeout`, RFC 9000 §10.1).
+        public var idleTimeout: Int = 30_000
+        public var initialMaxData: Int = 16 << 20
+        public var initialMaxStreamDataBidirectionalLocal: Int = 4 << 20
+        public var initialMaxStreamDataBidirectionalRemote: Int = 4 << 20
+        public var initialMaxStreamDataUnidirectional: Int = 4 << 20
+        public var initialMaxStreamsBidirectional: Int = 100
+        public var initialMaxStreamsUnidirectional: Int = 100
+        /// The largest UDP payload to send (RFC 9000 §14).
+        public var maxUDPPayloadSize: Int = 1452
+        /// Offer RFC 9221 datagrams on the tunnel.
+        public var isDatagram: Bool = false
+        /// `max_datagram_frame_size` when `isDatagram` is set.
+        public var maxDatagramFrameSize: Int = 65_535
+        /// For `NWConnection(from:using:)`: the kind of stream to open.
+        public var direction: Direction = .bidirectional
+        /// Certificates, verification and ciphers.
+        public var tls = TLSOptions()
+        /// Where to write `<odcid>_<client|server>.sqlog` qlog traces; defaults to `$QLOGDIR`.
+        public var qlogDirectory: String? = ProcessInfo.processInfo.environment["QLOGDIR"]
+        /// Servers: validate client addresses with a Retry round trip (RFC 9000 §8.1.2).
+        public var requiresAddressValidation = false
+
+        public init(alpn: [String] = []) {
+            self.alpn = alpn
+        }
+
+        /// A copy, so a connection keeps the settings it started with.
+        func copy() -> Options {
+            let copy = Options(alpn: alpn)
+            copy.idleTimeout = idleTimeout
+            copy.initialMaxData = initialMaxData
+            copy.initialMaxStreamDataBidirectionalLocal = initialMaxStreamDataBidirectionalLocal
+            copy.initialMaxStreamDataBidirectionalRemote = initialMaxStreamDataBidirectionalRemote
+            copy.initialMaxStreamDataUnidirectional = initialMaxStreamDataUnidirectional
+            copy.initialMaxStreamsBidirectional = initialMaxStreamsBidirectional
+            copy.initialMaxStreamsUnidirectional = initialMaxStreamsUnidirectional
+            copy.maxUDPPayloadSize = maxUDPPayloadSize
+            copy.isDatagram = isDatagram
+            copy.maxDatagramFrameSize = maxDatagramFrameSize
+            copy.direction = direction
+            copy.tls = tls
+            copy.qlogDirectory = qlogDirectory
+            copy.requiresAddressValidation = requiresAddressValidation
+            return copy
+        }
+
+        /// Lowers the options to the core's configuration.
+        var configuration: QUICConfiguration {
+            var configuration = QUICConfiguration()
+            configuration.alpn = alpn
+            configuration.idleTimeoutMilliseconds = UInt64(max(0, idleTimeout))
+            configuration.initialMaxData = UInt64(max(0, initialMaxData))
+            configuration.initialMaxStreamDataBidirectionalLocal = UInt64(max(0, initialMaxStreamDataBidirectionalLocal))
+            configuration.initialMaxStreamDataBidirectionalRemote = UInt64(max(0, initialMaxStreamDataBidirectionalRemote))
+            configuration.initialMaxStreamDataUnidirectional = UInt64(max(0, initialMaxStreamDataUnidirectional))
+            configuration.initialMaxStreamsBidirectional = UInt64(max(0, initialMaxStreamsBidirectional))
+            configuration.initialMaxStreamsUnidirectional = UInt64(max(0, initialMaxStreamsUnidirectional))
+            configuration.maxUDPPayloadSize = max(1200, maxUDPPayloadSize)
+            configuration.maxDatagramFrameSize = isDatagram ? UInt64(max(0, maxDatagramFrameSize)) : 0
+            configuration.cipherSuites = tls.cipherSuites
+            configuration.qlogDirectory = qlogDirectory
+            return configuration
+        }
+    }
+
+    /// TLS settings for QUIC's handshake (RFC 9001). Clients verify against the system trust store
+    /// unless told otherwise; servers need a certificate or generate a self-signed one.
+    public struct TLSOptions: Sendable {
+        /// How a client checks the server certificate.
+        public var certificateVerification: CertificateVerification = .systemTrustStore
+        /// SNI and the name to verify; defaults to the host when it is a name.
+        public var serverName: String?
+        /// Servers: PEM certificate chain and key files.
+        public var certificateChainFile: String?
+        public var privateKeyFile: String?
+        /// Servers: an in-memory identity, for example a `SelfSignedCertificate`.
+        public var identity: SelfSignedCertificate?
+        /// The AEADs to offer (RFC 9001 §5.3).
+        public var cipherSuites: [QUICCipherSuite] = QUICCipherSuite.allCases
+
+        public init() {}
+    }
+
+    /// Per-stream QUIC metadata: identifier, type, and the application error to reset with.
+    // @unchecked Sendable: `applicationError` and `applicationErrorReason` sit behind a lock;
+    // the rest is immutable once the stream has an ID.
+    public final class Metadata: NWProtocolMetadata, @unchecked Sendable {
+        private let lock = NIOLock()
+        private var _streamIdentifier: UInt64 = 0
+        private var _applicationError: UInt64?
+        private var _applicationErrorReason: String?
+        public let streamType: StreamType
+
+        init(streamType: StreamType) { self.streamType = streamType }
+
+        /// The QUIC stream ID (RFC 9000 §2.1): 0, 4, 8… client bidirectional, 2, 6… client unidirectional.
+        public var streamIdentifier: UInt64 {
+            get { lock.withLock { _streamIdentifier } }
+            set { lock.withLock { _streamIdentifier = newValue } }
+        }
+
+        /// Set before `cancel()` to reset the stream with this code (RESET_STREAM/STOP_SENDING,
+        /// RFC 9000 §19.4–§19.5). After a peer reset it holds the peer's code.
+        public var applicationError: UInt64? {
+            get { lock.withLock { _applicationError } }
+            set { lock.withLock { _applicationError = newValue } }
+        }
+
+        /// For a group: the reason phrase sent in CONNECTION_CLOSE with `applicationError`.
+        public var applicationErrorReason: String? {
+            get { lock.withLock { _applicationErrorReason } }
+            set { lock.withLock { _applicationErrorReason = newValue } }
+        }
+    }
+}
+
+/// Parameters for a connection, group or listener: the protocol stack and local endpoint.
+// @unchecked Sendable: filled in before use, as in Network.framework; read once at start.
+public final class NWParameters: @unchecked Sendable {
+    /// The application protocols of the stack; QUIC's options are the first.
+    public final class ProtocolStack: @unchecked Sendable {
+        public var applicationProtocols: [NWProtocolOptions]
+        init(applicationProtocols: [NWProtocolOptions]) { self.applicationProtocols = applicationProtocols }
+    }
+
+    public let defaultProtocolStack: ProtocolStack
+    /// For listeners: the address to bind (host and port); for clients: ignored.
+    public var requiredLocalEndpoint: NWEndpoint?
+
+    public init(quic options: NWProtocolQUIC.Options) {
+        defaultProtocolStack = ProtocolStack(applicationProtocols: [options])
+    }
+
+    /// QUIC with these ALPN protocol IDs and default options.
+    public static func quic(alpn: [String]) -> NWParameters {
+        NWParameters(quic: NWProtocolQUIC.Options(alpn: alpn))
+    }
+
+    /// The QUIC options in the stack.
+    public var quicOptions: NWProtocolQUIC.Options {
+        defaultProtocolStack.applicationProtocols.lazy.compactMap { $0 as? NWProtocolQUIC.Options }.first
+            ?? NWProtocolQUIC.Options()
+    }
+}

@@ -1,0 +1,71 @@
+import Logging
+import NIOCore
+
+/// A listening UDP socket and its `QUICEndpointCore`: one driver per accepted connection.
+///
+/// A datagram that fails or misbehaves only ever touches its own connection's core; drivers of
+/// other connections are not involved. Loop-confined.
+final class QUICServerEndpoint {
+    let socket: QUICDatagramSocket
+    let core: QUICEndpointCore
+    private var drivers: [ObjectIdentifier: QUICConnectionDriver] = [:]
+    private var touched: [QUICConnectionDriver] = []
+    private let logger: Logger
+    /// Called for each connection the endpoint accepts, before its first events.
+    var onNewConnection: ((QUICConnectionDriver) -> Void)?
+
+    init(socket: QUICDatagramSocket, configuration: QUICEndpointCore.Configuration, logger: Logger) {
+        self.socket = socket
+        self.core = QUICEndpointCore(configuration: configuration, logger: logger)
+        self.logger = logger
+        socket.onDatagram = { [unowned self] envelope in self.receive(envelope) }
+        socket.onReadComplete = { [unowned self] in self.serviceTouched() }
+    }
+
+    var connectionCount: Int { drivers.count }
+
+    func close() {
+        for driver in drivers.values {
+            driver.perform { $0.close(applicationErrorCode: 0, reason: "server shutting down", now: QUICConnectionDriver.now()) }
+        }
+        socket.close()
+    }
+
+    private func receive(_ envelope: AddressedEnvelope<ByteBuffer>) {
+        let path = QUICPath(local: socket.localAddress, remote: QUICSocketAddress(nio: envelope.remoteAddress))
+        let disposition = envelope.data.withUnsafeReadableBytes { datagram in
+            core.receive(datagram: datagram, path: path, now: QUICConnectionDriver.now()) { reply in
+                socket.sendNow(reply, to: path.remote)
+            }
+        }
+        switch disposition {
+        case .delivered(let connection, let isNew):
+            let driver: QUICConnectionDriver
+            if isNew {
+                driver = QUICConnectionDriver(core: connection, socket: socket, eventLoop: socket.channel.eventLoop)
+                driver.takeEvents = { [unowned self] in self.core.takeEvents(of: $0) }
+                driver.onFinished = { [unowned self] finished in
+                    self.core.remove(finished.core)
+                    self.drivers[ObjectIdentifier(finished.core)] = nil
+                }
+                drivers[ObjectIdentifier(connection)] = driver
+                onNewConnection?(driver)
+            } else if let existing = drivers[ObjectIdentifier(connection)] {
+                driver = existing
+            } else {
+                return
+            }
+            if !touched.contains(where: { $0 === driver }) { touched.append(driver) }
+        case .answered(let what):
+            logger.debug("answered statelessly", metadata: ["what": "\(what)", "peer": "\(path.remote)"])
+        case .dropped(let why):
+            logger.trace("dropped datagram", metadata: ["why": "\(why)", "peer": "\(path.remote)"])
+        }
+    }
+
+    private func serviceTouched() {
+        let batch = touched
+        touched.removeAll(keepingCapacity: true)
+        for driver in batch { driver.afterInput() }
+    }
+}

@@ -1,0 +1,56 @@
+import Foundation
+import Logging
+import QuicTransport
+
+/// The server half of the echo protocol (see README "The echo protocol").
+struct EchoServer: Sendable {
+    let logger: Logger
+
+    func serve(_ group: NWConnectionGroup) async {
+        let peer = group.remoteEndpoint.map { "\($0)" } ?? "?"
+        logger.info("tunnel from \(peer)")
+        let streams = group.inboundStreams
+        group.setReceiveHandler { _, content, _ in
+            group.send(content: content) { _ in }
+        }
+        group.start(queue: DispatchQueue(label: "quic-echo.tunnel"))
+        await withTaskGroup(of: Void.self) { tasks in
+            for await stream in streams {
+                tasks.addTask { await self.echo(stream, in: group) }
+            }
+        }
+        logger.info("tunnel from \(peer) closed: \(group.state)")
+    }
+
+    /// Bidirectional: echo on the same stream. Unidirectional: echo on a new server stream.
+    private func echo(_ inbound: NWConnection, in group: NWConnectionGroup) async {
+        let metadata = inbound.metadata(definition: NWProtocolQUIC.definition) as! NWProtocolQUIC.Metadata
+        let outbound: NWConnection
+        if metadata.streamType == .bidirectional {
+            outbound = inbound
+        } else {
+            let options = NWProtocolQUIC.Options()
+            options.direction = .unidirectional
+            outbound = NWConnection(from: group, using: options)
+            outbound.start(queue: DispatchQueue(label: "quic-echo.stream"))
+        }
+        inbound.start(queue: DispatchQueue(label: "quic-echo.stream"))
+        do {
+            while true {
+                let (content, isComplete) = try await inbound.receive(minimumIncompleteLength: 1, maximumLength: 65_536)
+                if content != nil || isComplete {
+                    try await outbound.send(content: content, isComplete: isComplete)
+                }
+                if isComplete { break }
+            }
+        } catch let NWError.quic(error) where error.kind == .streamReset {
+            let code = error.applicationErrorCode ?? 0
+            logger.info("stream \(metadata.streamIdentifier) reset by peer with code \(code); resetting back")
+            let outboundMetadata = outbound.metadata(definition: NWProtocolQUIC.definition) as! NWProtocolQUIC.Metadata
+            outboundMetadata.applicationError = code
+            outbound.cancel()
+        } catch {
+            logger.debug("stream \(metadata.streamIdentifier) ended: \(error)")
+        }
+    }
+}

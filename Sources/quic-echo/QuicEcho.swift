@@ -1,0 +1,56 @@
+import ArgumentParser
+import Foundation
+import Logging
+import QuicTransport
+
+/// `quic-echo`: serves and connects with the echo protocol documented in the README.
+@main
+struct QuicEcho: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "quic-echo",
+        abstract: "A QUIC echo server and client on ngtcp2, with the Network.framework-style QuicTransport API.",
+        subcommands: [Serve.self, Connect.self]
+    )
+}
+
+/// Options both subcommands share.
+struct CommonOptions: ParsableArguments {
+    @Option(help: "ALPN protocol ID.")
+    var alpn = "quic-echo"
+
+    @Option(name: .customLong("qlog-dir"), help: "Write one qlog trace per connection here (default: $QLOGDIR).")
+    var qlogDirectory: String?
+
+    @Option(help: "Cipher suites to offer: aes128gcm, aes256gcm, chacha20 (comma-separated).")
+    var ciphers: String?
+
+    @Flag(name: .shortAndLong, help: "Verbose logging (-vv for ngtcp2's own log).")
+    var verbose: Int
+
+    func bootstrapLogging() {
+        let level: Logger.Level = verbose >= 2 ? .trace : verbose == 1 ? .debug : .notice
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = level
+            return handler
+        }
+    }
+
+    func makeOptions() throws -> NWProtocolQUIC.Options {
+        let options = NWProtocolQUIC.Options(alpn: [alpn])
+        if let qlogDirectory { options.qlogDirectory = qlogDirectory }
+        if let ciphers {
+            options.tls.cipherSuites = try ciphers.split(separator: ",").map { name in
+                guard let suite = QUICCipherSuite(rawValue: name.trimmingCharacters(in: .whitespaces)) else {
+                    throw ValidationError("unknown cipher '\(name)'; use aes128gcm, aes256gcm or chacha20")
+                }
+                return suite
+            }
+        }
+        return options
+    }
+}
+
+extension NWEndpoint.Port: ExpressibleByArgument {
+    public init?(argument: String) { self.init(argument) }
+}

@@ -1,0 +1,90 @@
+import ArgumentParser
+import Foundation
+import Logging
+import QuicTransport
+
+/// `quic-echo serve`: echoes every stream and datagram back, and answers resets with the same code.
+struct Serve: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Serve the echo protocol.")
+
+    @Option(help: "Address to bind.")
+    var host = "127.0.0.1"
+
+    @Option(help: "UDP port (0 picks a free one).")
+    var port: NWEndpoint.Port = 4433
+
+    @Option(help: "PEM certificate chain; without it a self-signed certificate is generated.")
+    var cert: String?
+
+    @Option(help: "PEM private key for --cert.")
+    var key: String?
+
+    @Flag(help: "Validate client addresses with Retry before creating state.")
+    var retry = false
+
+    @Option(name: .customLong("max-connections"), help: "Most tunnels served at once.")
+    var maxConnections = 1024
+
+    @Flag(help: "Offer QUIC datagrams (RFC 9221) and echo them.")
+    var datagrams = false
+
+    @OptionGroup var common: CommonOptions
+
+    func validate() throws {
+        if (cert == nil) != (key == nil) { throw ValidationError("--cert and --key go together") }
+        if maxConnections < 1 { throw ValidationError("--max-connections must be at least 1") }
+    }
+
+    func run() async throws {
+        common.bootstrapLogging()
+        let logger = Logger(label: "quic-echo")
+        let options = try common.makeOptions()
+        options.isDatagram = datagrams
+        options.requiresAddressValidation = retry
+        options.tls.certificateChainFile = cert
+        options.tls.privateKeyFile = key
+        let parameters = NWParameters(quic: options)
+        parameters.requiredLocalEndpoint = .hostPort(host: .init(host), port: port)
+
+        let listener: NWListener
+        do {
+            listener = try NWListener(using: parameters, on: port)
+        } catch {
+            throw CleanExit.message("error: \(error)")
+        }
+        listener.maximumConcurrentTunnels = maxConnections
+        if let generated = listener.generatedCertificate {
+            FileHandle.standardOutput.write(
+                Data("certificate: self-signed for localhost, 127.0.0.1, ::1; sha256 \(generated.sha256FingerprintHex)\n".utf8)
+            )
+        }
+        let groups = listener.connectionGroups
+        let states = listener.states
+        listener.start(queue: DispatchQueue(label: "quic-echo.listener"))
+        for await state in states {
+            if case .ready = state {
+                // Written unbuffered: scripts wait for this line to learn the port.
+                FileHandle.standardOutput.write(Data("listening on \(host):\(listener.port?.rawValue ?? 0) alpn \(common.alpn)\n".utf8))
+                break
+            }
+            if case .failed(let error) = state {
+                FileHandle.standardError.write(Data("error: cannot listen on \(host):\(port): \(error)\n".utf8))
+                throw ExitCode(1)
+            }
+        }
+        let server = EchoServer(logger: logger)
+        signal(SIGINT, SIG_IGN)
+        signal(SIGTERM, SIG_IGN)
+        let stop = DispatchSource.makeSignalSource(signal: SIGTERM)
+        let interrupt = DispatchSource.makeSignalSource(signal: SIGINT)
+        for source in [stop, interrupt] {
+            source.setEventHandler { listener.cancel() }
+            source.resume()
+        }
+        await withTaskGroup(of: Void.self) { tasks in
+            for await group in groups {
+                tasks.addTask { await server.serve(group) }
+            }
+        }
+    }
+}

@@ -1,1 +1,0 @@
-print("quic-echo")
