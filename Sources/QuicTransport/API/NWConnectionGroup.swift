@@ -76,9 +76,12 @@ public final class NWConnectionGroup: @unchecked Sendable {
         self.eventLoop = driver.eventLoop
         self.logger = logger
         self.driver = driver
-        driver.eventHandler = { [unowned self] events in self.handle(events) }
-        driver.onFinished = { [previous = driver.onFinished, unowned self] finished in
+        // The driver keeps the group alive until the connection is over; finishing breaks the cycle.
+        driver.eventHandler = { events in self.handle(events) }
+        driver.onFinished = { [previous = driver.onFinished] finished in
             previous?(finished)
+            finished.eventHandler = nil
+            finished.onFinished = nil
             self.onFinished?()
         }
     }
@@ -345,16 +348,22 @@ public final class NWConnectionGroup: @unchecked Sendable {
             driver.receive(envelope.data, path: path)
         }
         socket.onReadComplete = { driver.afterInput() }
-        socket.onError = { [unowned self] error in
+        socket.onError = { error in
             // ICMP port unreachable before any answer: this address has no server; try the next.
             guard !heardFromPeer, !core.isHandshakeCompleted, self.driver === driver else { return }
             self.logger.debug("address refused", metadata: ["address": "\(remote)", "error": "\(error)"])
             self.abandon(driver, socket: socket)
             self.attempt(fallback, host: host, lastError: .posix(.ECONNREFUSED))
         }
-        driver.eventHandler = { [unowned self] events in self.handle(events) }
-        driver.onFinished = { [unowned self] _ in
+        // The driver keeps the group alive until the connection is over; finishing breaks the cycle.
+        driver.eventHandler = { events in self.handle(events) }
+        driver.onFinished = { finished in
+            socket.onDatagram = nil
+            socket.onError = nil
+            socket.onReadComplete = nil
             socket.close()
+            finished.eventHandler = nil
+            finished.onFinished = nil
             self.onFinished?()
         }
         if !fallback.isEmpty {

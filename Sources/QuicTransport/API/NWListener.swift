@@ -132,7 +132,7 @@ public final class NWListener: @unchecked Sendable {
                 switch result {
                 case .success(let socket):
                     let endpoint = QUICServerEndpoint(socket: socket, configuration: configuration, logger: self.logger)
-                    endpoint.onNewConnection = { [unowned self] driver in self.accept(driver) }
+                    endpoint.onNewConnection = { [weak self] driver in self?.accept(driver) }
                     self.endpoint = endpoint
                     self.lock.withLock { self._port = NWEndpoint.Port(rawValue: socket.localAddress.port) }
                     self.setState(.ready)
@@ -144,7 +144,8 @@ public final class NWListener: @unchecked Sendable {
             }
     }
 
-    /// Stops listening and closes every tunnel with NO_ERROR.
+    /// Stops listening and closes every tunnel with NO_ERROR; unlike Network.framework, the
+    /// tunnels share the listener's socket, so they end with it.
     public func cancel() {
         eventLoop.execute {
             self.endpoint?.close()
@@ -164,8 +165,16 @@ public final class NWListener: @unchecked Sendable {
         let group = NWConnectionGroup(accepted: driver, parameters: parameters, options: options, logger: logger)
         let key = ObjectIdentifier(group)
         liveGroups[key] = group
-        group.onFinished = { [unowned self] in self.liveGroups[key] = nil }
-        group.onEstablished = { [unowned self] in
+        let peer = driver.core.path.remote
+        group.onFinished = { [weak self] in
+            guard let self else { return }
+            self.liveGroups[key] = nil
+            if let reason = driver.core.closeReason, !driver.core.isHandshakeCompleted {
+                self.logger.notice("handshake with \(peer) failed: \(reason)")
+            }
+        }
+        group.onEstablished = { [weak self] in
+            guard let self else { return }
             let (handler, continuations, queue) = self.lock.withLock {
                 (self._newConnectionGroupHandler, self.groupContinuations, self._queue)
             }

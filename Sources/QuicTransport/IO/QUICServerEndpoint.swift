@@ -18,16 +18,21 @@ final class QUICServerEndpoint {
         self.socket = socket
         self.core = QUICEndpointCore(configuration: configuration, logger: logger)
         self.logger = logger
-        socket.onDatagram = { [unowned self] envelope in self.receive(envelope) }
-        socket.onReadComplete = { [unowned self] in self.serviceTouched() }
+        // The socket keeps the endpoint alive until `close()` breaks the cycle.
+        socket.onDatagram = { envelope in self.receive(envelope) }
+        socket.onReadComplete = { self.serviceTouched() }
     }
 
     var connectionCount: Int { drivers.count }
 
+    /// Closes every connection with NO_ERROR (RFC 9000 §10.2), then the socket.
     func close() {
         for driver in drivers.values {
-            driver.perform { $0.close(applicationErrorCode: 0, reason: "server shutting down", now: QUICConnectionDriver.now()) }
+            driver.core.close(applicationErrorCode: 0, reason: "server shutting down", now: QUICConnectionDriver.now())
+            driver.afterInput()
         }
+        socket.onDatagram = nil
+        socket.onReadComplete = nil
         socket.close()
     }
 
@@ -43,10 +48,10 @@ final class QUICServerEndpoint {
             let driver: QUICConnectionDriver
             if isNew {
                 driver = QUICConnectionDriver(core: connection, socket: socket, eventLoop: socket.channel.eventLoop)
-                driver.takeEvents = { [unowned self] in self.core.takeEvents(of: $0) }
-                driver.onFinished = { [unowned self] finished in
-                    self.core.remove(finished.core)
-                    self.drivers[ObjectIdentifier(finished.core)] = nil
+                driver.takeEvents = { [weak self] in self?.core.takeEvents(of: $0) ?? $0.takeEvents() }
+                driver.onFinished = { [weak self] finished in
+                    self?.core.remove(finished.core)
+                    self?.drivers[ObjectIdentifier(finished.core)] = nil
                 }
                 drivers[ObjectIdentifier(connection)] = driver
                 onNewConnection?(driver)

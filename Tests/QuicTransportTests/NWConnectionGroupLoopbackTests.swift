@@ -1,0 +1,376 @@
+import Foundation
+import QuicTransport
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The public API over real UDP sockets on 127.0.0.1 with real TLS.
+@Suite("API over loopback", .timeLimit(.minutes(2)))
+struct NWConnectionGroupLoopbackTests {
+    @Test func groupStatesGoFromSetupToReadyToCancelled() async throws {
+        let server = try await LoopbackServer()
+        server.echo()
+        let group = server.makeClient()
+        let states = Recorder<NWConnectionGroup.State>()
+        group.stateUpdateHandler = { states.append($0) }
+        let stream = group.states
+        group.start(queue: DispatchQueue(label: "test"))
+        try await within(5) { try await group.waitUntilReady() }
+        group.cancel()
+        _ = try await within(5) { for await state in stream where state == .cancelled { return true }; return false }
+        try await Task.sleep(for: .milliseconds(50))
+        #expect(states.values == [.preparing, .ready, .cancelled])
+    }
+
+    @Test func bidirectionalEchoWithFIN() async throws {
+        let server = try await LoopbackServer()
+        server.echo()
+        let group = server.makeClient()
+        group.start(queue: DispatchQueue(label: "test"))
+        try await within(5) { try await group.waitUntilReady() }
+        let stream = NWConnection(from: group)
+        stream.start(queue: DispatchQueue(label: "test.stream"))
+        let payload = Data((0..<200_000).map { UInt8(truncatingIfNeeded: $0 &* 7) })
+        let echoed = try await within(10) {
+            async let sent: Void = stream.send(content: payload, isComplete: true)
+            let received = try await stream.receiveMessage()
+            try await sent
+            return received
+        }
+        #expect(echoed == payload)
+        group.cancel()
+    }
+
+    @Test func streamIDsFollowRFC9000OnBothSides() async throws {
+        let server = try await LoopbackServer()
+        let serverSeen = Recorder<UInt64>()
+        let serverGroups = server.groups
+        Task {
+            for await group in serverGroups {
+                let inbound = group.inboundStreams
+                group.start(queue: DispatchQueue(label: "server"))
+                // The server opens one stream of each kind toward the client.
+                let uniOptions = NWProtocolQUIC.Options()
+                uniOptions.direction = .unidirectional
+                for outbound in [NWConnection(from: group), NWConnection(from: group, using: uniOptions)] {
+                    outbound.start(queue: DispatchQueue(label: "server.out"))
+                    try? await outbound.send(content: Data("x".utf8), isComplete: true)
+                }
+                for await stream in inbound { serverSeen.append(quicMetadata(stream).streamIdentifier) }
+            }
+        }
+        let group = server.makeClient()
+        let clientSeen = Recorder<UInt64>()
+        group.newConnectionHandler = { clientSeen.append(quicMetadata($0).streamIdentifier) }
+        group.start(queue: DispatchQueue(label: "test"))
+        try await within(5) { try await group.waitUntilReady() }
+        let uniOptions = NWProtocolQUIC.Options()
+        uniOptions.direction = .unidirectional
+        var opened: [NWConnection] = []
+        for index in 0..<5 {
+            let stream = index < 3 ? NWConnection(from: group) : NWConnection(from: group, using: uniOptions)
+            stream.start(queue: DispatchQueue(label: "test.stream"))
+            try await within(5) { try await stream.send(content: Data("hi".utf8), isComplete: false) }
+            opened.append(stream)
+        }
+        #expect(opened.map { quicMetadata($0).streamIdentifier } == [0, 4, 8, 2, 6])
+        #expect(opened.map { quicMetadata($0).streamType } == [.bidirectional, .bidirectional, .bidirectional, .unidirectional, .unidirectional])
+        try await within(5) { while serverSeen.values.count < 5 || clientSeen.values.count < 2 { try await Task.sleep(for: .milliseconds(10)) } }
+        #expect(Set(serverSeen.values) == [0, 4, 8, 2, 6])
+        #expect(Set(clientSeen.values) == [1, 3])
+        group.cancel()
+    }
+
+    @Test func applicationErrorCodeReachesThePeer() async throws {
+        let server = try await LoopbackServer()
+        let observed = Recorder<UInt64>()
+        let serverGroups = server.groups
+        Task {
+            for await group in serverGroups {
+                let inbound = group.inboundStreams
+                group.start(queue: DispatchQueue(label: "server"))
+                for await stream in inbound {
+                    stream.start(queue: DispatchQueue(label: "server.stream"))
+                    do {
+                        while true { _ = try await stream.receive() }
+                    } catch let NWError.quic(error) {
+                        if error.kind == .streamReset { observed.append(error.applicationErrorCode ?? 0) }
+                    }
+                }
+            }
+        }
+        let group = server.makeClient()
+        group.start(queue: DispatchQueue(label: "test"))
+        try await within(5) { try await group.waitUntilReady() }
+        let stream = NWConnection(from: group)
+        stream.start(queue: DispatchQueue(label: "test.stream"))
+        try await stream.send(content: Data("about to reset".utf8), isComplete: false)
+        quicMetadata(stream).applicationError = 0x1234
+        stream.cancel()
+        try await within(5) { while observed.values.isEmpty { try await Task.sleep(for: .milliseconds(10)) } }
+        #expect(observed.values == [0x1234])
+        group.cancel()
+    }
+
+    @Test func connectionCloseCarriesCodeAndReason() async throws {
+        let server = try await LoopbackServer()
+        let serverGroups = server.groups
+        let serverState = Task { () -> NWConnectionGroup.State? in
+            for await group in serverGroups {
+                let states = group.states
+                group.start(queue: DispatchQueue(label: "server"))
+                for await state in states {
+                    if case .failed = state { return state }
+                    if case .cancelled = state { return state }
+                }
+            }
+            return nil
+        }
+        let group = server.makeClient()
+        group.start(queue: DispatchQueue(label: "test"))
+        try await within(5) { try await group.waitUntilReady() }
+        try await Task.sleep(for: .milliseconds(50))  // Let the handshake be confirmed.
+        group.cancel(applicationError: 0x2a, reason: "done here")
+        let state = try await within(5) { await serverState.value }
+        guard case .failed(.quic(let error)) = state else {
+            Issue.record("server state \(String(describing: state))")
+            return
+        }
+        #expect(error.kind == .applicationClose)
+        #expect(error.applicationErrorCode == 0x2a)
+        #expect(error.description.contains("done here"))
+    }
+
+    @Test func datagramsRoundTripWhenBothSidesEnableThem() async throws {
+        let server = try await LoopbackServer { $0.isDatagram = true }
+        server.echo()
+        let group = server.makeClient { $0.isDatagram = true }
+        let received = group.datagrams
+        group.start(queue: DispatchQueue(label: "test"))
+        try await within(5) { try await group.waitUntilReady() }
+        let sent = Set((0..<10).map { Data("datagram \($0)".utf8) })
+        for datagram in sent { try await group.send(datagram: datagram) }
+        let echoed = try await within(5) {
+            var seen = Set<Data>()
+            for await datagram in received {
+                seen.insert(datagram)
+                if seen == sent { break }
+            }
+            return seen
+        }
+        #expect(echoed == sent)
+        group.cancel()
+    }
+
+    @Test func datagramsFailClearlyWhenNotNegotiated() async throws {
+        let server = try await LoopbackServer()
+        server.echo()
+        let group = server.makeClient { $0.isDatagram = true }
+        group.start(queue: DispatchQueue(label: "test"))
+        try await within(5) { try await group.waitUntilReady() }
+        await #expect(throws: NWError.self) { try await group.send(datagram: Data("x".utf8)) }
+        group.cancel()
+    }
+
+    @Test func idleTimeoutFailsTheGroup() async throws {
+        let server = try await LoopbackServer { $0.idleTimeout = 300 }
+        server.echo()
+        let group = server.makeClient { $0.idleTimeout = 300 }
+        let states = group.states
+        group.start(queue: DispatchQueue(label: "test"))
+        try await within(5) { try await group.waitUntilReady() }
+        let final = try await within(5) { () -> NWConnectionGroup.State? in
+            for await state in states {
+                if case .failed = state { return state }
+            }
+            return nil
+        }
+        guard case .failed(.quic(let error)) = final else {
+            Issue.record("unexpected final state \(String(describing: final))")
+            return
+        }
+        #expect(error.kind == .idleTimeout)
+    }
+
+    @Test func retryValidatesTheAddressAndTheEchoStillWorks() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("qlog-retry-\(UUID())").path
+        let server = try await LoopbackServer { $0.requiresAddressValidation = true }
+        server.echo()
+        let group = server.makeClient { $0.qlogDirectory = directory }
+        group.start(queue: DispatchQueue(label: "test"))
+        try await within(5) { try await group.waitUntilReady() }
+        let stream = NWConnection(from: group)
+        stream.start(queue: DispatchQueue(label: "test.stream"))
+        try await stream.send(content: Data("after retry".utf8), isComplete: true)
+        let echoed = try await within(5) { try await stream.receiveMessage() }
+        #expect(echoed == Data("after retry".utf8))
+        let qlogPath = try #require(await group.qlogFilePath)
+        group.cancel()
+        try await Task.sleep(for: .milliseconds(100))
+        let trace = try String(contentsOfFile: qlogPath, encoding: .utf8)
+        #expect(trace.contains("\"packet_type\":\"retry\""), "the client's qlog shows the Retry it received")
+    }
+
+    @Test func hundredConcurrentStreamsOnOneTunnel() async throws {
+        let server = try await LoopbackServer()
+        server.echo()
+        let group = server.makeClient()
+        group.start(queue: DispatchQueue(label: "test"))
+        try await within(5) { try await group.waitUntilReady() }
+        let results = try await within(30) {
+            try await withThrowingTaskGroup(of: Bool.self) { tasks in
+                for index in 0..<100 {
+                    tasks.addTask {
+                        let stream = NWConnection(from: group)
+                        stream.start(queue: DispatchQueue(label: "test.stream"))
+                        let payload = Data("stream \(index) ".utf8) + Data(repeating: UInt8(index), count: 10_000)
+                        async let sent: Void = stream.send(content: payload, isComplete: true)
+                        let echoed = try await stream.receiveMessage()
+                        try await sent
+                        return echoed == payload
+                    }
+                }
+                var matches = 0
+                for try await ok in tasks where ok { matches += 1 }
+                return matches
+            }
+        }
+        #expect(results == 100)
+        group.cancel()
+    }
+
+    @Test func clientReachesAServerOnLoopbackByName() async throws {
+        let server = try await LoopbackServer()
+        server.echo()
+        // localhost may resolve to ::1 first, where nothing listens: the client must move on.
+        let group = server.makeClient(host: "localhost")
+        group.start(queue: DispatchQueue(label: "test"))
+        try await within(5) { try await group.waitUntilReady() }
+        group.cancel()
+    }
+
+    @Test func wrongALPNIsAClearHandshakeError() async throws {
+        let server = try await LoopbackServer(alpn: "quic-echo")
+        server.echo()
+        let group = server.makeClient(alpn: "not-echo")
+        group.start(queue: DispatchQueue(label: "test"))
+        do {
+            try await within(5) { try await group.waitUntilReady() }
+            Issue.record("handshake with a wrong ALPN succeeded")
+        } catch let NWError.quic(error) {
+            #expect(error.kind == .handshakeFailed)
+            #expect(error.description.contains("no_application_protocol"), "\(error)")
+        }
+        #expect(await server.listener.connectionCount() <= 1)
+    }
+
+    @Test func unverifiableCertificateIsRejectedWithTheReason() async throws {
+        let server = try await LoopbackServer()
+        server.echo()
+        let group = server.makeClient { $0.tls.certificateVerification = .systemTrustStore }
+        group.start(queue: DispatchQueue(label: "test"))
+        do {
+            try await within(5) { try await group.waitUntilReady() }
+            Issue.record("a self-signed certificate passed system-trust verification")
+        } catch let NWError.quic(error) {
+            #expect(error.kind == .handshakeFailed)
+            #expect(error.verificationFailure == .unknownIssuer)
+            #expect(error.description.contains("--cacert"), "\(error)")
+        }
+    }
+
+    @Test(arguments: ["ca", "pin", "insecure"])
+    func trustOptionsAcceptTheServer(mode: String) async throws {
+        let server = try await LoopbackServer()
+        server.echo()
+        let caFile = FileManager.default.temporaryDirectory.appendingPathComponent("ca-\(UUID()).pem")
+        try server.certificate.certificatePEM.write(to: caFile, atomically: true, encoding: .utf8)
+        let group = server.makeClient(host: "localhost") { options in
+            switch mode {
+            case "ca": options.tls.certificateVerification = .caFile(caFile.path)
+            case "pin": options.tls.certificateVerification = .pinnedSHA256(server.certificate.sha256Fingerprint)
+            default: options.tls.certificateVerification = .insecure
+            }
+        }
+        group.start(queue: DispatchQueue(label: "test"))
+        try await within(5) { try await group.waitUntilReady() }
+        group.cancel()
+    }
+
+    @Test func garbageDatagramsGetNoReplyAndEchoContinues() async throws {
+        let server = try await LoopbackServer()
+        server.echo()
+        // A raw UDP socket throws random bytes at the server and listens for any answer.
+        let fd = socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
+        #expect(fd >= 0)
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = server.port.rawValue.bigEndian
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var timeout = timeval(tv_sec: 0, tv_usec: 300_000)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        var generator = SeededGenerator(seed: 99)
+        let echo = Task {
+            let group = server.makeClient()
+            group.start(queue: DispatchQueue(label: "test"))
+            try await group.waitUntilReady()
+            let stream = NWConnection(from: group)
+            stream.start(queue: DispatchQueue(label: "test.stream"))
+            try await stream.send(content: Data("still here".utf8), isComplete: true)
+            let echoed = try await stream.receiveMessage()
+            group.cancel()
+            return echoed
+        }
+        for _ in 0..<2_000 {
+            // Below 1200 bytes, so even a long header with an unknown version is not owed a Version Negotiation.
+            let size = Int(generator.next() % 1_199) + 1
+            var bytes = (0..<size).map { _ in UInt8(truncatingIfNeeded: generator.next()) }
+            let sent = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    sendto(fd, &bytes, bytes.count, 0, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+                }
+            }
+            #expect(sent == size)
+        }
+        var reply = [UInt8](repeating: 0, count: 2048)
+        let received = recv(fd, &reply, reply.count, 0)
+        #expect(received < 0, "the server answered a garbage datagram with \(received) bytes")
+        let echoed = try await within(10) { try await echo.value }
+        #expect(echoed == Data("still here".utf8))
+    }
+
+    @Test func qlogTracesStartWithAJSONSEQHeader() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("qlog-\(UUID())").path
+        let server = try await LoopbackServer { $0.qlogDirectory = directory }
+        server.echo()
+        let group = server.makeClient { $0.qlogDirectory = directory }
+        group.start(queue: DispatchQueue(label: "test"))
+        try await within(5) { try await group.waitUntilReady() }
+        let stream = NWConnection(from: group)
+        stream.start(queue: DispatchQueue(label: "test.stream"))
+        try await stream.send(content: Data("trace me".utf8), isComplete: true)
+        _ = try await within(5) { try await stream.receiveMessage() }
+        let clientPath = try #require(await group.qlogFilePath)
+        group.cancel()
+        try await Task.sleep(for: .milliseconds(300))
+        let files = try FileManager.default.contentsOfDirectory(atPath: directory).sorted()
+        #expect(files.count == 2)
+        #expect(files.contains { $0.hasSuffix("_client.sqlog") })
+        #expect(files.contains { $0.hasSuffix("_server.sqlog") })
+        #expect(clientPath.hasSuffix("_client.sqlog"))
+        for file in files {
+            let data = try Data(contentsOf: URL(fileURLWithPath: directory).appendingPathComponent(file))
+            #expect(data.first == 0x1E, "\(file) starts with the JSON-SEQ record separator")
+            let header = data.dropFirst().prefix { $0 != 0x0A }
+            let json = try JSONSerialization.jsonObject(with: Data(header)) as? [String: Any]
+            #expect(json?["qlog_version"] as? String == "0.3")
+            #expect(json?["qlog_format"] as? String == "JSON-SEQ")
+        }
+        // Both traces are named by the client's original destination connection ID.
+        let prefixes = Set(files.map { $0.split(separator: "_")[0] })
+        #expect(prefixes.count == 1)
+    }
+}

@@ -1,0 +1,149 @@
+import Foundation
+import NIOConcurrencyHelpers
+import QuicTransport
+import Testing
+
+/// Real UDP on 127.0.0.1: an in-process listener whose tunnels and streams the test handles.
+final class LoopbackServer: Sendable {
+    let listener: NWListener
+    let port: NWEndpoint.Port
+    let certificate: SelfSignedCertificate
+    let groups: AsyncStream<NWConnectionGroup>
+
+    /// Starts a listener on a free port; `configure` adjusts the QUIC options first.
+    init(alpn: String = "quic-echo", configure: (NWProtocolQUIC.Options) -> Void = { _ in }) async throws {
+        let certificate = try SelfSignedCertificate.generate()
+        let options = NWProtocolQUIC.Options(alpn: [alpn])
+        options.tls.identity = certificate
+        configure(options)
+        let parameters = NWParameters(quic: options)
+        parameters.requiredLocalEndpoint = .hostPort(host: "127.0.0.1", port: .any)
+        let listener = try NWListener(using: parameters)
+        self.groups = listener.connectionGroups
+        let states = listener.states
+        listener.start(queue: DispatchQueue(label: "test.listener"))
+        for await state in states {
+            if case .ready = state { break }
+            if case .failed(let error) = state { throw error }
+        }
+        self.listener = listener
+        self.port = try #require(listener.port)
+        self.certificate = certificate
+    }
+
+    /// Serves the echo protocol on every tunnel (bidirectional echo, datagram echo, reset mirroring).
+    func echo() {
+        let groups = self.groups
+        Task {
+            for await group in groups {
+                Task { await Self.echo(group) }
+            }
+        }
+    }
+
+    static func echo(_ group: NWConnectionGroup) async {
+        let streams = group.inboundStreams
+        group.setReceiveHandler { _, content, _ in group.send(content: content) { _ in } }
+        group.start(queue: DispatchQueue(label: "test.tunnel"))
+        for await stream in streams {
+            Task {
+                stream.start(queue: DispatchQueue(label: "test.stream"))
+                do {
+                    while true {
+                        let (content, isComplete) = try await stream.receive()
+                        try await stream.send(content: content, isComplete: isComplete)
+                        if isComplete { return }
+                    }
+                } catch {
+                    stream.cancel()  // After a peer reset, metadata holds its code: cancel mirrors it.
+                }
+            }
+        }
+    }
+
+    /// A client group to this server that trusts its certificate by pin.
+    func makeClient(
+        host: String = "127.0.0.1",
+        alpn: String = "quic-echo",
+        configure: (NWProtocolQUIC.Options) -> Void = { _ in }
+    ) -> NWConnectionGroup {
+        let options = NWProtocolQUIC.Options(alpn: [alpn])
+        options.tls.certificateVerification = .pinnedSHA256(certificate.sha256Fingerprint)
+        configure(options)
+        return NWConnectionGroup(
+            with: NWMultiplexGroup(to: .hostPort(host: .init(host), port: port)),
+            using: NWParameters(quic: options)
+        )
+    }
+
+    deinit { listener.cancel() }
+}
+
+/// Collects values from handler callbacks for later assertions.
+final class Recorder<Value: Sendable>: Sendable {
+    private let box = NIOLockedValueBox([Value]())
+    func append(_ value: Value) { box.withLockedValue { $0.append(value) } }
+    var values: [Value] { box.withLockedValue { $0 } }
+}
+
+/// Fails the test with `message` instead of hanging when `body` takes longer than `seconds`.
+func within<T: Sendable>(
+    _ seconds: Double,
+    _ message: String = "timed out",
+    _ body: @escaping @Sendable () async throws -> T
+) async throws -> T {
+    try await withThrowingTaskGroup(of: T?.self) { tasks in
+        tasks.addTask { try await body() }
+        tasks.addTask {
+            try await Task.sleep(for: .milliseconds(Int(seconds * 1000)))
+            return nil
+        }
+        guard let first = try await tasks.next(), let value = first else {
+            tasks.cancelAll()
+            throw TimeoutError(message: "\(message) after \(seconds) s")
+        }
+        tasks.cancelAll()
+        return value
+    }
+}
+
+struct TimeoutError: Error, CustomStringConvertible {
+    let message: String
+    var description: String { message }
+}
+
+func quicMetadata(_ connection: NWConnection) -> NWProtocolQUIC.Metadata {
+    connection.metadata(definition: NWProtocolQUIC.definition) as! NWProtocolQUIC.Metadata
+}
+
+/// Where the package's built executables and the repository live.
+enum TestEnvironment {
+    static let repositoryRoot = URL(fileURLWithPath: #filePath)
+        .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+
+    /// A product built next to the test bundle; the message says how to build it when missing.
+    static func executable(_ name: String) throws -> URL {
+        var directory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+        while directory.path != "/" {
+            let candidate = directory.appendingPathComponent(name)
+            if FileManager.default.isExecutableFile(atPath: candidate.path) { return candidate }
+            if directory.lastPathComponent == "debug" || directory.lastPathComponent == "release" { break }
+            directory.deleteLastPathComponent()
+        }
+        throw SetupError("\(name) is not built next to the tests; run `swift build --product \(name)` (scripts/test does this)")
+    }
+
+    /// aioquic's interpreter from the repository's virtual environment.
+    static func python() throws -> URL {
+        let python = repositoryRoot.appendingPathComponent(".venv/bin/python")
+        guard FileManager.default.isExecutableFile(atPath: python.path) else {
+            throw SetupError("aioquic is not installed: run `bash scripts/setup` (it creates .venv with aioquic==1.7.2)")
+        }
+        return python
+    }
+}
+
+struct SetupError: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}
