@@ -50,7 +50,8 @@ struct Serve: AsyncParsableCommand {
         do {
             listener = try NWListener(using: parameters, on: port)
         } catch {
-            throw CleanExit.message("error: \(error)")
+            FileHandle.standardError.write(Data("error: \(error)\n".utf8))
+            throw ExitCode(1)
         }
         listener.maximumConcurrentTunnels = maxConnections
         if let generated = listener.generatedCertificate {

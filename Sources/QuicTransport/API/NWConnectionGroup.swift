@@ -57,6 +57,8 @@ public final class NWConnectionGroup: @unchecked Sendable {
     var onEstablished: (() -> Void)?
     /// Runs once the group is finished and can be forgotten.
     var onFinished: (() -> Void)?
+    /// Runs when an accepted tunnel closes before it was ever established (a failed handshake).
+    var onHandshakeFailure: ((QUICCloseReason) -> Void)?
 
     /// A client tunnel to the descriptor's endpoint.
     public init(with descriptor: NWMultiplexGroup, using parameters: NWParameters) {
@@ -410,6 +412,7 @@ public final class NWConnectionGroup: @unchecked Sendable {
             case .datagramReceived(let bytes):
                 if started { deliverDatagram(Data(bytes)) } else { heldDatagrams.append(Data(bytes)) }
             case .closed(let reason):
+                if let driver, !driver.core.isHandshakeCompleted { onHandshakeFailure?(reason) }
                 finish(reason)
             case .connectionIDIssued, .connectionIDRetired:
                 break

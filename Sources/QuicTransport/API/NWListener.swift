@@ -166,12 +166,9 @@ public final class NWListener: @unchecked Sendable {
         let key = ObjectIdentifier(group)
         liveGroups[key] = group
         let peer = driver.core.path.remote
-        group.onFinished = { [weak self] in
-            guard let self else { return }
-            self.liveGroups[key] = nil
-            if let reason = driver.core.closeReason, !driver.core.isHandshakeCompleted {
-                self.logger.notice("handshake with \(peer) failed: \(reason)")
-            }
+        group.onFinished = { [weak self] in self?.liveGroups[key] = nil }
+        group.onHandshakeFailure = { [weak self] reason in
+            self?.logger.notice("handshake with \(peer) failed: \(reason)")
         }
         group.onEstablished = { [weak self] in
             guard let self else { return }

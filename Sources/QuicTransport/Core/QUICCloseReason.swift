@@ -34,7 +34,7 @@ package enum QUICCloseReason: Sendable, Equatable, CustomStringConvertible {
             return "connection error \(QUICTransportErrorName.describe(code))" + (reason.isEmpty ? "" : ": \(reason)")
         case .handshakeFailed(let alert, let detail, let verification):
             if let verification { return "TLS handshake failed: certificate verification failed: \(verification)" }
-            return "TLS handshake failed: \(detail) (TLS alert \(alert))"
+            return "TLS handshake failed: \(detail) (TLS alert \(QUICTransportErrorName.tlsAlertName(alert)))"
         case .idleTimeout: return "idle timeout"
         case .handshakeTimeout: return "handshake timed out"
         case .statelessReset: return "peer sent a stateless reset"
@@ -54,6 +54,19 @@ package enum QUICCloseReason: Sendable, Equatable, CustomStringConvertible {
 
 /// Names for the transport error codes of RFC 9000 §20.1 and RFC 9001 §4.8.
 enum QUICTransportErrorName {
+    /// The RFC 8446 §6 name of a TLS alert, as QUIC carries it in CRYPTO_ERROR (RFC 9001 §4.8).
+    static func tlsAlertName(_ alert: UInt8) -> String {
+        let names: [UInt8: String] = [
+            10: "unexpected_message", 20: "bad_record_mac", 40: "handshake_failure", 42: "bad_certificate",
+            43: "unsupported_certificate", 44: "certificate_revoked", 45: "certificate_expired",
+            46: "certificate_unknown", 47: "illegal_parameter", 48: "unknown_ca", 50: "decode_error",
+            51: "decrypt_error", 70: "protocol_version", 80: "internal_error", 109: "missing_extension",
+            110: "unsupported_extension", 112: "unrecognized_name", 116: "certificate_required",
+            120: "no_application_protocol",
+        ]
+        return names[alert] ?? "alert \(alert)"
+    }
+
     static func describe(_ code: UInt64) -> String {
         let names: [UInt64: String] = [
             0x0: "NO_ERROR", 0x1: "INTERNAL_ERROR", 0x2: "CONNECTION_REFUSED", 0x3: "FLOW_CONTROL_ERROR",
@@ -65,9 +78,7 @@ enum QUICTransportErrorName {
         ]
         if let name = names[code] { return "\(name) (0x\(String(code, radix: 16)))" }
         if (0x100...0x1ff).contains(code) {
-            let alert = code - 0x100
-            let alertName = alert == 120 ? "no_application_protocol" : alert == 42 ? "bad_certificate" : "alert \(alert)"
-            return "CRYPTO_ERROR \(alertName) (0x\(String(code, radix: 16)))"
+            return "CRYPTO_ERROR \(tlsAlertName(UInt8(code - 0x100))) (0x\(String(code, radix: 16)))"
         }
         return "0x\(String(code, radix: 16))"
     }

@@ -1,0 +1,147 @@
+import Foundation
+import QuicTransport
+import Testing
+
+/// quic-echo against aioquic 1.7.2, an implementation nobody here wrote, over real UDP and TLS.
+@Suite("quic-echo interop with aioquic", .serialized, .timeLimit(.minutes(2)))
+struct QuicEchoInteropTests {
+    /// aioquic's certificate: made by openssl, so no code of ours is on that side of the handshake.
+    static func makeCertificate() throws -> (cert: String, key: String) {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("aioquic-\(UUID())")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let cert = directory.appendingPathComponent("cert.pem").path
+        let key = directory.appendingPathComponent("key.pem").path
+        let openssl = Process()
+        openssl.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
+        openssl.arguments = [
+            "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+            "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1", "-days", "2",
+            "-keyout", key, "-out", cert,
+        ]
+        openssl.standardError = FileHandle.nullDevice
+        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/openssl") else {
+            throw SetupError("openssl is missing: run `bash scripts/setup` (apt-get install openssl)")
+        }
+        try openssl.run()
+        openssl.waitUntilExit()
+        guard openssl.terminationStatus == 0 else { throw SetupError("openssl could not make a certificate") }
+        return (cert, key)
+    }
+
+    static func script(_ name: String) -> String {
+        TestEnvironment.repositoryRoot.appendingPathComponent("Tests/Interop/aioquic/\(name)").path
+    }
+
+    @Test func aioquicClientAgainstQuicEchoServer() async throws {
+        let python = try TestEnvironment.python()
+        let server = try await EchoServerProcess(["--datagrams"])
+        let client = try ChildProcess(python, [
+            Self.script("echo_client.py"), "127.0.0.1", "\(server.port)", "-k",
+            "--streams", "4", "--uni", "3", "--reset-code", "42", "--datagrams", "5", "--size", "100000",
+        ])
+        let status = try await client.waitForExit()
+        #expect(status == 0, "aioquic client: \(client.standardOutput) \(client.standardError)")
+        let summary = try JSONSerialization.jsonObject(with: Data(client.standardOutput.utf8)) as? [String: Any]
+        #expect(summary?["ok"] as? Bool == true)
+        #expect(summary?["bidi"] as? Int == 4)
+        #expect(summary?["uni"] as? Int == 3)
+        #expect(summary?["resets"] as? [Int] == [42, 42])
+        #expect(summary?["datagrams"] as? Int == 5)
+        server.process.terminate()
+    }
+
+    @Test func quicEchoClientAgainstAioquicServer() async throws {
+        let python = try TestEnvironment.python()
+        let (cert, key) = try Self.makeCertificate()
+        let server = try ChildProcess(python, [Self.script("echo_server.py"), "--port", "0", "--cert", cert, "--key", key, "--datagrams"])
+        defer { server.terminate() }
+        let listening = try await server.waitForLine(containing: "LISTENING")
+        let port = String(listening.split(separator: " ").last ?? "")
+        let client = try ChildProcess(try TestEnvironment.executable("quic-echo"), [
+            "connect", "localhost", port, "--cacert", cert,
+            "--streams", "4", "--uni", "3", "--reset-code", "42", "--datagrams", "5", "--data", String(repeating: "x", count: 50_000),
+        ])
+        let status = try await client.waitForExit()
+        #expect(status == 0, "quic-echo connect: \(client.standardOutput) \(client.standardError)")
+        #expect(client.standardOutput.contains("alpn quic-echo"))
+        #expect(client.standardOutput.hasSuffix("ok\n"))
+    }
+
+    @Test func quicEchoClientAndServerTogether() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("qlog-cli-\(UUID())").path
+        let server = try await EchoServerProcess(["--datagrams", "--retry", "--qlog-dir", directory])
+        let client = try ChildProcess(try TestEnvironment.executable("quic-echo"), [
+            "connect", "127.0.0.1", "\(server.port)", "--pin-sha256", server.fingerprint,
+            "--streams", "8", "--uni", "4", "--reset-code", "7", "--datagrams", "4", "--qlog-dir", directory,
+        ])
+        #expect(try await client.waitForExit() == 0, "\(client.standardOutput) \(client.standardError)")
+        let qlogLine = try #require(client.standardOutput.split(separator: "\n").first { $0.hasPrefix("qlog: ") })
+        #expect(qlogLine.hasSuffix("_client.sqlog"))
+        #expect(FileManager.default.fileExists(atPath: String(qlogLine.dropFirst("qlog: ".count))))
+        server.process.terminate()
+    }
+
+    @Test func wrongALPNIsReportedByBothSides() async throws {
+        let server = try await EchoServerProcess()
+        let client = try ChildProcess(try TestEnvironment.executable("quic-echo"), [
+            "connect", "127.0.0.1", "\(server.port)", "--pin-sha256", server.fingerprint, "--alpn", "h3", "--timeout", "5",
+        ])
+        let status = try await client.waitForExit()
+        #expect(status == 2)
+        #expect(client.standardError.contains("no_application_protocol"), "\(client.standardError)")
+        try await Task.sleep(for: .milliseconds(1500))  // The server logs once the closing period ends.
+        server.process.terminate()
+        _ = try await server.process.waitForExit()
+        #expect(server.process.standardError.contains("no_application_protocol"), "\(server.process.standardError)")
+    }
+
+    @Test func unverifiableCertificateNeedsCAPinOrInsecure() async throws {
+        let server = try await EchoServerProcess()
+        let binary = try TestEnvironment.executable("quic-echo")
+        let refused = try ChildProcess(binary, ["connect", "127.0.0.1", "\(server.port)", "--timeout", "5"])
+        #expect(try await refused.waitForExit() == 2)
+        #expect(refused.standardError.contains("unknown issuer"), "\(refused.standardError)")
+        let pinned = try ChildProcess(binary, ["connect", "127.0.0.1", "\(server.port)", "--pin-sha256", server.fingerprint])
+        #expect(try await pinned.waitForExit() == 0, "\(pinned.standardError)")
+        let wrongPin = try ChildProcess(binary, ["connect", "127.0.0.1", "\(server.port)", "--pin-sha256", String(repeating: "ab", count: 32)])
+        #expect(try await wrongPin.waitForExit() == 2)
+        #expect(wrongPin.standardError.contains("pin"), "\(wrongPin.standardError)")
+        let insecure = try ChildProcess(binary, ["connect", "127.0.0.1", "\(server.port)", "-k"])
+        #expect(try await insecure.waitForExit() == 0, "\(insecure.standardError)")
+        server.process.terminate()
+    }
+
+    @Test func connectionLimitRefusesTheExtraTunnel() async throws {
+        let server = try await EchoServerProcess(["--max-connections", "1"])
+        // An in-process client holds the only slot open.
+        let options = NWProtocolQUIC.Options(alpn: ["quic-echo"])
+        options.tls.certificateVerification = .insecure
+        let holder = NWConnectionGroup(
+            with: NWMultiplexGroup(to: .hostPort(host: "127.0.0.1", port: .init(integerLiteral: UInt16(server.port)))),
+            using: NWParameters(quic: options)
+        )
+        holder.start(queue: DispatchQueue(label: "holder"))
+        try await within(5) { try await holder.waitUntilReady() }
+        let refused = try ChildProcess(try TestEnvironment.executable("quic-echo"), [
+            "connect", "127.0.0.1", "\(server.port)", "-k", "--timeout", "3",
+        ])
+        #expect(try await refused.waitForExit() == 2)
+        #expect(refused.standardError.contains("CONNECTION_REFUSED"), "\(refused.standardError)")
+        holder.cancel()
+        server.process.terminate()
+    }
+
+    @Test func badFlagsGiveAClearError() async throws {
+        let binary = try TestEnvironment.executable("quic-echo")
+        let missingKey = try ChildProcess(binary, ["serve", "--cert", "/nonexistent.pem"])
+        #expect(try await missingKey.waitForExit() != 0)
+        #expect(missingKey.standardError.contains("--cert and --key go together"), "\(missingKey.standardError)")
+        let missingFile = try ChildProcess(binary, ["serve", "--port", "0", "--cert", "/nonexistent.pem", "--key", "/nonexistent.key"])
+        #expect(try await missingFile.waitForExit() != 0)
+        #expect(missingFile.standardError.contains("/nonexistent.pem") || missingFile.standardOutput.contains("/nonexistent.pem"),
+                "\(missingFile.standardOutput) \(missingFile.standardError)")
+        let twoTrusts = try ChildProcess(binary, ["connect", "127.0.0.1", "1", "-k", "--pin-sha256", "00"])
+        #expect(try await twoTrusts.waitForExit() != 0)
+        #expect(twoTrusts.standardError.contains("only one of"))
+    }
+}
