@@ -87,7 +87,7 @@ let package = Package(
         ),
         .testTarget(
             name: "H3Tests",
-            dependencies: ["H3"],
+            dependencies: ["H3", "QuicTransport"],
             swiftSettings: swiftSettings
         ),
     ]

@@ -373,4 +373,65 @@ struct NWConnectionGroupLoopbackTests {
         let prefixes = Set(files.map { $0.split(separator: "_")[0] })
         #expect(prefixes.count == 1)
     }
+
+    @Test func singleStreamConnectionOpensItsOwnTunnel() async throws {
+        let server = try await LoopbackServer()
+        server.echo()
+        let options = NWProtocolQUIC.Options(alpn: ["quic-echo"])
+        options.tls.certificateVerification = .pinnedSHA256(server.certificate.sha256Fingerprint)
+        let connection = NWConnection(host: "127.0.0.1", port: server.port, using: NWParameters(quic: options))
+        let states = Recorder<NWConnection.State>()
+        connection.stateUpdateHandler = { states.append($0) }
+        connection.start(queue: DispatchQueue(label: "test"))
+        try await connection.send(content: Data("one stream".utf8), isComplete: true)
+        let echoed = try await within(5) { try await connection.receiveMessage() }
+        #expect(echoed == Data("one stream".utf8))
+        #expect(quicMetadata(connection).streamIdentifier == 0)
+        connection.cancel()
+        try await Task.sleep(for: .milliseconds(100))
+        #expect(states.values.first == .preparing)
+        #expect(states.values.contains(.ready))
+        #expect(states.values.last == .cancelled)
+    }
+
+    @Test func ipv6Loopback() async throws {
+        let certificate = try SelfSignedCertificate.generate()
+        let options = NWProtocolQUIC.Options(alpn: ["quic-echo"])
+        options.tls.identity = certificate
+        let parameters = NWParameters(quic: options)
+        parameters.requiredLocalEndpoint = .hostPort(host: "::1", port: .any)
+        let listener = try NWListener(using: parameters)
+        let groups = listener.connectionGroups
+        let states = listener.states
+        listener.start(queue: DispatchQueue(label: "test.listener6"))
+        for await state in states {
+            if case .ready = state { break }
+            if case .failed(let error) = state {
+                Issue.record("cannot listen on ::1 (\(error)); this machine needs IPv6 loopback")
+                return
+            }
+        }
+        Task { for await group in groups { await LoopbackServer.echo(group) } }
+        let clientOptions = NWProtocolQUIC.Options(alpn: ["quic-echo"])
+        clientOptions.tls.certificateVerification = .caFile(try writeTemporary(certificate.certificatePEM))
+        let group = NWConnectionGroup(
+            with: NWMultiplexGroup(to: .hostPort(host: "::1", port: try #require(listener.port))),
+            using: NWParameters(quic: clientOptions)
+        )
+        group.start(queue: DispatchQueue(label: "test"))
+        try await within(5) { try await group.waitUntilReady() }
+        let stream = NWConnection(from: group)
+        stream.start(queue: DispatchQueue(label: "test.stream"))
+        try await stream.send(content: Data("v6".utf8), isComplete: true)
+        #expect(try await within(5) { try await stream.receiveMessage() } == Data("v6".utf8))
+        #expect(group.remoteEndpoint?.description.hasPrefix("[::1]") == true)
+        group.cancel()
+        listener.cancel()
+    }
+
+    private func writeTemporary(_ text: String) throws -> String {
+        let url = FileManager.default.temporaryDirectory.appendingPathComponent("pem-\(UUID()).pem")
+        try text.write(to: url, atomically: true, encoding: .utf8)
+        return url.path
+    }
 }

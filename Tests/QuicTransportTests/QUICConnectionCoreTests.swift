@@ -207,4 +207,41 @@ struct QUICConnectionCoreTests {
         }
         #expect(what == "stateless reset")
     }
+
+    @Test func cipherSuitesCanBeRestricted() throws {
+        var configuration = InMemoryPair.defaultConfiguration()
+        configuration.cipherSuites = [.chacha20Poly1305]
+        let pair = try InMemoryPair(clientConfiguration: configuration, serverConfiguration: configuration)
+        try pair.run(until: { pair.client.isHandshakeCompleted })
+        #expect(pair.client.cipherName == "CHACHA20-POLY1305")
+        #expect(pair.serverConnection?.cipherName == "CHACHA20-POLY1305")
+    }
+
+    @Test func unreadDataHoldsTheSenderBackUntilTheApplicationReads() throws {
+        var serverConfiguration = InMemoryPair.defaultConfiguration()
+        serverConfiguration.initialMaxStreamDataBidirectionalRemote = 64 * 1024
+        serverConfiguration.maxStreamWindow = 64 * 1024
+        let pair = try InMemoryPair(serverConfiguration: serverConfiguration)
+        try pair.run(until: { pair.client.isHandshakeCompleted })
+        let stream = try #require(try pair.client.openStream(bidirectional: true))
+        let chunk = [UInt8](repeating: 0x5a, count: 16 * 1024)
+        for token in 1...64 {
+            try chunk.withUnsafeBytes { try pair.client.send(streamID: stream, bytes: $0, fin: token == 64, token: UInt64(token)) }
+        }
+        func completed() -> Int {
+            pair.clientEvents.filter { if case .streamSendCompleted(stream, _, nil) = $0 { true } else { false } }.count
+        }
+        pair.advance(by: 2_000_000_000)
+        // Nothing was read, so only the 64 KiB window could go out: four chunks of 16 KiB.
+        #expect(completed() == 4)
+        let server = try #require(pair.serverConnection)
+        var received = 0
+        try pair.run(until: {
+            let read = server.read(streamID: stream, maximumLength: .max)
+            received += read.bytes.count
+            return read.isFinished
+        })
+        #expect(received == 64 * 16 * 1024)
+        #expect(completed() == 64)
+    }
 }

@@ -144,4 +144,21 @@ struct QuicEchoInteropTests {
         #expect(try await twoTrusts.waitForExit() != 0)
         #expect(twoTrusts.standardError.contains("only one of"))
     }
+
+    @Test func keyLogIsWrittenWhenSSLKEYLOGFILEIsSet() async throws {
+        let server = try await EchoServerProcess()
+        let keyLog = FileManager.default.temporaryDirectory.appendingPathComponent("keys-\(UUID()).log").path
+        let client = try ChildProcess(
+            try TestEnvironment.executable("quic-echo"),
+            ["connect", "127.0.0.1", "\(server.port)", "--pin-sha256", server.fingerprint],
+            environment: ["SSLKEYLOGFILE": keyLog]
+        )
+        #expect(try await client.waitForExit() == 0, "\(client.standardError)")
+        let lines = try String(contentsOfFile: keyLog, encoding: .utf8).split(separator: "\n")
+        // TLS 1.3 secrets in NSS key log format, which Wireshark needs to decrypt QUIC.
+        for label in ["CLIENT_HANDSHAKE_TRAFFIC_SECRET", "SERVER_HANDSHAKE_TRAFFIC_SECRET", "CLIENT_TRAFFIC_SECRET_0", "SERVER_TRAFFIC_SECRET_0"] {
+            #expect(lines.contains { $0.hasPrefix(label + " ") && $0.split(separator: " ").count == 3 }, "missing \(label)")
+        }
+        server.process.terminate()
+    }
 }

@@ -1,1 +1,0 @@
-// H3 arrives with the HTTP/3 issue.

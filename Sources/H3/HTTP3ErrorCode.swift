@@ -1,0 +1,62 @@
+import QuicTransport
+
+/// An HTTP/3 application error code (RFC 9114 §8.1), carried in RESET_STREAM, STOP_SENDING and
+/// CONNECTION_CLOSE. An open set: codes a peer sends that are not listed here survive intact.
+public struct HTTP3ErrorCode: Hashable, Sendable, RawRepresentable, CustomStringConvertible {
+    public let rawValue: UInt64
+
+    public init(rawValue: UInt64) { self.rawValue = rawValue }
+
+    public static let noError = HTTP3ErrorCode(rawValue: 0x0100)
+    public static let generalProtocolError = HTTP3ErrorCode(rawValue: 0x0101)
+    public static let internalError = HTTP3ErrorCode(rawValue: 0x0102)
+    public static let streamCreationError = HTTP3ErrorCode(rawValue: 0x0103)
+    public static let closedCriticalStream = HTTP3ErrorCode(rawValue: 0x0104)
+    public static let frameUnexpected = HTTP3ErrorCode(rawValue: 0x0105)
+    public static let frameError = HTTP3ErrorCode(rawValue: 0x0106)
+    public static let excessiveLoad = HTTP3ErrorCode(rawValue: 0x0107)
+    public static let idError = HTTP3ErrorCode(rawValue: 0x0108)
+    public static let settingsError = HTTP3ErrorCode(rawValue: 0x0109)
+    public static let missingSettings = HTTP3ErrorCode(rawValue: 0x010a)
+    public static let requestRejected = HTTP3ErrorCode(rawValue: 0x010b)
+    public static let requestCancelled = HTTP3ErrorCode(rawValue: 0x010c)
+    public static let requestIncomplete = HTTP3ErrorCode(rawValue: 0x010d)
+    public static let messageError = HTTP3ErrorCode(rawValue: 0x010e)
+    public static let connectError = HTTP3ErrorCode(rawValue: 0x010f)
+    public static let versionFallback = HTTP3ErrorCode(rawValue: 0x0110)
+    /// QPACK (RFC 9204 §6).
+    public static let qpackDecompressionFailed = HTTP3ErrorCode(rawValue: 0x0200)
+    public static let qpackEncoderStreamError = HTTP3ErrorCode(rawValue: 0x0201)
+    public static let qpackDecoderStreamError = HTTP3ErrorCode(rawValue: 0x0202)
+
+    private static let names: [UInt64: String] = [
+        0x0100: "H3_NO_ERROR", 0x0101: "H3_GENERAL_PROTOCOL_ERROR", 0x0102: "H3_INTERNAL_ERROR",
+        0x0103: "H3_STREAM_CREATION_ERROR", 0x0104: "H3_CLOSED_CRITICAL_STREAM", 0x0105: "H3_FRAME_UNEXPECTED",
+        0x0106: "H3_FRAME_ERROR", 0x0107: "H3_EXCESSIVE_LOAD", 0x0108: "H3_ID_ERROR", 0x0109: "H3_SETTINGS_ERROR",
+        0x010a: "H3_MISSING_SETTINGS", 0x010b: "H3_REQUEST_REJECTED", 0x010c: "H3_REQUEST_CANCELLED",
+        0x010d: "H3_REQUEST_INCOMPLETE", 0x010e: "H3_MESSAGE_ERROR", 0x010f: "H3_CONNECT_ERROR",
+        0x0110: "H3_VERSION_FALLBACK", 0x0200: "QPACK_DECOMPRESSION_FAILED", 0x0201: "QPACK_ENCODER_STREAM_ERROR",
+        0x0202: "QPACK_DECODER_STREAM_ERROR",
+    ]
+
+    /// Reserved codes `0x1f * N + 0x21` that peers send to exercise unknown-code handling (RFC 9114 §8.1).
+    public var isGrease: Bool { rawValue >= 0x21 && (rawValue - 0x21) % 0x1f == 0 }
+
+    public var description: String {
+        if let name = Self.names[rawValue] { return name }
+        return isGrease ? "reserved (0x\(String(rawValue, radix: 16)))" : "unknown (0x\(String(rawValue, radix: 16)))"
+    }
+}
+
+/// The ALPN protocol ID for HTTP/3 (RFC 9114 §3.1).
+public enum HTTP3 {
+    public static let alpn = "h3"
+
+    /// QUIC parameters for an HTTP/3 client or server: ALPN `h3` and the stream limits RFC 9114 §6.2 needs
+    /// (the control and two QPACK streams each way).
+    public static func parameters() -> NWParameters {
+        let options = NWProtocolQUIC.Options(alpn: [alpn])
+        options.initialMaxStreamsUnidirectional = max(options.initialMaxStreamsUnidirectional, 3)
+        return NWParameters(quic: options)
+    }
+}
