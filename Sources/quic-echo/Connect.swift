@@ -140,7 +140,8 @@ struct Connect: AsyncParsableCommand {
     private func loadPayload() throws -> Data {
         if let data { return Data(data.utf8) }
         if let size {
-            var generator = SystemRandomNumberGenerator()
+            // A fast seeded generator: the payload only has to be incompressible, not secret.
+            var generator = PayloadGenerator(seed: UInt64.random(in: 1...UInt64.max))
             var bytes = Data(count: size)
             bytes.withUnsafeMutableBytes { raw in
                 var index = 0
@@ -181,6 +182,18 @@ struct Connect: AsyncParsableCommand {
     private func format(_ duration: Duration) -> String {
         let (seconds, attoseconds) = duration.components
         return String(format: "%.1f ms", Double(seconds) * 1e3 + Double(attoseconds) / 1e15)
+    }
+}
+
+/// xorshift64*: fills throughput payloads at memory speed.
+struct PayloadGenerator: RandomNumberGenerator {
+    private var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state ^= state >> 12
+        state ^= state << 25
+        state ^= state >> 27
+        return state &* 0x2545_F491_4F6C_DD1D
     }
 }
 

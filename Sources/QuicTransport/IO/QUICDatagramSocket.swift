@@ -8,8 +8,9 @@ import Logging
 import NIOCore
 import NIOPosix
 
-/// A bound UDP socket on SwiftNIO, tuned for QUIC: batched reads (`recvmmsg`), 4 MiB socket
-/// buffers, and GSO sends (`UDP_SEGMENT`) when the kernel offers them, with a per-datagram fallback.
+/// A bound UDP socket on SwiftNIO, tuned for QUIC: batched reads (`recvmmsg`), GRO (`UDP_GRO`,
+/// coalesced reads split back into datagrams here), 4 MiB socket buffers, and GSO sends
+/// (`UDP_SEGMENT`) when the kernel offers them, each with a per-datagram fallback.
 ///
 /// Outgoing batches are written from one reusable scratch area into one `ByteBuffer` each, so a
 /// GSO batch of dozens of packets costs one allocation. Lives on its channel's event loop.
@@ -86,14 +87,21 @@ final class QUICDatagramSocket {
     }
 
     private static func bootstrap(eventLoop: any EventLoop, sink: NIOLoopBound<QUICDatagramSink>) -> DatagramBootstrap {
-        DatagramBootstrap(group: eventLoop)
+        let gro = System.supportsUDPReceiveOffload
+        // With GRO one read slot holds up to 64 KiB of same-size datagrams; without it, one datagram.
+        let slots = gro ? 8 : vectorReadCount
+        let slotSize = gro ? 65_536 : 2_048
+        var bootstrap = DatagramBootstrap(group: eventLoop)
             .channelOption(.socketOption(.so_rcvbuf), value: SocketOptionValue(socketBufferSize))
             .channelOption(.socketOption(.so_sndbuf), value: SocketOptionValue(socketBufferSize))
-            .channelOption(.datagramVectorReadMessageCount, value: vectorReadCount)
-            .channelOption(
-                .recvAllocator,
-                value: FixedSizeRecvByteBufferAllocator(capacity: vectorReadCount * 2048)
-            )
+            .channelOption(.datagramVectorReadMessageCount, value: slots)
+            .channelOption(.recvAllocator, value: FixedSizeRecvByteBufferAllocator(capacity: slots * slotSize))
+        if gro {
+            bootstrap = bootstrap
+                .channelOption(.datagramReceiveOffload, value: true)
+                .channelOption(.datagramReceiveSegmentSize, value: true)
+        }
+        return bootstrap
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addHandler(QUICDatagramInboundHandler(sink: sink.value))
@@ -200,7 +208,22 @@ private final class QUICDatagramInboundHandler: ChannelInboundHandler {
     init(sink: QUICDatagramSink) { self.sink = sink }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        sink.onDatagram?(unwrapInboundIn(data))
+        let envelope = unwrapInboundIn(data)
+        guard let segmentSize = envelope.metadata?.segmentSize, segmentSize > 0,
+            envelope.data.readableBytes > segmentSize
+        else {
+            sink.onDatagram?(envelope)
+            return
+        }
+        // GRO joined several datagrams of one size (the last may be shorter): hand them over one by one.
+        var offset = envelope.data.readerIndex
+        let end = envelope.data.writerIndex
+        while offset < end {
+            let length = min(segmentSize, end - offset)
+            let datagram = envelope.data.getSlice(at: offset, length: length)!
+            sink.onDatagram?(AddressedEnvelope(remoteAddress: envelope.remoteAddress, data: datagram))
+            offset += length
+        }
     }
 
     func channelReadComplete(context: ChannelHandlerContext) {
