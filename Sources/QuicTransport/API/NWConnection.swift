@@ -10,7 +10,7 @@ import NIOCore
 /// in order; reading is what opens the peer's flow-control window, so an unread stream holds
 /// the sender back. Setting `applicationError` in the QUIC metadata before `cancel()` resets
 /// the stream with that code (RESET_STREAM and STOP_SENDING, RFC 9000 §19.4–§19.5).
-// @unchecked Sendable: handlers, state and queue sit behind `lock`; the fields marked
+// @unchecked Sendable: state, handler and queue live in `observable` (locked); the fields marked
 // "Loop-confined" are touched only on the group's event loop.
 public final class NWConnection: @unchecked Sendable {
     public enum State: Equatable, Sendable {
@@ -52,11 +52,12 @@ public final class NWConnection: @unchecked Sendable {
     /// True for `init(host:port:using:)`: the connection owns its tunnel.
     private let ownsGroup: Bool
 
-    private let lock = NIOLock()
-    private var _state: State = .setup
-    private var _queue: DispatchQueue?
-    private var _stateUpdateHandler: (@Sendable (State) -> Void)?
-    private var stateContinuations: [AsyncStream<State>.Continuation] = []
+    private let observable = ObservableState<State>(.setup) { state in
+        switch state {
+        case .failed, .cancelled: return true
+        default: return false
+        }
+    }
 
     // MARK: Loop-confined
     private(set) var streamID: Int64?
@@ -102,11 +103,11 @@ public final class NWConnection: @unchecked Sendable {
 
     // MARK: Public API
 
-    public var state: State { lock.withLock { _state } }
+    public var state: State { observable.current }
 
     public var stateUpdateHandler: (@Sendable (State) -> Void)? {
-        get { lock.withLock { _stateUpdateHandler } }
-        set { lock.withLock { _stateUpdateHandler = newValue } }
+        get { observable.updateHandler }
+        set { observable.updateHandler = newValue }
     }
 
     /// The tunnel this stream belongs to.
@@ -115,7 +116,7 @@ public final class NWConnection: @unchecked Sendable {
     public var endpoint: NWEndpoint { group.descriptor.members[0] }
 
     public func start(queue: DispatchQueue) {
-        lock.withLock { _queue = queue }
+        observable.setQueue(queue)
         if ownsGroup {
             group.stateUpdateHandler = { [weak self] state in self?.tunnelStateChanged(state) }
             group.start(queue: queue)
@@ -230,14 +231,7 @@ public final class NWConnection: @unchecked Sendable {
     // MARK: Swift concurrency
 
     /// State changes from now on; ends at `.failed` or `.cancelled`.
-    public var states: AsyncStream<State> {
-        AsyncStream { continuation in
-            lock.withLock {
-                continuation.yield(_state)
-                stateContinuations.append(continuation)
-            }
-        }
-    }
+    public var states: AsyncStream<State> { observable.stream }
 
     /// Sends and waits until the bytes are written into packets.
     public func send(content: Data?, isComplete: Bool = true) async throws {
@@ -270,30 +264,9 @@ public final class NWConnection: @unchecked Sendable {
 
     var streamIDForLogs: String { streamID.map(String.init) ?? "-" }
 
-    private func callback(_ body: @escaping @Sendable () -> Void) {
-        let queue = lock.withLock { _queue } ?? DispatchQueue.global()
-        queue.async(execute: body)
-    }
+    private func callback(_ body: @escaping @Sendable () -> Void) { observable.callback(body) }
 
-    private func setState(_ new: State) {
-        let (handler, continuations, changed): ((@Sendable (State) -> Void)?, [AsyncStream<State>.Continuation], Bool) =
-            lock.withLock {
-                guard _state != new else { return (nil, [], false) }
-                switch _state {
-                case .failed, .cancelled: return (nil, [], false)
-                default: break
-                }
-                _state = new
-                return (_stateUpdateHandler, stateContinuations, true)
-            }
-        guard changed else { return }
-        if let handler { callback { handler(new) } }
-        for continuation in continuations {
-            continuation.yield(new)
-            if case .failed = new { continuation.finish() }
-            if case .cancelled = new { continuation.finish() }
-        }
-    }
+    private func setState(_ new: State) { observable.update(new) }
 
     /// For a connection that owns its tunnel: the tunnel's failure is the connection's.
     private func tunnelStateChanged(_ state: NWConnectionGroup.State) {

@@ -33,13 +33,15 @@ public final class NWConnectionGroup: @unchecked Sendable {
     let logger: Logger
     let options: NWProtocolQUIC.Options
 
+    private let observable = ObservableState<State>(.setup) { state in
+        switch state {
+        case .failed, .cancelled: return true
+        default: return false
+        }
+    }
     private let lock = NIOLock()
-    private var _state: State = .setup
-    private var _queue: DispatchQueue?
-    private var _stateUpdateHandler: (@Sendable (State) -> Void)?
     private var _newConnectionHandler: (@Sendable (NWConnection) -> Void)?
     private var _receiveHandler: (@Sendable (Message, Data?, Bool) -> Void)?
-    private var stateContinuations: [AsyncStream<State>.Continuation] = []
     private var streamContinuations: [AsyncStream<NWConnection>.Continuation] = []
     private var datagramContinuations: [AsyncStream<Data>.Continuation] = []
     private let metadataObject = NWProtocolQUIC.Metadata(streamType: .bidirectional)
@@ -90,11 +92,11 @@ public final class NWConnectionGroup: @unchecked Sendable {
 
     // MARK: Public API
 
-    public var state: State { lock.withLock { _state } }
+    public var state: State { observable.current }
 
     public var stateUpdateHandler: (@Sendable (State) -> Void)? {
-        get { lock.withLock { _stateUpdateHandler } }
-        set { lock.withLock { _stateUpdateHandler = newValue } }
+        get { observable.updateHandler }
+        set { observable.updateHandler = newValue }
     }
 
     /// Called with each stream the peer opens; set it before `start(queue:)`.
@@ -108,7 +110,7 @@ public final class NWConnectionGroup: @unchecked Sendable {
 
     /// Connects (clients) or begins delivering events (accepted groups).
     public func start(queue: DispatchQueue) {
-        lock.withLock { _queue = queue }
+        observable.setQueue(queue)
         eventLoop.execute {
             guard !self.started else { return }
             self.started = true
@@ -207,14 +209,7 @@ public final class NWConnectionGroup: @unchecked Sendable {
     // MARK: Swift concurrency
 
     /// State changes from now on; the stream ends at `.failed` or `.cancelled`.
-    public var states: AsyncStream<State> {
-        AsyncStream { continuation in
-            lock.withLock {
-                continuation.yield(_state)
-                stateContinuations.append(continuation)
-            }
-        }
-    }
+    public var states: AsyncStream<State> { observable.stream }
 
     /// Streams the peer opens; create it before `start(queue:)` so none is missed.
     public var inboundStreams: AsyncStream<NWConnection> {
@@ -251,30 +246,9 @@ public final class NWConnectionGroup: @unchecked Sendable {
     // MARK: Loop-confined machinery
 
     /// Runs `body` on the user's queue (or a global one before `start`).
-    func callback(_ body: @escaping @Sendable () -> Void) {
-        let queue = lock.withLock { _queue } ?? DispatchQueue.global()
-        queue.async(execute: body)
-    }
+    func callback(_ body: @escaping @Sendable () -> Void) { observable.callback(body) }
 
-    func setState(_ new: State) {
-        let (handler, continuations, changed): ((@Sendable (State) -> Void)?, [AsyncStream<State>.Continuation], Bool) =
-            lock.withLock {
-                guard _state != new else { return (nil, [], false) }
-                switch _state {
-                case .failed, .cancelled: return (nil, [], false)
-                default: break
-                }
-                _state = new
-                return (_stateUpdateHandler, stateContinuations, true)
-            }
-        guard changed else { return }
-        if let handler { callback { handler(new) } }
-        for continuation in continuations {
-            continuation.yield(new)
-            if case .failed = new { continuation.finish() }
-            if case .cancelled = new { continuation.finish() }
-        }
-    }
+    func setState(_ new: State) { observable.update(new) }
 
     private func connect() {
         guard case .hostPort(let host, let port) = descriptor.members[0] else { return }

@@ -11,7 +11,7 @@ import NIOPosix
 /// Groups arrive once their handshake has completed; failed handshakes are logged and never
 /// delivered. Without a certificate in the options the listener generates a self-signed one for
 /// `localhost`, `127.0.0.1` and `::1` (see `generatedCertificate`).
-// @unchecked Sendable: handlers, state and queue sit behind `lock`; `endpoint` and the group
+// @unchecked Sendable: state, handler and queue live in `observable`, the rest behind `lock`; `endpoint` and the group
 // registry are touched only on `eventLoop`.
 public final class NWListener: @unchecked Sendable {
     public enum State: Equatable, Sendable {
@@ -31,14 +31,16 @@ public final class NWListener: @unchecked Sendable {
     /// The certificate the listener made because the options named none.
     public let generatedCertificate: SelfSignedCertificate?
 
+    private let observable = ObservableState<State>(.setup) { state in
+        switch state {
+        case .failed, .cancelled: return true
+        default: return false
+        }
+    }
     private let lock = NIOLock()
-    private var _state: State = .setup
     private var _port: NWEndpoint.Port?
-    private var _queue: DispatchQueue?
-    private var _stateUpdateHandler: (@Sendable (State) -> Void)?
     private var _newConnectionGroupHandler: (@Sendable (NWConnectionGroup) -> Void)?
     private var groupContinuations: [AsyncStream<NWConnectionGroup>.Continuation] = []
-    private var stateContinuations: [AsyncStream<State>.Continuation] = []
     private var _maximumConcurrentTunnels = 1024
 
     // MARK: Loop-confined
@@ -77,14 +79,14 @@ public final class NWListener: @unchecked Sendable {
         }
     }
 
-    public var state: State { lock.withLock { _state } }
+    public var state: State { observable.current }
 
     /// The bound port, once `.ready`.
     public var port: NWEndpoint.Port? { lock.withLock { _port } }
 
     public var stateUpdateHandler: (@Sendable (State) -> Void)? {
-        get { lock.withLock { _stateUpdateHandler } }
-        set { lock.withLock { _stateUpdateHandler = newValue } }
+        get { observable.updateHandler }
+        set { observable.updateHandler = newValue }
     }
 
     /// Called once per established tunnel; call `start(queue:)` on the group to receive its streams.
@@ -101,14 +103,7 @@ public final class NWListener: @unchecked Sendable {
     }
 
     /// State changes from now on; ends at `.failed` or `.cancelled`.
-    public var states: AsyncStream<State> {
-        AsyncStream { continuation in
-            lock.withLock {
-                continuation.yield(_state)
-                stateContinuations.append(continuation)
-            }
-        }
-    }
+    public var states: AsyncStream<State> { observable.stream }
 
     /// Established tunnels, for `for await`; create it before `start(queue:)`.
     public var connectionGroups: AsyncStream<NWConnectionGroup> {
@@ -116,7 +111,7 @@ public final class NWListener: @unchecked Sendable {
     }
 
     public func start(queue: DispatchQueue) {
-        lock.withLock { _queue = queue }
+        observable.setQueue(queue)
         var boundHost = "0.0.0.0"
         if case .hostPort(let requiredHost, _) = parameters.requiredLocalEndpoint { boundHost = requiredHost.stringValue }
         let host = boundHost
@@ -172,10 +167,8 @@ public final class NWListener: @unchecked Sendable {
         }
         group.onEstablished = { [weak self] in
             guard let self else { return }
-            let (handler, continuations, queue) = self.lock.withLock {
-                (self._newConnectionGroupHandler, self.groupContinuations, self._queue)
-            }
-            if let handler { (queue ?? .global()).async { handler(group) } }
+            let (handler, continuations) = self.lock.withLock { (self._newConnectionGroupHandler, self.groupContinuations) }
+            if let handler { self.observable.callback { handler(group) } }
             for continuation in continuations { continuation.yield(group) }
             if handler == nil && continuations.isEmpty {
                 self.logger.warning("no newConnectionGroupHandler: closing the tunnel")
@@ -184,19 +177,5 @@ public final class NWListener: @unchecked Sendable {
         }
     }
 
-    private func setState(_ new: State) {
-        let (handler, queue, continuations): ((@Sendable (State) -> Void)?, DispatchQueue?, [AsyncStream<State>.Continuation]) =
-            lock.withLock {
-                _state = new
-                return (_stateUpdateHandler, _queue, stateContinuations)
-            }
-        if let handler { (queue ?? .global()).async { handler(new) } }
-        for continuation in continuations {
-            continuation.yield(new)
-            switch new {
-            case .failed, .cancelled: continuation.finish()
-            default: break
-            }
-        }
-    }
+    private func setState(_ new: State) { observable.update(new) }
 }

@@ -1,0 +1,59 @@
+import Dispatch
+import NIOConcurrencyHelpers
+
+/// The state every public handle reports, with its update handler, the caller's queue and the
+/// `AsyncStream` observers: one lock, one place that decides when a state is final.
+// @unchecked Sendable: every stored property is guarded by `lock`.
+final class ObservableState<State: Equatable & Sendable>: @unchecked Sendable {
+    private let lock = NIOLock()
+    private var value: State
+    private var queue: DispatchQueue?
+    private var handler: (@Sendable (State) -> Void)?
+    private var continuations: [AsyncStream<State>.Continuation] = []
+    private let isFinal: @Sendable (State) -> Bool
+
+    init(_ initial: State, isFinal: @escaping @Sendable (State) -> Bool) {
+        value = initial
+        self.isFinal = isFinal
+    }
+
+    var current: State { lock.withLock { value } }
+
+    var updateHandler: (@Sendable (State) -> Void)? {
+        get { lock.withLock { handler } }
+        set { lock.withLock { handler = newValue } }
+    }
+
+    /// The queue given to `start(queue:)`, where handlers and completions run.
+    func setQueue(_ newQueue: DispatchQueue) { lock.withLock { queue = newQueue } }
+
+    /// Runs `body` on the caller's queue, or a global one before `start(queue:)`.
+    func callback(_ body: @escaping @Sendable () -> Void) {
+        (lock.withLock { queue } ?? DispatchQueue.global()).async(execute: body)
+    }
+
+    /// Moves to `new` unless already there or in a final state; tells the handler and observers.
+    func update(_ new: State) {
+        let (changed, handler, observers) = lock.withLock { () -> (Bool, (@Sendable (State) -> Void)?, [AsyncStream<State>.Continuation]) in
+            guard value != new, !isFinal(value) else { return (false, nil, []) }
+            value = new
+            return (true, self.handler, continuations)
+        }
+        guard changed else { return }
+        if let handler { callback { handler(new) } }
+        for observer in observers {
+            observer.yield(new)
+            if isFinal(new) { observer.finish() }
+        }
+    }
+
+    /// The current state, then every change; finishes after a final state.
+    var stream: AsyncStream<State> {
+        AsyncStream { continuation in
+            lock.withLock {
+                continuation.yield(value)
+                if isFinal(value) { continuation.finish() } else { continuations.append(continuation) }
+            }
+        }
+    }
+}
