@@ -281,6 +281,34 @@ struct NWConnectionGroupLoopbackTests {
         }
     }
 
+    @Test(arguments: ["name", "expired"])
+    func verificationFailuresSayWhy(problem: String) async throws {
+        let now = time(nil)
+        let certificate = problem == "expired"
+            ? try SelfSignedCertificate.generate(
+                commonName: "localhost", dnsNames: ["localhost"], ipAddresses: ["127.0.0.1"],
+                notBefore: now - 10 * 86_400, notAfter: now - 86_400
+            )
+            : try SelfSignedCertificate.generate(commonName: "other.example", dnsNames: ["other.example"], ipAddresses: [])
+        let server = try await LoopbackServer(certificate: certificate)
+        server.echo()
+        let caFile = FileManager.default.temporaryDirectory.appendingPathComponent("ca-\(UUID()).pem")
+        try certificate.certificatePEM.write(to: caFile, atomically: true, encoding: .utf8)
+        let group = server.makeClient(host: "localhost") { $0.tls.certificateVerification = .caFile(caFile.path) }
+        group.start(queue: DispatchQueue(label: "test"))
+        do {
+            try await within(5) { try await group.waitUntilReady() }
+            Issue.record("verification should have failed (\(problem))")
+        } catch let NWError.quic(error) {
+            #expect(error.kind == .handshakeFailed)
+            if problem == "expired" {
+                #expect(error.verificationFailure == .expired, "\(error)")
+            } else {
+                #expect(error.verificationFailure == .nameMismatch(expected: "localhost"), "\(error)")
+            }
+        }
+    }
+
     @Test(arguments: ["ca", "pin", "insecure"])
     func trustOptionsAcceptTheServer(mode: String) async throws {
         let server = try await LoopbackServer()

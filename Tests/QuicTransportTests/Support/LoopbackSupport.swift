@@ -11,8 +11,12 @@ final class LoopbackServer: Sendable {
     let groups: AsyncStream<NWConnectionGroup>
 
     /// Starts a listener on a free port; `configure` adjusts the QUIC options first.
-    init(alpn: String = "quic-echo", configure: (NWProtocolQUIC.Options) -> Void = { _ in }) async throws {
-        let certificate = try SelfSignedCertificate.generate()
+    init(
+        alpn: String = "quic-echo",
+        certificate: SelfSignedCertificate? = nil,
+        configure: (NWProtocolQUIC.Options) -> Void = { _ in }
+    ) async throws {
+        let certificate = try certificate ?? SelfSignedCertificate.generate()
         let options = NWProtocolQUIC.Options(alpn: [alpn])
         options.tls.identity = certificate
         configure(options)
