@@ -55,7 +55,7 @@ let package = Package(
         ),
         .target(
             name: "H3",
-            dependencies: ["QuicTransport"],
+            dependencies: ["QuicTransport", "CQuicShims"],
             swiftSettings: swiftSettings
         ),
         .executableTarget(
@@ -75,10 +75,18 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // Shared by both test targets: the in-memory client/server pair on a virtual clock.
+        .target(
+            name: "QuicTestSupport",
+            dependencies: ["QuicTransport", .product(name: "Logging", package: "swift-log")],
+            path: "Tests/QuicTestSupport",
+            swiftSettings: swiftSettings
+        ),
         .testTarget(
             name: "QuicTransportTests",
             dependencies: [
                 "QuicTransport",
+                "QuicTestSupport",
                 "CQuicShims",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -87,7 +95,10 @@ let package = Package(
         ),
         .testTarget(
             name: "H3Tests",
-            dependencies: ["H3", "QuicTransport"],
+            dependencies: [
+                "H3", "QuicTransport", "CQuicShims", "QuicTestSupport",
+                .product(name: "Logging", package: "swift-log"),
+            ],
             swiftSettings: swiftSettings
         ),
     ]

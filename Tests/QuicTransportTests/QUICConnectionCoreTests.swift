@@ -1,4 +1,5 @@
 import CQuicShims
+import QuicTestSupport
 import QuicTransport
 import Testing
 

@@ -83,11 +83,11 @@ extension QUICConnectionCore {
         callbacks.handshake_completed = { _, userData in
             QUICConnectionCore.withCore(userData) { core in
                 core.didCompleteHandshake()
-                return 0
             }
         }
         callbacks.stream_open = { _, streamID, userData in
             QUICConnectionCore.withCore(userData) { core in
+                guard core.applicationCodec == nil else { return 0 }
                 core.streams[streamID] = QUICStreamState(id: streamID)
                 core.events.append(.streamOpened(streamID: streamID))
                 return 0
@@ -95,6 +95,16 @@ extension QUICConnectionCore {
         }
         callbacks.recv_stream_data = { _, flags, streamID, _, data, length, userData, _ in
             QUICConnectionCore.withCore(userData) { core in
+                if core.applicationCodec != nil {
+                    return core.withCodec { codec in
+                        let consumed = try codec.receive(
+                            streamID: streamID,
+                            bytes: UnsafeRawBufferPointer(start: data, count: length),
+                            fin: flags & UInt32(NGTCP2_STREAM_DATA_FLAG_FIN) != 0
+                        )
+                        core.consume(streamID: streamID, bytes: consumed)
+                    }
+                }
                 core.didReceiveStreamData(
                     streamID: streamID,
                     bytes: UnsafeRawBufferPointer(start: data, count: length),
@@ -105,12 +115,18 @@ extension QUICConnectionCore {
         }
         callbacks.acked_stream_data_offset = { _, streamID, offset, length, userData, _ in
             QUICConnectionCore.withCore(userData) { core in
+                if core.applicationCodec != nil {
+                    return core.withCodec { try $0.acknowledged(streamID: streamID, bytes: UInt64(length)) }
+                }
                 core.streams[streamID]?.send.didAcknowledge(upTo: offset + UInt64(length))
                 return 0
             }
         }
         callbacks.stream_reset = { _, streamID, _, code, userData, _ in
             QUICConnectionCore.withCore(userData) { core in
+                if core.applicationCodec != nil {
+                    return core.withCodec { try $0.peerReset(streamID: streamID, code: code) }
+                }
                 core.streams[streamID]?.receive.resetCode = code
                 core.signalReadable(streamID)
                 return 0
@@ -118,6 +134,11 @@ extension QUICConnectionCore {
         }
         callbacks.stream_close = { _, flags, streamID, code, userData, _ in
             QUICConnectionCore.withCore(userData) { core in
+                let appCode = flags & UInt32(NGTCP2_STREAM_CLOSE_FLAG_APP_ERROR_CODE_SET) != 0 ? code : nil
+                if core.applicationCodec != nil {
+                    core.replenishPeerStreamCredit(closed: streamID)
+                    return core.withCodec { try $0.streamClosed(streamID: streamID, code: appCode) }
+                }
                 core.didCloseStream(
                     streamID: streamID,
                     code: flags & UInt32(NGTCP2_STREAM_CLOSE_FLAG_APP_ERROR_CODE_SET) != 0 ? code : nil
@@ -127,6 +148,9 @@ extension QUICConnectionCore {
         }
         callbacks.extend_max_stream_data = { _, streamID, _, userData, _ in
             QUICConnectionCore.withCore(userData) { core in
+                if core.applicationCodec != nil {
+                    return core.withCodec { try $0.setBlocked(streamID: streamID, false) }
+                }
                 core.streams[streamID]?.isFlowControlBlocked = false
                 if core.streams[streamID]?.send.hasUnwrittenData == true { core.enqueueForWrite(streamID) }
                 return 0
@@ -153,9 +177,10 @@ extension QUICConnectionCore {
         return callbacks
     }
 
-    func didCompleteHandshake() {
+    func didCompleteHandshake() -> Int32 {
         if case .handshaking = state { markEstablished() }
         events.append(.handshakeCompleted)
+        return withCodec { try $0.connectionEstablished(self) }
     }
 
     func didReceiveStreamData(streamID: Int64, bytes: UnsafeRawBufferPointer, fin: Bool) {
@@ -172,17 +197,20 @@ extension QUICConnectionCore {
         queuedForWrite.remove(streamID)
         guard streams[streamID] != nil else { return }
         streams[streamID]!.isClosedByTransport = true
-        // Peer-initiated streams free a slot in the peer's stream limit (RFC 9000 §4.6).
-        let isPeerInitiated = (streamID & 0x1 == 0) != (role == .client)
-        if isPeerInitiated {
-            if streamID & 0x2 == 0 {
-                ngtcp2_conn_extend_max_streams_bidi(conn, 1)
-            } else {
-                ngtcp2_conn_extend_max_streams_uni(conn, 1)
-            }
-        }
+        replenishPeerStreamCredit(closed: streamID)
         events.append(.streamClosed(streamID: streamID, code: code))
         forgetIfDone(streamID)
+    }
+
+    /// A closed peer-initiated stream frees a slot in the peer's stream limit (RFC 9000 §4.6).
+    func replenishPeerStreamCredit(closed streamID: Int64) {
+        let isPeerInitiated = (streamID & 0x1 == 0) != (role == .client)
+        guard isPeerInitiated else { return }
+        if streamID & 0x2 == 0 {
+            ngtcp2_conn_extend_max_streams_bidi(conn, 1)
+        } else {
+            ngtcp2_conn_extend_max_streams_uni(conn, 1)
+        }
     }
 }
 

@@ -52,6 +52,10 @@ package final class QUICConnectionCore {
     var verificationFailure: TLSVerificationFailure?
     /// Set from inside callbacks that cannot return an error to ngtcp2 directly.
     var callbackFailure: String?
+    /// The application protocol running inside the read and write loops, if any (HTTP/3).
+    package var applicationCodec: (any QUICApplicationCodec)?
+    /// What a codec threw inside a callback; closes the connection after the ngtcp2 call returns.
+    var codecFailure: (any Error)?
     private var lastError = ngtcp2_connection_close_error()
     private var closePacket: [UInt8] = []
     private var closePacketDue = false
@@ -244,6 +248,11 @@ package final class QUICConnectionCore {
             )
         }
         if rv != 0 {
+            if rv == NGTCP2_ERR_CALLBACK_FAILURE, let failure = codecFailure {
+                codecFailure = nil
+                closeForCodec(failure, now: now)
+                return
+            }
             handleReadError(rv, now: now)
             return
         }
@@ -293,6 +302,15 @@ package final class QUICConnectionCore {
             state = .closed
         default:
             closeWithTransportError(rv, reason: "", now: now)
+        }
+    }
+
+    /// Closes because the application codec failed: with its code, or H3-agnostic INTERNAL_ERROR.
+    func closeForCodec(_ failure: any Error, now: UInt64) {
+        if let failure = failure as? QUICApplicationCodecError {
+            close(applicationErrorCode: failure.code, reason: failure.reason, now: now)
+        } else {
+            closeWithTransportError(NGTCP2_ERR_INTERNAL, reason: "\(failure)", now: now)
         }
     }
 
@@ -384,7 +402,12 @@ package final class QUICConnectionCore {
                     return false
                 case .failed(let rv):
                     flushBatch()
-                    closeWithTransportError(rv, reason: "", now: now)
+                    if let failure = codecFailure {
+                        codecFailure = nil
+                        closeForCodec(failure, now: now)
+                    } else {
+                        closeWithTransportError(rv, reason: "", now: now)
+                    }
                     return writePackets(now: now, scratch: scratch, emit: emit)
                 }
                 let remote = QUICSocketAddress(pathStorage.path.remote.addr, length: pathStorage.path.remote.addrlen)
@@ -448,7 +471,18 @@ package final class QUICConnectionCore {
             var streamID: Int64 = -1
             var vectorCount = 0
             var fin = false
-            if let next = nextWritableStream() {
+            if let applicationCodec {
+                if ngtcp2_conn_get_max_data_left(conn) > 0 {
+                    do {
+                        if let next = try applicationCodec.nextStreamData(into: vectors) {
+                            (streamID, vectorCount, fin) = next
+                        }
+                    } catch {
+                        codecFailure = error
+                        return .failed(NGTCP2_ERR_CALLBACK_FAILURE)
+                    }
+                }
+            } else if let next = nextWritableStream() {
                 streamID = next
                 (vectorCount, fin) = streams[next]!.send.gather(into: vectors)
             }
@@ -460,8 +494,15 @@ package final class QUICConnectionCore {
                 vectors.baseAddress, vectorCount, now
             )
             if streamID >= 0 && accepted >= 0 {
-                let total = (0..<vectorCount).reduce(0) { $0 + vectors[$1].len }
-                didWrite(streamID: streamID, bytes: accepted, fin: fin && accepted == total)
+                if let applicationCodec {
+                    do { try applicationCodec.didWrite(streamID: streamID, bytes: accepted) } catch {
+                        codecFailure = error
+                        return .failed(NGTCP2_ERR_CALLBACK_FAILURE)
+                    }
+                } else {
+                    let total = (0..<vectorCount).reduce(0) { $0 + vectors[$1].len }
+                    didWrite(streamID: streamID, bytes: accepted, fin: fin && accepted == total)
+                }
             }
             switch Int32(truncatingIfNeeded: rv) {
             case _ where rv > 0:
@@ -471,11 +512,19 @@ package final class QUICConnectionCore {
             case NGTCP2_ERR_WRITE_MORE:
                 continue
             case NGTCP2_ERR_STREAM_DATA_BLOCKED:
-                streams[streamID]?.isFlowControlBlocked = true
-                dequeueForWrite(streamID)
+                if applicationCodec != nil {
+                    if withCodec({ try $0.setBlocked(streamID: streamID, true) }) != 0 { return .failed(NGTCP2_ERR_CALLBACK_FAILURE) }
+                } else {
+                    streams[streamID]?.isFlowControlBlocked = true
+                    dequeueForWrite(streamID)
+                }
                 continue
             case NGTCP2_ERR_STREAM_SHUT_WR, NGTCP2_ERR_STREAM_NOT_FOUND:
-                abandonSend(streamID: streamID)
+                if applicationCodec != nil {
+                    if withCodec({ try $0.writeShutDown(streamID: streamID) }) != 0 { return .failed(NGTCP2_ERR_CALLBACK_FAILURE) }
+                } else {
+                    abandonSend(streamID: streamID)
+                }
                 continue
             default:
                 return .failed(Int32(truncatingIfNeeded: rv))
@@ -507,7 +556,7 @@ package final class QUICConnectionCore {
         }
     }
 
-    private func closeWithTransportError(_ rv: Int32, reason: String, now: UInt64) {
+    func closeWithTransportError(_ rv: Int32, reason: String, now: UInt64) {
         guard state == .handshaking || state == .established else { return }
         ngtcp2_connection_close_error_set_transport_error_liberr(&lastError, rv, nil, 0)
         let detail = reason.isEmpty ? String(cString: ngtcp2_strerror(rv)) : reason

@@ -17,6 +17,8 @@ package final class QUICEndpointCore {
         package var maximumConnections = 1024
         /// How long a Retry token stays valid.
         package var retryTokenLifetimeNanoseconds: UInt64 = 10_000_000_000
+        /// Makes the application protocol codec (HTTP/3) for each new connection; nil for raw streams.
+        package var makeApplicationCodec: (@Sendable () -> any QUICApplicationCodec)?
 
         package init(quic: QUICConfiguration, credentials: TLSCredentials) {
             self.quic = quic
@@ -125,6 +127,7 @@ package final class QUICEndpointCore {
             logger.warning("cannot create connection", metadata: ["error": "\(error)"])
             return .dropped("connection setup failed: \(error)")
         }
+        core.applicationCodec = configuration.makeApplicationCodec?()
         connections[ObjectIdentifier(core)] = core
         addRoute(dcid, to: core)
         core.receive(datagram: datagram, path: path, now: now)

@@ -3,10 +3,10 @@ import Logging
 import QuicTransport
 
 /// A deterministic xorshift generator, so simulated loss is the same on every run.
-struct SeededGenerator: RandomNumberGenerator {
+package struct SeededGenerator: RandomNumberGenerator {
     private var state: UInt64
-    init(seed: UInt64) { state = seed == 0 ? 0x9E37_79B9_7F4A_7C15 : seed }
-    mutating func next() -> UInt64 {
+    package init(seed: UInt64) { state = seed == 0 ? 0x9E37_79B9_7F4A_7C15 : seed }
+    package mutating func next() -> UInt64 {
         state ^= state << 13
         state ^= state >> 7
         state ^= state << 17
@@ -18,36 +18,40 @@ struct SeededGenerator: RandomNumberGenerator {
 ///
 /// Real ngtcp2, real GnuTLS handshakes, no sockets and no wall clock: every run with the same
 /// seed sends the same packets. Modelled on quinn's `Pair` test utility.
-final class InMemoryPair {
+package final class InMemoryPair {
     struct InFlight {
         var bytes: [UInt8]
         var deliverAt: UInt64
     }
 
-    static let clientAddress = QUICSocketAddress(ip: "127.0.0.1", port: 50_000)!
-    static let serverAddress = QUICSocketAddress(ip: "127.0.0.1", port: 4_433)!
+    package static let clientAddress = QUICSocketAddress(ip: "127.0.0.1", port: 50_000)!
+    package static let serverAddress = QUICSocketAddress(ip: "127.0.0.1", port: 4_433)!
 
-    private(set) var now: UInt64 = 1_000_000_000
-    let server: QUICEndpointCore
-    let client: QUICConnectionCore
-    private(set) var serverConnection: QUICConnectionCore?
-    var clientEvents: [QUICConnectionEvent] = []
-    var serverEvents: [QUICConnectionEvent] = []
-    var oneWayDelay: UInt64 = 10_000_000
-    var lossRate: Double = 0
-    private(set) var droppedPackets = 0
+    package private(set) var now: UInt64 = 1_000_000_000
+    package let server: QUICEndpointCore
+    package let client: QUICConnectionCore
+    package private(set) var serverConnection: QUICConnectionCore?
+    package var clientEvents: [QUICConnectionEvent] = []
+    package var serverEvents: [QUICConnectionEvent] = []
+    package var oneWayDelay: UInt64 = 10_000_000
+    package var lossRate: Double = 0
+    package private(set) var droppedPackets = 0
     private var toServer: [InFlight] = []
     private var toClient: [InFlight] = []
     private var random: SeededGenerator
     private let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: 65_536, alignment: 16)
     /// Runs on the server connection's events, for tests that act like an application (echo).
-    var serverApplication: ((QUICConnectionCore, QUICConnectionEvent) -> Void)?
+    package var serverApplication: ((QUICConnectionCore, QUICConnectionEvent) -> Void)?
+    /// Runs after every step, for tests that drive a codec on either side.
+    package var afterStep: (() -> Void)?
 
-    init(
+    package init(
         clientConfiguration: QUICConfiguration = InMemoryPair.defaultConfiguration(),
         serverConfiguration: QUICConfiguration = InMemoryPair.defaultConfiguration(),
         requiresRetry: Bool = false,
-        seed: UInt64 = 1
+        seed: UInt64 = 1,
+        clientCodec: (any QUICApplicationCodec)? = nil,
+        serverCodec: (@Sendable () -> any QUICApplicationCodec)? = nil
     ) throws {
         let identity = try SelfSignedCertificate.generate()
         var endpointConfiguration = QUICEndpointCore.Configuration(
@@ -55,6 +59,7 @@ final class InMemoryPair {
             credentials: try .server(certificateChainPEM: identity.certificatePEM, privateKeyPEM: identity.privateKeyPEM)
         )
         endpointConfiguration.requiresRetry = requiresRetry
+        endpointConfiguration.makeApplicationCodec = serverCodec
         let logger = Logger(label: "test")
         server = QUICEndpointCore(configuration: endpointConfiguration, logger: logger)
         let verification = CertificateVerification.pinnedSHA256(identity.sha256Fingerprint)
@@ -70,12 +75,13 @@ final class InMemoryPair {
             now: now,
             logger: logger
         )
+        client.applicationCodec = clientCodec
         random = SeededGenerator(seed: seed)
     }
 
     deinit { scratch.deallocate() }
 
-    static func defaultConfiguration() -> QUICConfiguration {
+    package static func defaultConfiguration() -> QUICConfiguration {
         var configuration = QUICConfiguration()
         configuration.alpn = ["quic-echo"]
         return configuration
@@ -83,7 +89,7 @@ final class InMemoryPair {
 
     /// Moves the clock to the next interesting moment and processes it; false when nothing is left to do.
     @discardableResult
-    func step() -> Bool {
+    package func step() -> Bool {
         flushAll()
         var next = UInt64.max
         next = min(next, toServer.map(\.deliverAt).min() ?? .max)
@@ -100,7 +106,7 @@ final class InMemoryPair {
     }
 
     /// Steps until `condition` holds, or fails after `limit` of virtual time.
-    func run(until condition: () -> Bool, limit: UInt64 = 60_000_000_000, line: Int = #line) throws {
+    package func run(until condition: () -> Bool, limit: UInt64 = 60_000_000_000, line: Int = #line) throws {
         let start = now
         while !condition() {
             guard now - start < limit else { throw PairError.timedOut(line: line) }
@@ -109,7 +115,7 @@ final class InMemoryPair {
     }
 
     /// Advances virtual time by `duration`, processing everything due on the way.
-    func advance(by duration: UInt64) {
+    package func advance(by duration: UInt64) {
         let end = now + duration
         while true {
             flushAll()
@@ -126,7 +132,7 @@ final class InMemoryPair {
         now = end
     }
 
-    func inject(toServer bytes: [UInt8]) -> QUICEndpointCore.Disposition {
+    package func inject(toServer bytes: [UInt8]) -> QUICEndpointCore.Disposition {
         var replies: [[UInt8]] = []
         let disposition = bytes.withUnsafeBytes { datagram in
             server.receive(
@@ -163,6 +169,7 @@ final class InMemoryPair {
                 self.send(bytes, segment: segment, toServer: true)
             }
             clientEvents += client.takeEvents()
+            afterStep?()
             if let serverConnection {
                 _ = serverConnection.writePackets(now: now, scratch: scratch) { bytes, segment, _ in
                     self.send(bytes, segment: segment, toServer: false)
@@ -189,5 +196,5 @@ final class InMemoryPair {
         }
     }
 
-    enum PairError: Error { case timedOut(line: Int), stalled(String) }
+    package enum PairError: Error { case timedOut(line: Int), stalled(String) }
 }

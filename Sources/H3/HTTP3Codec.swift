@@ -1,0 +1,336 @@
+import CQuicShims
+import QuicTransport
+
+/// HTTP/3 (RFC 9114) on nghttp3 0.8, running inside a QUIC connection core's read and write
+/// loops: the single owner of one `nghttp3_conn`.
+///
+/// The core calls it for every stream byte and for every packet it fills (the
+/// `QUICApplicationCodec` seam). It opens the control and QPACK streams once the handshake is
+/// done, and reports what it parsed as `HTTP3Event`s, which its owner drains with `takeEvents()`.
+/// Request and response bodies given to it are kept until the peer acknowledges them, because
+/// nghttp3, like ngtcp2, sends straight from the application's memory.
+package final class HTTP3Codec: QUICApplicationCodec {
+    package enum Role: Sendable { case client, server }
+
+    package let role: Role
+    private var conn: OpaquePointer?
+    /// The connection this codec runs in; set once the handshake completes.
+    private unowned(unsafe) var core: QUICConnectionCore?
+    private var bodies: [Int64: HTTP3OutgoingBody] = [:]
+    private var events: [HTTP3Event] = []
+    private var receivingTrailers: Set<Int64> = []
+    private var fields: [Int64: [(name: String, value: String)]] = [:]
+
+    package init(role: Role) throws {
+        self.role = role
+        var callbacks = Self.makeCallbacks()
+        var settings = nghttp3_settings()
+        cqs_nghttp3_settings_default(&settings)
+        settings.qpack_max_dtable_capacity = 4096
+        settings.qpack_blocked_streams = 100
+        var newConn: OpaquePointer?
+        let userData = Unmanaged.passUnretained(self).toOpaque()
+        let rv = role == .client
+            ? cqs_nghttp3_conn_client_new(&newConn, &callbacks, &settings, nghttp3_mem_default(), userData)
+            : cqs_nghttp3_conn_server_new(&newConn, &callbacks, &settings, nghttp3_mem_default(), userData)
+        guard rv == 0, let newConn else { throw HTTP3CodecError(function: "nghttp3_conn_new", code: rv) }
+        conn = newConn
+    }
+
+    deinit {
+        if let conn { nghttp3_conn_del(conn) }
+    }
+
+    /// Hands over what the codec parsed since the last call.
+    package func takeEvents() -> [HTTP3Event] {
+        defer { events.removeAll(keepingCapacity: true) }
+        return events
+    }
+
+    // MARK: Requests and responses
+
+    /// Sends a request on a new bidirectional stream; nil while the peer's stream limit is reached.
+    package func submitRequest(headers: [(name: String, value: String)], body: [UInt8]?) throws -> Int64? {
+        guard let core else { throw HTTP3CodecError(function: "submitRequest before the handshake", code: 0) }
+        guard let streamID = try core.openCodecBidirectionalStream() else { return nil }
+        try submit(streamID: streamID, headers: headers, body: body) { conn, nva, count, reader in
+            nghttp3_conn_submit_request(conn, streamID, nva, count, reader, nil)
+        }
+        return streamID
+    }
+
+    /// Sends a response on the request's stream (server).
+    package func submitResponse(streamID: Int64, headers: [(name: String, value: String)], body: [UInt8]?) throws {
+        try submit(streamID: streamID, headers: headers, body: body) { conn, nva, count, reader in
+            nghttp3_conn_submit_response(conn, streamID, nva, count, reader)
+        }
+    }
+
+    /// Abandons a request or response with an HTTP/3 error code (RFC 9114 §4.1.1).
+    package func cancel(streamID: Int64, code: HTTP3ErrorCode) {
+        guard let core, let conn else { return }
+        _ = nghttp3_conn_shutdown_stream_write(conn, streamID)
+        core.shutdownCodecStream(streamID: streamID, code: code.rawValue, read: true, write: true)
+    }
+
+    private func submit(
+        streamID: Int64,
+        headers: [(name: String, value: String)],
+        body: [UInt8]?,
+        call: (OpaquePointer, UnsafePointer<nghttp3_nv>, Int, UnsafePointer<nghttp3_data_reader>?) -> Int32
+    ) throws {
+        guard let conn else { return }
+        if let body { bodies[streamID] = HTTP3OutgoingBody(copying: body) }
+        // nghttp3 copies the field section, so the names and values only have to outlive the call.
+        let flat = headers.map { (Array($0.name.utf8), Array($0.value.utf8)) }
+        var storage = [UInt8]()
+        for (name, value) in flat { storage += name + value }
+        let rv: Int32 = storage.withUnsafeMutableBufferPointer { bytes in
+            var nva: [nghttp3_nv] = []
+            var offset = 0
+            for (name, value) in flat {
+                let namePointer = bytes.baseAddress! + offset
+                offset += name.count
+                let valuePointer = bytes.baseAddress! + offset
+                offset += value.count
+                nva.append(nghttp3_nv(
+                    name: namePointer, value: valuePointer, namelen: name.count, valuelen: value.count,
+                    flags: UInt8(NGHTTP3_NV_FLAG_NONE)
+                ))
+            }
+            var reader = nghttp3_data_reader(read_data: Self.readBody)
+            return body == nil ? call(conn, nva, nva.count, nil) : call(conn, nva, nva.count, &reader)
+        }
+        guard rv == 0 else { throw HTTP3CodecError(function: "nghttp3_conn_submit", code: rv) }
+    }
+
+    // MARK: QUICApplicationCodec
+
+    package func connectionEstablished(_ core: QUICConnectionCore) throws {
+        self.core = core
+        guard let conn else { return }
+        // RFC 9114 §6.2: one control stream and the two QPACK streams, each unidirectional.
+        let control = try core.openCodecUnidirectionalStream()
+        try check(nghttp3_conn_bind_control_stream(conn, control), "nghttp3_conn_bind_control_stream")
+        let encoder = try core.openCodecUnidirectionalStream()
+        let decoder = try core.openCodecUnidirectionalStream()
+        try check(nghttp3_conn_bind_qpack_streams(conn, encoder, decoder), "nghttp3_conn_bind_qpack_streams")
+        if role == .server {
+            nghttp3_conn_set_max_client_streams_bidi(conn, 100)
+        }
+    }
+
+    package func receive(streamID: Int64, bytes: UnsafeRawBufferPointer, fin: Bool) throws -> Int {
+        guard let conn else { return bytes.count }
+        let consumed = nghttp3_conn_read_stream(
+            conn, streamID, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), bytes.count, fin ? 1 : 0
+        )
+        guard consumed >= 0 else { throw applicationError(Int32(consumed), "nghttp3_conn_read_stream") }
+        return consumed
+    }
+
+    package func acknowledged(streamID: Int64, bytes: UInt64) throws {
+        guard let conn else { return }
+        try check(nghttp3_conn_add_ack_offset(conn, streamID, bytes), "nghttp3_conn_add_ack_offset")
+    }
+
+    package func peerReset(streamID: Int64, code: UInt64) throws {
+        guard let conn else { return }
+        try check(nghttp3_conn_shutdown_stream_read(conn, streamID), "nghttp3_conn_shutdown_stream_read")
+    }
+
+    package func streamClosed(streamID: Int64, code: UInt64?) throws {
+        guard let conn else { return }
+        let rv = nghttp3_conn_close_stream(conn, streamID, code ?? UInt64(NGHTTP3_H3_NO_ERROR))
+        // Streams nghttp3 never saw (a reset before any byte) are not an error (ngtcp2's client.cc).
+        if rv != 0 && rv != NGHTTP3_ERR_STREAM_NOT_FOUND {
+            throw applicationError(rv, "nghttp3_conn_close_stream")
+        }
+        bodies[streamID] = nil
+    }
+
+    package func nextStreamData(into vectors: UnsafeMutableBufferPointer<ngtcp2_vec>) throws -> (streamID: Int64, count: Int, fin: Bool)? {
+        guard let conn else { return nil }
+        var streamID: Int64 = -1
+        var fin: Int32 = 0
+        // nghttp3_vec and ngtcp2_vec are the same { uint8_t *base; size_t len } layout.
+        let count = vectors.withMemoryRebound(to: nghttp3_vec.self) { nghttpVectors in
+            nghttp3_conn_writev_stream(conn, &streamID, &fin, nghttpVectors.baseAddress, nghttpVectors.count)
+        }
+        guard count >= 0 else { throw applicationError(Int32(count), "nghttp3_conn_writev_stream") }
+        guard streamID >= 0 else { return nil }
+        return (streamID, count, fin != 0)
+    }
+
+    package func didWrite(streamID: Int64, bytes: Int) throws {
+        guard let conn else { return }
+        try check(nghttp3_conn_add_write_offset(conn, streamID, bytes), "nghttp3_conn_add_write_offset")
+    }
+
+    package func setBlocked(streamID: Int64, _ blocked: Bool) throws {
+        guard let conn else { return }
+        if blocked {
+            nghttp3_conn_block_stream(conn, streamID)
+        } else {
+            try check(nghttp3_conn_unblock_stream(conn, streamID), "nghttp3_conn_unblock_stream")
+        }
+    }
+
+    package func writeShutDown(streamID: Int64) throws {
+        guard let conn else { return }
+        nghttp3_conn_shutdown_stream_write(conn, streamID)
+    }
+
+    // MARK: nghttp3 callbacks
+
+    @inline(__always)
+    private static func withCodec(_ userData: UnsafeMutableRawPointer?, _ body: (HTTP3Codec) -> Int32) -> Int32 {
+        Unmanaged<HTTP3Codec>.fromOpaque(userData!)._withUnsafeGuaranteedRef(body)
+    }
+
+    private static let readBody: nghttp3_read_data_callback = { _, streamID, vectors, count, flags, userData, _ in
+        nghttp3_ssize(HTTP3Codec.withCodec(userData) { codec in
+            guard let body = codec.bodies[streamID], count > 0 else {
+                flags!.pointee |= UInt32(NGHTTP3_DATA_FLAG_EOF)
+                return 0
+            }
+            flags!.pointee |= UInt32(NGHTTP3_DATA_FLAG_EOF)
+            guard !body.isProvided else { return 0 }
+            body.isProvided = true
+            vectors![0] = nghttp3_vec(base: body.bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), len: body.count)
+            return 1
+        })
+    }
+
+    private static func makeCallbacks() -> nghttp3_callbacks {
+        var callbacks = nghttp3_callbacks()
+        callbacks.acked_stream_data = { _, _, _, _, _ in 0 }
+        callbacks.stream_close = { _, streamID, code, userData, _ in
+            HTTP3Codec.withCodec(userData) { codec in
+                codec.events.append(.closed(streamID: streamID, code: HTTP3ErrorCode(rawValue: code)))
+                codec.bodies[streamID] = nil
+                return 0
+            }
+        }
+        callbacks.recv_data = { _, streamID, data, length, userData, _ in
+            HTTP3Codec.withCodec(userData) { codec in
+                codec.events.append(.data(streamID: streamID, bytes: Array(UnsafeBufferPointer(start: data, count: length))))
+                // The body is handed over whole, so its flow-control credit goes back at once.
+                codec.core?.consume(streamID: streamID, bytes: length)
+                return 0
+            }
+        }
+        callbacks.deferred_consume = { _, streamID, consumed, userData, _ in
+            HTTP3Codec.withCodec(userData) { codec in
+                codec.core?.consume(streamID: streamID, bytes: consumed)
+                return 0
+            }
+        }
+        callbacks.begin_headers = { _, streamID, userData, _ in
+            HTTP3Codec.withCodec(userData) { codec in
+                codec.fields[streamID] = []
+                return 0
+            }
+        }
+        callbacks.recv_header = { _, streamID, _, name, value, _, userData, _ in
+            HTTP3Codec.withCodec(userData) { codec in
+                codec.fields[streamID, default: []].append((string(name), string(value)))
+                return 0
+            }
+        }
+        callbacks.end_headers = { _, streamID, _, userData, _ in
+            HTTP3Codec.withCodec(userData) { codec in
+                codec.events.append(.headers(streamID: streamID, fields: codec.fields.removeValue(forKey: streamID) ?? [], isTrailers: false))
+                return 0
+            }
+        }
+        callbacks.begin_trailers = callbacks.begin_headers
+        callbacks.recv_trailer = callbacks.recv_header
+        callbacks.end_trailers = { _, streamID, _, userData, _ in
+            HTTP3Codec.withCodec(userData) { codec in
+                codec.events.append(.headers(streamID: streamID, fields: codec.fields.removeValue(forKey: streamID) ?? [], isTrailers: true))
+                return 0
+            }
+        }
+        callbacks.end_stream = { _, streamID, userData, _ in
+            HTTP3Codec.withCodec(userData) { codec in
+                codec.events.append(.end(streamID: streamID))
+                return 0
+            }
+        }
+        callbacks.stop_sending = { _, streamID, code, userData, _ in
+            HTTP3Codec.withCodec(userData) { codec in
+                codec.core?.shutdownCodecStream(streamID: streamID, code: code, read: true, write: false)
+                return 0
+            }
+        }
+        callbacks.reset_stream = { _, streamID, code, userData, _ in
+            HTTP3Codec.withCodec(userData) { codec in
+                codec.events.append(.reset(streamID: streamID, code: HTTP3ErrorCode(rawValue: code)))
+                codec.core?.shutdownCodecStream(streamID: streamID, code: code, read: false, write: true)
+                return 0
+            }
+        }
+        callbacks.shutdown = { _, id, userData in
+            HTTP3Codec.withCodec(userData) { codec in
+                codec.events.append(.goaway(lastID: id))
+                return 0
+            }
+        }
+        return callbacks
+    }
+
+    private func check(_ rv: Int32, _ function: String) throws {
+        if rv != 0 { throw applicationError(rv, function) }
+    }
+
+    private func applicationError(_ rv: Int32, _ function: String) -> QUICApplicationCodecError {
+        QUICApplicationCodecError(
+            code: nghttp3_err_infer_quic_app_error_code(rv),
+            reason: "\(function): \(String(cString: nghttp3_strerror(rv)))"
+        )
+    }
+}
+
+private func string(_ buffer: OpaquePointer?) -> String {
+    let vec = nghttp3_rcbuf_get_buf(buffer)
+    return String(decoding: UnsafeBufferPointer(start: vec.base, count: vec.len), as: UTF8.self)
+}
+
+/// What the HTTP/3 codec parsed, in order.
+package enum HTTP3Event: Sendable {
+    /// A complete field section: request or response headers, or trailers (RFC 9114 §4.1).
+    case headers(streamID: Int64, fields: [(name: String, value: String)], isTrailers: Bool)
+    /// Body bytes from DATA frames.
+    case data(streamID: Int64, bytes: [UInt8])
+    /// The peer finished the message.
+    case end(streamID: Int64)
+    /// The peer reset the stream.
+    case reset(streamID: Int64, code: HTTP3ErrorCode)
+    /// nghttp3 is done with the stream.
+    case closed(streamID: Int64, code: HTTP3ErrorCode)
+    /// The peer sent GOAWAY (RFC 9114 §5.2).
+    case goaway(lastID: Int64)
+}
+
+/// A request or response body nghttp3 sends from, kept until the stream closes.
+private final class HTTP3OutgoingBody {
+    let bytes: UnsafeMutableRawBufferPointer
+    let count: Int
+    var isProvided = false
+
+    init(copying source: [UInt8]) {
+        count = source.count
+        bytes = .allocate(byteCount: max(1, source.count), alignment: 1)
+        source.withUnsafeBytes { if !$0.isEmpty { bytes.copyMemory(from: $0) } }
+    }
+
+    deinit { bytes.deallocate() }
+}
+
+/// An nghttp3 call that failed outside the read and write loops.
+package struct HTTP3CodecError: Error, CustomStringConvertible {
+    package let function: String
+    package let code: Int32
+    package var description: String { "\(function) failed: \(String(cString: nghttp3_strerror(code)))" }
+}

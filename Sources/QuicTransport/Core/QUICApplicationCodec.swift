@@ -1,0 +1,94 @@
+import CQuicShims
+
+/// The seam where an application protocol that must run inside ngtcp2's read and write loops
+/// (HTTP/3 on nghttp3) takes over a connection's streams.
+///
+/// With a codec attached, the core hands it every stream byte it receives and asks it, packet
+/// by packet, for the next bytes to send, as ngtcp2's HTTP/3 examples do. The core's own
+/// stream buffers are then unused. Every method runs on the connection's thread, most of them
+/// inside an ngtcp2 callback: they must not block, and they report failure by throwing
+/// `QUICApplicationCodecError`, which closes the connection with its application error code.
+package protocol QUICApplicationCodec: AnyObject {
+    /// Both handshakes are done: open the protocol's own streams (RFC 9114 §6.2).
+    func connectionEstablished(_ core: QUICConnectionCore) throws
+    /// Stream bytes in order; returns how many the protocol consumed, which the core credits
+    /// back to flow control at once (the rest the codec credits later, with `core.consume`).
+    func receive(streamID: Int64, bytes: UnsafeRawBufferPointer, fin: Bool) throws -> Int
+    /// The peer acknowledged `bytes` more of what the codec sent on the stream.
+    func acknowledged(streamID: Int64, bytes: UInt64) throws
+    /// The peer reset the stream (RFC 9000 §19.4).
+    func peerReset(streamID: Int64, code: UInt64) throws
+    /// ngtcp2 closed the stream.
+    func streamClosed(streamID: Int64, code: UInt64?) throws
+    /// Fills `vectors` with the next bytes to send; nil when nothing is ready.
+    func nextStreamData(into vectors: UnsafeMutableBufferPointer<ngtcp2_vec>) throws -> (streamID: Int64, count: Int, fin: Bool)?
+    /// ngtcp2 accepted `bytes` of what `nextStreamData` offered on the stream.
+    func didWrite(streamID: Int64, bytes: Int) throws
+    /// The stream ran out of flow-control credit, or regained it.
+    func setBlocked(streamID: Int64, _ blocked: Bool) throws
+    /// The stream's sending side is gone (reset or STOP_SENDING).
+    func writeShutDown(streamID: Int64) throws
+}
+
+/// A codec failure that closes the connection with `code` (RFC 9000 §10.2, application close).
+package struct QUICApplicationCodecError: Error, CustomStringConvertible {
+    package let code: UInt64
+    package let reason: String
+
+    package init(code: UInt64, reason: String) {
+        self.code = code
+        self.reason = reason
+    }
+
+    package var description: String { "application error 0x\(String(code, radix: 16)): \(reason)" }
+}
+
+extension QUICConnectionCore {
+    /// Credits `bytes` the codec finished with back to stream and connection flow control (RFC 9000 §4.1).
+    package func consume(streamID: Int64, bytes: Int) {
+        guard bytes > 0, state == .handshaking || state == .established else { return }
+        ngtcp2_conn_extend_max_stream_offset(conn, streamID, UInt64(bytes))
+        ngtcp2_conn_extend_max_offset(conn, UInt64(bytes))
+    }
+
+    /// Opens a unidirectional stream for the codec's own use; throws when the peer allows none.
+    package func openCodecUnidirectionalStream() throws -> Int64 {
+        var streamID: Int64 = -1
+        let rv = ngtcp2_conn_open_uni_stream(conn, &streamID, nil)
+        guard rv == 0 else { throw QUICCoreError.ngtcp2("ngtcp2_conn_open_uni_stream", rv) }
+        return streamID
+    }
+
+    /// Opens a bidirectional stream for the codec (an HTTP/3 request); nil while the peer's limit is reached.
+    package func openCodecBidirectionalStream() throws -> Int64? {
+        var streamID: Int64 = -1
+        let rv = ngtcp2_conn_open_bidi_stream(conn, &streamID, nil)
+        if rv == NGTCP2_ERR_STREAM_ID_BLOCKED { return nil }
+        guard rv == 0 else { throw QUICCoreError.ngtcp2("ngtcp2_conn_open_bidi_stream", rv) }
+        return streamID
+    }
+
+    /// Resets or stops a codec stream with an application error code (RFC 9000 §19.4–§19.5).
+    package func shutdownCodecStream(streamID: Int64, code: UInt64, read: Bool, write: Bool) {
+        guard state == .handshaking || state == .established else { return }
+        if read && write {
+            _ = ngtcp2_conn_shutdown_stream(conn, streamID, code)
+        } else if write {
+            _ = ngtcp2_conn_shutdown_stream_write(conn, streamID, code)
+        } else if read {
+            _ = ngtcp2_conn_shutdown_stream_read(conn, streamID, code)
+        }
+    }
+
+    /// Runs a codec call from inside an ngtcp2 callback, turning a throw into a recorded failure.
+    func withCodec(_ body: (any QUICApplicationCodec) throws -> Void) -> Int32 {
+        guard let applicationCodec else { return 0 }
+        do {
+            try body(applicationCodec)
+            return 0
+        } catch {
+            codecFailure = error
+            return NGTCP2_ERR_CALLBACK_FAILURE
+        }
+    }
+}
