@@ -54,7 +54,7 @@ public final class NWConnectionGroup: @unchecked Sendable {
     private var heldInbound: [NWConnection] = []
     private var heldDatagrams: [Data] = []
     private var started = false
-    private var socket: QUICDatagramSocket?
+    private var connector: QUICClientConnector?
     /// Runs once, on the loop, when the handshake completes (the listener delivers server groups then).
     var onEstablished: (() -> Void)?
     /// Runs once the group is finished and can be forgotten.
@@ -143,6 +143,7 @@ public final class NWConnectionGroup: @unchecked Sendable {
     public func cancel(applicationError: UInt64, reason: String = "") {
         eventLoop.execute {
             guard let driver = self.driver else {
+                self.connector?.stop()
                 self.setState(.cancelled)
                 self.failAllStreams(.posix(.ECANCELED))
                 return
@@ -252,114 +253,37 @@ public final class NWConnectionGroup: @unchecked Sendable {
 
     private func connect() {
         guard case .hostPort(let host, let port) = descriptor.members[0] else { return }
-        let hostName = host.stringValue
-        NIOThreadPool.singleton.runIfActive(eventLoop: eventLoop) {
-            try QUICHostResolver.resolve(host: hostName, port: port.rawValue)
-        }.whenComplete { result in
-            switch result {
-            case .success(let addresses): self.attempt(addresses[...], host: hostName, lastError: nil)
-            case .failure(let error):
-                self.logger.debug("resolution failed", metadata: ["error": "\(error)"])
-                self.setState(.failed(.dns(EAI_NONAME)))
-                self.failAllStreams(.dns(EAI_NONAME))
-            }
-        }
-    }
-
-    /// Tries each resolved address in turn; moves on when one refuses (ICMP) or stays silent.
-    private func attempt(_ addresses: ArraySlice<SocketAddress>, host: String, lastError: NWError?) {
-        guard state == .preparing else { return }
-        guard let address = addresses.first else {
-            let error = lastError ?? .posix(.ECONNREFUSED)
-            setState(.failed(error))
-            failAllStreams(error)
-            return
-        }
-        let remaining = addresses.dropFirst()
-        QUICDatagramSocket.connect(to: address, eventLoop: eventLoop, logger: logger).whenComplete { result in
-            switch result {
-            case .failure(let error):
-                self.logger.debug("cannot open socket", metadata: ["address": "\(address)", "error": "\(error)"])
-                self.attempt(remaining, host: host, lastError: .posix(.ENETUNREACH))
-            case .success(let socket):
-                do {
-                    try self.start(on: socket, remote: address, host: host, fallback: remaining)
-                } catch {
-                    socket.close()
-                    let failure = NWError.quic(.invalid("\(error)"))
-                    self.setState(.failed(failure))
-                    self.failAllStreams(failure)
-                }
-            }
-        }
-    }
-
-    private func start(on socket: QUICDatagramSocket, remote: SocketAddress, host: String, fallback: ArraySlice<SocketAddress>) throws {
-        let verification = options.tls.certificateVerification
-        let isIPLiteral = QUICSocketAddress(ip: host, port: 0) != nil
-        let serverName = options.tls.serverName ?? (isIPLiteral ? nil : host)
-        let tls = QUICClientTLS(
-            credentials: try TLSCredentials.client(verification: verification),
-            verification: verification,
-            serverName: serverName,
-            verificationName: options.tls.serverName ?? host
-        )
-        var configuration = options.configuration
-        if configuration.alpn.isEmpty { throw QUICError.invalid("at least one ALPN protocol is required") }
-        configuration.ngtcp2DebugLogging = logger.logLevel <= .trace
-        let core = try QUICConnectionCore(
-            clientWith: configuration,
-            tls: tls,
-            path: QUICPath(local: socket.localAddress, remote: QUICSocketAddress(nio: remote)),
-            now: QUICConnectionDriver.now(),
+        let connector = QUICClientConnector(
+            host: host.stringValue,
+            port: port.rawValue,
+            configuration: options.configuration,
+            verification: options.tls.certificateVerification,
+            serverName: options.tls.serverName,
+            eventLoop: eventLoop,
             logger: logger
         )
-        let driver = QUICConnectionDriver(core: core, socket: socket, eventLoop: eventLoop)
-        self.driver = driver
-        self.socket = socket
-        var heardFromPeer = false
-        let path = core.path
-        socket.onDatagram = { envelope in
-            heardFromPeer = true
-            driver.receive(envelope.data, path: path)
+        // The connector (through its driver) keeps the group alive until the connection is over.
+        connector.onAttempt = { driver in self.driver = driver }
+        connector.onEvents = { events in self.handle(events) }
+        connector.onFailure = { failure in
+            let error: NWError
+            switch failure {
+            case .resolution(_, let code): error = .dns(code)
+            case .refused: error = .posix(.ECONNREFUSED)
+            case .unreachable: error = .posix(.ENETUNREACH)
+            case .silent: error = .posix(.ETIMEDOUT)
+            case .setup(let reason): error = .quic(.invalid(reason))
+            }
+            self.setState(.failed(error))
+            self.failAllStreams(error)
+            self.connector = nil
         }
-        socket.onReadComplete = { driver.afterInput() }
-        socket.onError = { error in
-            // ICMP port unreachable before any answer: this address has no server; try the next.
-            guard !heardFromPeer, !core.isHandshakeCompleted, self.driver === driver else { return }
-            self.logger.debug("address refused", metadata: ["address": "\(remote)", "error": "\(error)"])
-            self.abandon(driver, socket: socket)
-            self.attempt(fallback, host: host, lastError: .posix(.ECONNREFUSED))
-        }
-        // The driver keeps the group alive until the connection is over; finishing breaks the cycle.
-        driver.eventHandler = { events in self.handle(events) }
-        driver.onFinished = { finished in
-            socket.onDatagram = nil
-            socket.onError = nil
-            socket.onReadComplete = nil
-            socket.close()
-            finished.eventHandler = nil
-            finished.onFinished = nil
+        connector.onFinished = {
+            self.connector = nil
             self.onFinished?()
         }
-        if !fallback.isEmpty {
-            // An address that stays silent for a second gives way to the next one.
-            eventLoop.scheduleTask(in: .seconds(1)) {
-                guard !heardFromPeer, self.driver === driver, self.state == .preparing else { return }
-                self.abandon(driver, socket: socket)
-                self.attempt(fallback, host: host, lastError: .posix(.ETIMEDOUT))
-            }
-        }
-        driver.afterInput()
-    }
-
-    private func abandon(_ driver: QUICConnectionDriver, socket: QUICDatagramSocket) {
-        driver.eventHandler = nil
-        driver.onFinished = nil
-        socket.onDatagram = nil
-        socket.onError = nil
-        socket.close()
-        self.driver = nil
+        self.connector = connector
+        connector.start()
     }
 
     func handle(_ events: [QUICConnectionEvent]) {
