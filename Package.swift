@@ -19,6 +19,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-http-types.git", from: "1.8.0"),
     ],
     targets: [
         // System libraries (Debian 12: ngtcp2 0.12.1 with GnuTLS, nghttp3 0.8.0).
@@ -55,7 +56,14 @@ let package = Package(
         ),
         .target(
             name: "H3",
-            dependencies: ["QuicTransport", "CQuicShims"],
+            dependencies: [
+                "QuicTransport", "CQuicShims",
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
             swiftSettings: swiftSettings
         ),
         .executableTarget(
@@ -71,6 +79,9 @@ let package = Package(
             name: "h3get",
             dependencies: [
                 "H3",
+                "QuicTransport",
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "Logging", package: "swift-log"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: swiftSettings
@@ -78,7 +89,11 @@ let package = Package(
         // Shared by both test targets: the in-memory client/server pair on a virtual clock.
         .target(
             name: "QuicTestSupport",
-            dependencies: ["QuicTransport", .product(name: "Logging", package: "swift-log")],
+            dependencies: [
+                "QuicTransport",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+            ],
             path: "Tests/QuicTestSupport",
             swiftSettings: swiftSettings
         ),

@@ -1,4 +1,5 @@
 import Foundation
+import QuicTestSupport
 import QuicTransport
 import Testing
 

@@ -1,5 +1,6 @@
 import CQuicShims
 import Foundation
+import QuicTestSupport
 import QuicTransport
 import Testing
 

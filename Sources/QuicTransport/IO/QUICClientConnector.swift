@@ -10,16 +10,16 @@ import NIOPosix
 /// owner which driver is current, and `onEvents` carries that driver's events.
 // @unchecked Sendable: all state is touched only on `eventLoop`; the futures it waits on
 // complete there too.
-final class QUICClientConnector: @unchecked Sendable {
+package final class QUICClientConnector: @unchecked Sendable {
     /// Why no attempt could start or all of them failed before the handshake.
-    enum Failure: Error, CustomStringConvertible {
+    package enum Failure: Error, CustomStringConvertible {
         case resolution(host: String, code: Int32)
         case refused
         case unreachable
         case silent
         case setup(String)
 
-        var description: String {
+        package var description: String {
             switch self {
             case .resolution(let host, let code): return QUICHostResolver.ResolutionError(host: host, code: code).description
             case .refused: return "connection refused (no QUIC server at that address)"
@@ -40,15 +40,15 @@ final class QUICClientConnector: @unchecked Sendable {
     let logger: Logger
 
     /// The current attempt's driver, or nil between attempts.
-    var onAttempt: ((QUICConnectionDriver?) -> Void)?
-    var onEvents: (([QUICConnectionEvent]) -> Void)?
-    var onFailure: ((Failure) -> Void)?
-    var onFinished: (() -> Void)?
+    package var onAttempt: ((QUICConnectionDriver?) -> Void)?
+    package var onEvents: (([QUICConnectionEvent]) -> Void)?
+    package var onFailure: ((Failure) -> Void)?
+    package var onFinished: (() -> Void)?
 
     private var driver: QUICConnectionDriver?
     private var isConnecting = true
 
-    init(
+    package init(
         host: String,
         port: UInt16,
         configuration: QUICConfiguration,
@@ -68,7 +68,7 @@ final class QUICClientConnector: @unchecked Sendable {
         self.logger = logger
     }
 
-    func start() {
+    package func start() {
         let host = self.host
         let port = self.port
         NIOThreadPool.singleton.runIfActive(eventLoop: eventLoop) {
@@ -85,7 +85,7 @@ final class QUICClientConnector: @unchecked Sendable {
     }
 
     /// Stops trying further addresses (the owner was cancelled).
-    func stop() {
+    package func stop() {
         isConnecting = false
     }
 

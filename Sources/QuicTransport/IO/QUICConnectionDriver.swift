@@ -7,20 +7,23 @@ import NIOCore
 /// Everything here happens on `eventLoop`; public handles post commands to it with `execute`.
 // @unchecked Sendable: every stored property is read and written only on `eventLoop`; the one
 // cross-thread entry point, `perform`, hops there first.
-final class QUICConnectionDriver: @unchecked Sendable {
-    let eventLoop: any EventLoop
-    let core: QUICConnectionCore
+package final class QUICConnectionDriver: @unchecked Sendable {
+    package let eventLoop: any EventLoop
+    package let core: QUICConnectionCore
     private let socket: QUICDatagramSocket
     private var timer: Scheduled<Void>?
     private var timerDeadline: UInt64 = .max
     private var flushScheduled = false
     private var finished = false
     /// Receives the core's events after every input; set by the API layer.
-    var eventHandler: (([QUICConnectionEvent]) -> Void)?
+    package var eventHandler: (([QUICConnectionEvent]) -> Void)?
     /// Pulls events out of the core; the server's endpoint wraps this to keep its routing table current.
     var takeEvents: (QUICConnectionCore) -> [QUICConnectionEvent] = { $0.takeEvents() }
     /// Runs once the core reaches `.closed` and may be freed.
-    var onFinished: ((QUICConnectionDriver) -> Void)?
+    package var onFinished: ((QUICConnectionDriver) -> Void)?
+    /// Runs after every pass, for an application codec's own events; returns true when it queued
+    /// work that needs another pass (new requests, consumed data).
+    package var afterPass: (() -> Bool)?
 
     init(core: QUICConnectionCore, socket: QUICDatagramSocket, eventLoop: any EventLoop) {
         self.core = core
@@ -29,7 +32,7 @@ final class QUICConnectionDriver: @unchecked Sendable {
     }
 
     /// The monotonic clock the cores run on, in nanoseconds.
-    static func now() -> UInt64 { NIODeadline.now().uptimeNanoseconds }
+    package static func now() -> UInt64 { NIODeadline.now().uptimeNanoseconds }
 
     /// Feeds one datagram that the client socket received.
     func receive(_ datagram: ByteBuffer, path: QUICPath) {
@@ -41,7 +44,7 @@ final class QUICConnectionDriver: @unchecked Sendable {
     ///
     /// Re-entrant calls (an event handler opening a stream, say) only ask the running pass to
     /// go round once more, so handlers never see events out of order.
-    func afterInput() {
+    package func afterInput() {
         eventLoop.assertInEventLoop()
         if servicing {
             serviceAgain = true
@@ -57,6 +60,7 @@ final class QUICConnectionDriver: @unchecked Sendable {
                 // Handlers may have queued data or consumed some (which sends MAX_STREAM_DATA).
                 serviceAgain = true
             }
+            if afterPass?() == true { serviceAgain = true }
         } while serviceAgain
         servicing = false
         rearmTimer()
@@ -67,7 +71,7 @@ final class QUICConnectionDriver: @unchecked Sendable {
     private var serviceAgain = false
 
     /// Runs `body` against the core on the loop, then services it as after any input.
-    func perform(_ body: @escaping @Sendable (QUICConnectionCore) -> Void) {
+    package func perform(_ body: @escaping @Sendable (QUICConnectionCore) -> Void) {
         if eventLoop.inEventLoop {
             body(core)
             afterInput()

@@ -1,4 +1,5 @@
 import Foundation
+import QuicTestSupport
 import NIOConcurrencyHelpers
 import QuicTransport
 import Testing
@@ -120,34 +121,3 @@ func quicMetadata(_ connection: NWConnection) -> NWProtocolQUIC.Metadata {
     connection.metadata(definition: NWProtocolQUIC.definition) as! NWProtocolQUIC.Metadata
 }
 
-/// Where the package's built executables and the repository live.
-enum TestEnvironment {
-    static let repositoryRoot = URL(fileURLWithPath: #filePath)
-        .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-
-    /// A product built next to the test bundle; the message says how to build it when missing.
-    static func executable(_ name: String) throws -> URL {
-        var directory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
-        while directory.path != "/" {
-            let candidate = directory.appendingPathComponent(name)
-            if FileManager.default.isExecutableFile(atPath: candidate.path) { return candidate }
-            if directory.lastPathComponent == "debug" || directory.lastPathComponent == "release" { break }
-            directory.deleteLastPathComponent()
-        }
-        throw SetupError("\(name) is not built next to the tests; run `swift build --product \(name)` (scripts/test does this)")
-    }
-
-    /// aioquic's interpreter from the repository's virtual environment.
-    static func python() throws -> URL {
-        let python = repositoryRoot.appendingPathComponent(".venv/bin/python")
-        guard FileManager.default.isExecutableFile(atPath: python.path) else {
-            throw SetupError("aioquic is not installed: run `bash scripts/setup` (it creates .venv with aioquic==1.7.2)")
-        }
-        return python
-    }
-}
-
-struct SetupError: Error, CustomStringConvertible {
-    let description: String
-    init(_ description: String) { self.description = description }
-}

@@ -1,0 +1,257 @@
+import Foundation
+import HTTPTypes
+import Logging
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOPosix
+import QuicTransport
+
+/// An HTTP/3 client (RFC 9114): requests to one authority share one QUIC connection and run
+/// concurrently on their own streams.
+///
+/// Types come from swift-http-types. The response body arrives as an `AsyncSequence` of byte
+/// chunks; `collect()` gathers it whole.
+public final class HTTP3Client: Sendable {
+    public struct Configuration: Sendable {
+        /// How to check the server certificate; the system trust store by default.
+        public var certificateVerification: CertificateVerification = .systemTrustStore
+        /// SNI and the name to verify, when it is not the URL's host.
+        public var serverName: String?
+        /// Connect here instead of the URL's host and port (curl's `--resolve`/`--connect-to`).
+        public var connectTo: (host: String, port: UInt16)?
+        /// Where to write qlog traces; defaults to `$QLOGDIR`.
+        public var qlogDirectory: String? = ProcessInfo.processInfo.environment["QLOGDIR"]
+        public var idleTimeoutMilliseconds = 30_000
+
+        public init() {}
+    }
+
+    public let configuration: Configuration
+    private let eventLoop: any EventLoop
+    private let logger: Logger
+    private let connections = NIOLockedValueBox([String: HTTP3ClientConnection]())
+
+    public init(configuration: Configuration = Configuration()) {
+        self.configuration = configuration
+        self.eventLoop = MultiThreadedEventLoopGroup.singleton.next()
+        self.logger = Logger(label: "h3.client")
+    }
+
+    /// Sends `request` and waits for the response head; the body follows in `HTTP3Response.body`.
+    ///
+    /// Cancelling the task that awaits resets the request with H3_REQUEST_CANCELLED.
+    public func execute(_ request: HTTPRequest, body: [UInt8]? = nil) async throws -> HTTP3Response {
+        guard let authority = request.authority, let (host, port) = Self.split(authority: authority) else {
+            throw HTTP3ClientError.invalidRequest("the request has no authority (host)")
+        }
+        guard request.scheme == "https" else {
+            throw HTTP3ClientError.invalidRequest("HTTP/3 needs an https:// URL, not \(request.scheme ?? "no scheme")")
+        }
+        var fields: [(name: String, value: String)] = [
+            (":method", request.method.rawValue), (":scheme", "https"), (":authority", authority),
+            (":path", request.path ?? "/"),
+        ]
+        for field in request.headerFields { fields.append((field.name.canonicalName, field.value)) }
+        if let body, request.headerFields[.contentLength] == nil { fields.append(("content-length", "\(body.count)")) }
+
+        let exchange = HTTP3Exchange()
+        let connection = try await eventLoop.submit { () -> HTTP3ClientConnection in
+            let key = "\(host):\(port)"
+            let connection = self.connections.withLockedValue { pool in
+                if let existing = pool[key], !existing.isFinished { return existing }
+                let created = HTTP3ClientConnection(
+                    host: host, port: port, configuration: self.configuration, eventLoop: self.eventLoop, logger: self.logger
+                )
+                created.onClosed = { [weak self, weak created] in
+                    self?.connections.withLockedValue { pool in
+                        if pool[key] === created { pool[key] = nil }
+                    }
+                }
+                pool[key] = created
+                return created
+            }
+            connection.submit(fields: fields, body: body, exchange: exchange)
+            return connection
+        }.get()
+        return try await withTaskCancellationHandler {
+            let head = try await exchange.head()
+            return HTTP3Response(head: head, body: HTTP3ResponseBody(exchange: exchange), connection: connection.info)
+        } onCancel: {
+            self.eventLoop.execute { connection.cancel(exchange) }
+        }
+    }
+
+    /// Closes every connection with H3_NO_ERROR.
+    public func shutdown() {
+        let all = connections.withLockedValue { pool in
+            defer { pool.removeAll() }
+            return Array(pool.values)
+        }
+        eventLoop.execute { for connection in all { connection.close() } }
+    }
+
+    static func split(authority: String) -> (String, UInt16)? {
+        if authority.hasPrefix("[") {
+            guard let close = authority.firstIndex(of: "]") else { return nil }
+            let host = String(authority[authority.index(after: authority.startIndex)..<close])
+            let rest = authority[authority.index(after: close)...]
+            if rest.isEmpty { return (host, 443) }
+            guard rest.hasPrefix(":"), let port = UInt16(rest.dropFirst()) else { return nil }
+            return (host, port)
+        }
+        let parts = authority.split(separator: ":", omittingEmptySubsequences: false)
+        guard let first = parts.first, !first.isEmpty else { return nil }
+        if parts.count == 1 { return (String(first), 443) }
+        guard parts.count == 2, let port = UInt16(parts[1]) else { return nil }
+        return (String(first), port)
+    }
+}
+
+extension HTTP3ClientConnection {
+    var isFinished: Bool {
+        if case .failed = state { return true }
+        return false
+    }
+
+    /// A snapshot for the response, taken on the loop.
+    var info: HTTP3ConnectionInfo {
+        HTTP3ConnectionInfo(alpn: negotiatedALPN, qlogPath: qlogPath)
+    }
+}
+
+/// Facts about the connection a response came on.
+public struct HTTP3ConnectionInfo: Sendable {
+    public let alpn: String?
+    public let qlogPath: String?
+}
+
+/// A response head and its streaming body.
+public struct HTTP3Response: Sendable {
+    public let head: HTTPResponse
+    public let body: HTTP3ResponseBody
+    public let connection: HTTP3ConnectionInfo
+}
+
+/// The response body as byte chunks, in order; ends at the peer's FIN (RFC 9114 §4.1).
+public struct HTTP3ResponseBody: AsyncSequence, Sendable {
+    public typealias Element = [UInt8]
+    let exchange: HTTP3Exchange
+
+    public func makeAsyncIterator() -> AsyncThrowingStream<[UInt8], any Error>.Iterator {
+        exchange.bodyStream.makeAsyncIterator()
+    }
+
+    /// The whole body.
+    public func collect() async throws -> [UInt8] {
+        var all: [UInt8] = []
+        for try await chunk in self { all += chunk }
+        return all
+    }
+
+    /// Trailer fields, once the body has ended (RFC 9114 §4.1).
+    public var trailers: HTTPFields? { exchange.trailers }
+}
+
+/// Errors an HTTP/3 request can end with.
+public enum HTTP3ClientError: Error, Sendable, CustomStringConvertible {
+    case invalidRequest(String)
+    case connect(String)
+    case connectionFailed(String)
+    case connectionClosed(String)
+    case streamReset(HTTP3ErrorCode)
+    case protocolError(String)
+    case cancelled
+
+    public var description: String {
+        switch self {
+        case .invalidRequest(let reason): return "invalid request: \(reason)"
+        case .connect(let reason): return "cannot connect: \(reason)"
+        case .connectionFailed(let reason): return "connection failed: \(reason)"
+        case .connectionClosed(let reason): return "connection closed: \(reason)"
+        case .streamReset(let code): return "the server reset the request with \(code)"
+        case .protocolError(let reason): return "HTTP/3 error: \(reason)"
+        case .cancelled: return "request cancelled"
+        }
+    }
+}
+
+/// One request's response, filled in on the connection's loop and read by the caller.
+final class HTTP3Exchange: Sendable {
+    private struct State {
+        var head: Result<HTTPResponse, HTTP3ClientError>?
+        var headWaiter: CheckedContinuation<HTTPResponse, any Error>?
+        var trailers: HTTPFields?
+        var finished = false
+        var streamID: Int64?
+    }
+
+    private let state = NIOLockedValueBox(State())
+    let bodyStream: AsyncThrowingStream<[UInt8], any Error>
+    private let bodyContinuation: AsyncThrowingStream<[UInt8], any Error>.Continuation
+
+    init() {
+        (bodyStream, bodyContinuation) = AsyncThrowingStream.makeStream(of: [UInt8].self)
+    }
+
+    var streamID: Int64? {
+        get { state.withLockedValue { $0.streamID } }
+        set { state.withLockedValue { $0.streamID = newValue } }
+    }
+
+    var trailers: HTTPFields? { state.withLockedValue { $0.trailers } }
+
+    func head() async throws -> HTTPResponse {
+        try await withCheckedThrowingContinuation { continuation in
+            let ready: Result<HTTPResponse, HTTP3ClientError>? = state.withLockedValue { state in
+                if let head = state.head { return head }
+                state.headWaiter = continuation
+                return nil
+            }
+            if let ready { continuation.resume(with: ready.mapError { $0 as any Error }) }
+        }
+    }
+
+    func receive(fields: [(name: String, value: String)], isTrailers: Bool) {
+        if isTrailers {
+            var trailers = HTTPFields()
+            for (name, value) in fields { if let field = HTTPField.Name(name) { trailers.append(HTTPField(name: field, value: value)) } }
+            state.withLockedValue { $0.trailers = trailers }
+            return
+        }
+        guard let statusText = fields.first(where: { $0.name == ":status" })?.value, let code = Int(statusText) else {
+            fail(.protocolError("response without a valid :status"))
+            return
+        }
+        if (100..<200).contains(code) { return }  // Interim responses (RFC 9114 §4.1) carry no body.
+        var response = HTTPResponse(status: .init(code: code))
+        for (name, value) in fields where !name.hasPrefix(":") {
+            if let field = HTTPField.Name(name) { response.headerFields.append(HTTPField(name: field, value: value)) }
+        }
+        resolveHead(.success(response))
+    }
+
+    func receive(body: [UInt8]) {
+        bodyContinuation.yield(body)
+    }
+
+    func finish() {
+        state.withLockedValue { $0.finished = true }
+        resolveHead(.failure(.protocolError("the response ended without a head")))
+        bodyContinuation.finish()
+    }
+
+    func fail(_ error: HTTP3ClientError) {
+        resolveHead(.failure(error))
+        bodyContinuation.finish(throwing: error)
+    }
+
+    private func resolveHead(_ result: Result<HTTPResponse, HTTP3ClientError>) {
+        let waiter: CheckedContinuation<HTTPResponse, any Error>? = state.withLockedValue { state in
+            guard state.head == nil else { return nil }
+            state.head = result
+            defer { state.headWaiter = nil }
+            return state.headWaiter
+        }
+        waiter?.resume(with: result.mapError { $0 as any Error })
+    }
+}

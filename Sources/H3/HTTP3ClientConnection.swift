@@ -1,0 +1,175 @@
+import HTTPTypes
+import Logging
+import NIOCore
+import QuicTransport
+
+/// One HTTP/3 connection to one authority: a QUIC client with an `HTTP3Codec` attached, and
+/// the requests in flight on it (RFC 9114 §4).
+///
+/// Loop-confined: every method runs on `eventLoop`, where the codec runs inside the core.
+// @unchecked Sendable: all state is touched only on `eventLoop`; `HTTP3Client` hops there.
+final class HTTP3ClientConnection: @unchecked Sendable {
+    enum State {
+        case connecting
+        case ready
+        case failed(HTTP3ClientError)
+    }
+
+    /// A request waiting for the handshake or for stream credit.
+    struct Pending {
+        let fields: [(name: String, value: String)]
+        let body: [UInt8]?
+        let exchange: HTTP3Exchange
+    }
+
+    let eventLoop: any EventLoop
+    let logger: Logger
+    private(set) var state: State = .connecting
+    private var connector: QUICClientConnector?
+    private var driver: QUICConnectionDriver?
+    private var codec: HTTP3Codec?
+    private var pending: [Pending] = []
+    private var exchanges: [Int64: HTTP3Exchange] = [:]
+    /// Runs once the connection is over, so the client can forget it.
+    var onClosed: (() -> Void)?
+    /// Handshake figures for `-v` and `-w`.
+    private(set) var connectedAt: ContinuousClock.Instant?
+    private(set) var negotiatedALPN: String?
+    private(set) var qlogPath: String?
+
+    init(host: String, port: UInt16, configuration: HTTP3Client.Configuration, eventLoop: any EventLoop, logger: Logger) {
+        self.eventLoop = eventLoop
+        self.logger = logger
+        var quic = QUICConfiguration()
+        quic.alpn = [HTTP3.alpn]
+        quic.qlogDirectory = configuration.qlogDirectory
+        quic.idleTimeoutMilliseconds = UInt64(configuration.idleTimeoutMilliseconds)
+        let connector = QUICClientConnector(
+            host: configuration.connectTo?.host ?? host,
+            port: configuration.connectTo?.port ?? port,
+            configuration: quic,
+            verification: configuration.certificateVerification,
+            serverName: configuration.serverName ?? (configuration.connectTo != nil ? host : nil),
+            makeCodec: { try HTTP3Codec(role: .client) },
+            eventLoop: eventLoop,
+            logger: logger
+        )
+        connector.onAttempt = { driver in
+            self.driver = driver
+            self.codec = driver?.core.applicationCodec as? HTTP3Codec
+            driver?.afterPass = { self.drainCodec() }
+        }
+        connector.onEvents = { events in self.handle(events) }
+        connector.onFailure = { failure in self.fail(.connect(failure.description)) }
+        connector.onFinished = {
+            self.fail(.connectionClosed(self.driver?.core.closeReason.map { "\($0)" } ?? "closed"))
+            self.connector = nil
+            self.onClosed?()
+        }
+        self.connector = connector
+        connector.start()
+    }
+
+    /// Sends a request now or once the connection is ready.
+    func submit(fields: [(name: String, value: String)], body: [UInt8]?, exchange: HTTP3Exchange) {
+        eventLoop.assertInEventLoop()
+        switch state {
+        case .failed(let error): exchange.fail(error)
+        case .connecting: pending.append(Pending(fields: fields, body: body, exchange: exchange))
+        case .ready:
+            pending.append(Pending(fields: fields, body: body, exchange: exchange))
+            sendPending()
+            driver?.afterInput()
+        }
+    }
+
+    /// Cancels one request with H3_REQUEST_CANCELLED (RFC 9114 §4.1.1).
+    func cancel(_ exchange: HTTP3Exchange) {
+        eventLoop.assertInEventLoop()
+        guard let streamID = exchanges.first(where: { $0.value === exchange })?.key else {
+            pending.removeAll { $0.exchange === exchange }
+            return
+        }
+        codec?.cancel(streamID: streamID, code: .requestCancelled)
+        exchanges[streamID] = nil
+        exchange.fail(.cancelled)
+        driver?.afterInput()
+    }
+
+    /// Closes the connection with H3_NO_ERROR.
+    func close() {
+        eventLoop.assertInEventLoop()
+        connector?.stop()
+        guard let driver else { return }
+        driver.core.close(applicationErrorCode: HTTP3ErrorCode.noError.rawValue, reason: "", now: QUICConnectionDriver.now())
+        driver.afterInput()
+    }
+
+    private func handle(_ events: [QUICConnectionEvent]) {
+        for event in events {
+            switch event {
+            case .handshakeCompleted:
+                state = .ready
+                connectedAt = .now
+                negotiatedALPN = driver?.core.negotiatedALPN
+                qlogPath = driver?.core.qlogPath
+                sendPending()
+            case .streamCreditAvailable:
+                sendPending()
+            case .closed(let reason):
+                fail(reason.isNoError ? .connectionClosed("\(reason)") : .connectionFailed("\(reason)"))
+            default:
+                break
+            }
+        }
+    }
+
+    private func sendPending() {
+        guard case .ready = state, let codec else { return }
+        while let next = pending.first {
+            do {
+                guard let streamID = try codec.submitRequest(headers: next.fields, body: next.body) else { return }
+                pending.removeFirst()
+                exchanges[streamID] = next.exchange
+                next.exchange.streamID = streamID
+            } catch {
+                pending.removeFirst()
+                next.exchange.fail(.protocolError("\(error)"))
+            }
+        }
+    }
+
+    /// Hands the codec's parsed frames to the waiting requests.
+    private func drainCodec() -> Bool {
+        guard let codec else { return false }
+        let events = codec.takeEvents()
+        for event in events {
+            switch event {
+            case .headers(let streamID, let fields, let isTrailers):
+                exchanges[streamID]?.receive(fields: fields, isTrailers: isTrailers)
+            case .data(let streamID, let bytes):
+                exchanges[streamID]?.receive(body: bytes)
+            case .end(let streamID):
+                exchanges.removeValue(forKey: streamID)?.finish()
+            case .reset(let streamID, let code):
+                exchanges.removeValue(forKey: streamID)?.fail(.streamReset(code))
+            case .closed(let streamID, let code):
+                if let exchange = exchanges.removeValue(forKey: streamID) {
+                    exchange.fail(code == .noError ? .protocolError("stream closed before the response ended") : .streamReset(code))
+                }
+            case .goaway:
+                break
+            }
+        }
+        return !events.isEmpty
+    }
+
+    private func fail(_ error: HTTP3ClientError) {
+        if case .failed = state { return }
+        state = .failed(error)
+        for request in pending { request.exchange.fail(error) }
+        pending.removeAll()
+        for exchange in exchanges.values { exchange.fail(error) }
+        exchanges.removeAll()
+    }
+}

@@ -1,0 +1,268 @@
+import ArgumentParser
+import Foundation
+import H3
+import HTTPTypes
+import Logging
+import QuicTransport
+
+/// `h3get`: fetches URLs over HTTP/3 with curl's flags. URLs to one authority share one
+/// connection and run concurrently; bodies are written in the order the URLs were given.
+@main
+struct H3Get: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "h3get",
+        abstract: "Fetch URLs over HTTP/3, in the manner of curl --http3-only."
+    )
+
+    @Argument(help: "https:// URLs.")
+    var urls: [String]
+
+    @Option(name: [.customShort("o"), .customLong("output")], help: "Write the body to FILE instead of stdout (repeat once per URL).")
+    var outputs: [String] = []
+
+    @Flag(name: [.customShort("O"), .customLong("remote-name")], help: "Write each body to a file named like the URL's last path segment.")
+    var remoteName = false
+
+    @Option(name: .customLong("output-dir"), help: "Directory for -o and -O files.")
+    var outputDirectory: String?
+
+    @Flag(name: [.customShort("I"), .customLong("head")], help: "Send HEAD and print the response headers.")
+    var head = false
+
+    @Option(name: [.customShort("X"), .customLong("request")], help: "Request method.")
+    var method: String?
+
+    @Option(name: [.customShort("H"), .customLong("header")], help: "Extra request header, \"Name: value\".")
+    var headers: [String] = []
+
+    @Option(name: [.customShort("d"), .customLong("data")], help: "Request body, or @FILE to read it from a file (implies POST).")
+    var data: String?
+
+    @Option(help: "Trust this CA certificate (PEM) instead of the system store.")
+    var cacert: String?
+
+    @Option(name: .customLong("pin-sha256"), help: "Accept only a server certificate with this SHA-256 fingerprint (hex).")
+    var pinSHA256: String?
+
+    @Flag(name: [.customShort("k"), .customLong("insecure")], help: "Do not verify the server certificate.")
+    var insecure = false
+
+    @Option(help: "HOST:PORT:ADDRESS — connect to ADDRESS for HOST:PORT (curl's --resolve).")
+    var resolve: String?
+
+    @Option(name: .customLong("qlog-dir"), help: "Write a qlog trace per connection here (default: $QLOGDIR).")
+    var qlogDirectory: String?
+
+    @Flag(name: [.customShort("v"), .customLong("verbose")], help: "Show the connection and the request and response headers on stderr.")
+    var verbose = false
+
+    @Flag(name: [.customShort("s"), .customLong("silent")], help: "No error messages.")
+    var silent = false
+
+    @Flag(name: [.customShort("f"), .customLong("fail")], help: "Exit 22 and write no body on HTTP status 400 or above.")
+    var fail = false
+
+    @Option(name: [.customShort("w"), .customLong("write-out")], help: "Print this after each transfer: %{http_version} %{response_code} %{size_download} %{time_connect} %{time_total} %{url} %{content_type}.")
+    var writeOut: String?
+
+    /// curl's exit codes, so scripts written for curl keep working.
+    enum Exit: Int32 {
+        case couldNotResolve = 6
+        case couldNotConnect = 7
+        case httpError = 22
+        case writeError = 23
+        case tlsError = 35
+        case receiveError = 56
+    }
+
+    func validate() throws {
+        guard !urls.isEmpty else { throw ValidationError("no URL given") }
+        for url in urls {
+            guard let components = URLComponents(string: url), let scheme = components.scheme else {
+                throw ValidationError("'\(url)' is not a URL")
+            }
+            guard scheme.lowercased() == "https" else { throw ValidationError("'\(url)': HTTP/3 needs https://, not \(scheme)://") }
+            guard components.host?.isEmpty == false else { throw ValidationError("'\(url)' has no host") }
+        }
+        if [cacert != nil, pinSHA256 != nil, insecure].filter({ $0 }).count > 1 {
+            throw ValidationError("use only one of --cacert, --pin-sha256 and -k")
+        }
+        if !outputs.isEmpty && outputs.count != urls.count && !remoteName {
+            throw ValidationError("give one -o per URL (\(urls.count) URLs, \(outputs.count) -o)")
+        }
+        for header in headers where !header.contains(":") { throw ValidationError("header '\(header)' is not \"Name: value\"") }
+        if let resolve, resolve.split(separator: ":").count < 3 { throw ValidationError("--resolve takes HOST:PORT:ADDRESS") }
+    }
+
+    func run() async throws {
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = .critical
+            return handler
+        }
+        var configuration = HTTP3Client.Configuration()
+        if let qlogDirectory { configuration.qlogDirectory = qlogDirectory }
+        if let cacert {
+            guard FileManager.default.isReadableFile(atPath: cacert) else { throw die("cannot read CA file \(cacert)", .tlsError) }
+            configuration.certificateVerification = .caFile(cacert)
+        } else if let pinSHA256 {
+            do { configuration.certificateVerification = try .pinnedSHA256(hex: pinSHA256) } catch { throw die("\(error)", .tlsError) }
+        } else if insecure {
+            configuration.certificateVerification = .insecure
+        }
+        if let resolve {
+            let parts = resolve.split(separator: ":", maxSplits: 2).map(String.init)
+            configuration.connectTo = (parts[2].trimmingCharacters(in: CharacterSet(charactersIn: "[]")), UInt16(parts[1]) ?? 443)
+        }
+        let body = try loadBody()
+        let client = HTTP3Client(configuration: configuration)
+        let started = ContinuousClock.now
+        let results = await withTaskGroup(of: (Int, Result<Transfer, any Error>).self) { tasks in
+            for (index, url) in urls.enumerated() {
+                tasks.addTask { (index, await Result { try await fetch(url, body: body, client: client, started: started) }) }
+            }
+            var results = [Result<Transfer, any Error>?](repeating: nil, count: urls.count)
+            for await (index, result) in tasks { results[index] = result }
+            return results.map { $0! }
+        }
+        client.shutdown()
+        var exit: Exit?
+        for (index, result) in results.enumerated() {
+            switch result {
+            case .success(let transfer):
+                if let failure = try emit(transfer, index: index) { exit = exit ?? failure }
+            case .failure(let error):
+                let code = classify(error)
+                if !silent { FileHandle.standardError.write(Data("h3get: \(urls[index]): \(error)\n".utf8)) }
+                exit = exit ?? code
+            }
+        }
+        if let exit { throw ExitCode(exit.rawValue) }
+    }
+
+    struct Transfer: Sendable {
+        let url: String
+        let response: HTTP3Response
+        let body: [UInt8]
+        let timeConnect: Duration
+        let timeTotal: Duration
+    }
+
+    private func fetch(_ url: String, body: [UInt8]?, client: HTTP3Client, started: ContinuousClock.Instant) async throws -> Transfer {
+        let components = URLComponents(string: url)!
+        var path = components.percentEncodedPath.isEmpty ? "/" : components.percentEncodedPath
+        if let query = components.percentEncodedQuery { path += "?" + query }
+        let authority = components.port.map { "\(components.host!):\($0)" } ?? components.host!
+        let requestMethod = head ? HTTPRequest.Method.head : HTTPRequest.Method(method ?? (body == nil ? "GET" : "POST"))!
+        var request = HTTPRequest(method: requestMethod, scheme: "https", authority: authority, path: path)
+        request.headerFields[.userAgent] = "h3get/0.1"
+        for header in headers {
+            let (name, value) = header.split(separator: ":", maxSplits: 1).map { $0.trimmingCharacters(in: .whitespaces) }.pair
+            guard let fieldName = HTTPField.Name(name) else { throw HTTP3ClientError.invalidRequest("bad header name '\(name)'") }
+            request.headerFields[fieldName] = value
+        }
+        if verbose { log("> \(request.method) \(path) HTTP/3\n> :authority: \(authority)\n" + request.headerFields.map { "> \($0.name): \($0.value)" }.joined(separator: "\n")) }
+        let response = try await client.execute(request, body: body)
+        let connected = ContinuousClock.now - started
+        if verbose {
+            log("* ALPN: \(response.connection.alpn ?? "?")" + (response.connection.qlogPath.map { "\n* qlog: \($0)" } ?? ""))
+            log("< HTTP/3 \(response.head.status.code)\n" + response.head.headerFields.map { "< \($0.name): \($0.value)" }.joined(separator: "\n"))
+        }
+        let bytes = try await response.body.collect()
+        return Transfer(url: url, response: response, body: bytes, timeConnect: connected, timeTotal: ContinuousClock.now - started)
+    }
+
+    /// Writes one transfer's output; returns an exit code when it counts as a failure.
+    private func emit(_ transfer: Transfer, index: Int) throws -> Exit? {
+        let status = transfer.response.head.status.code
+        if fail && status >= 400 {
+            if !silent { FileHandle.standardError.write(Data("h3get: \(transfer.url): the requested URL returned error: \(status)\n".utf8)) }
+            printWriteOut(transfer)
+            return .httpError
+        }
+        if head {
+            var text = "HTTP/3 \(status)\r\n"
+            for field in transfer.response.head.headerFields { text += "\(field.name): \(field.value)\r\n" }
+            FileHandle.standardOutput.write(Data((text + "\r\n").utf8))
+        } else if let destination = destination(for: transfer.url, index: index) {
+            guard FileManager.default.createFile(atPath: destination, contents: Data(transfer.body)) else {
+                if !silent { FileHandle.standardError.write(Data("h3get: cannot write \(destination)\n".utf8)) }
+                return .writeError
+            }
+        } else {
+            FileHandle.standardOutput.write(Data(transfer.body))
+        }
+        printWriteOut(transfer)
+        return nil
+    }
+
+    private func destination(for url: String, index: Int) -> String? {
+        var name: String?
+        if index < outputs.count {
+            name = outputs[index]
+        } else if remoteName {
+            let last = URLComponents(string: url)?.path.split(separator: "/").last.map(String.init)
+            name = (last?.isEmpty == false ? last : nil) ?? "index.html"
+        }
+        guard let name else { return nil }
+        if let outputDirectory, !name.hasPrefix("/") { return outputDirectory + "/" + name }
+        return name
+    }
+
+    private func printWriteOut(_ transfer: Transfer) {
+        guard var format = writeOut else { return }
+        let seconds: (Duration) -> String = { duration in
+            let (whole, attoseconds) = duration.components
+            return String(format: "%.6f", Double(whole) + Double(attoseconds) / 1e18)
+        }
+        let values: [String: String] = [
+            "http_version": "3",
+            "response_code": "\(transfer.response.head.status.code)",
+            "size_download": "\(transfer.body.count)",
+            "time_connect": seconds(transfer.timeConnect),
+            "time_total": seconds(transfer.timeTotal),
+            "url": transfer.url,
+            "content_type": transfer.response.head.headerFields[.contentType] ?? "",
+        ]
+        for (key, value) in values { format = format.replacingOccurrences(of: "%{\(key)}", with: value) }
+        format = format.replacingOccurrences(of: "\\n", with: "\n").replacingOccurrences(of: "\\t", with: "\t")
+        FileHandle.standardOutput.write(Data(format.utf8))
+    }
+
+    private func loadBody() throws -> [UInt8]? {
+        guard let data else { return nil }
+        if data.hasPrefix("@") {
+            let path = String(data.dropFirst())
+            guard let contents = FileManager.default.contents(atPath: path) else { throw die("cannot read \(path)", .writeError) }
+            return Array(contents)
+        }
+        return Array(data.utf8)
+    }
+
+    private func classify(_ error: any Error) -> Exit {
+        let text = "\(error)"
+        if text.contains("cannot resolve") { return .couldNotResolve }
+        if text.contains("TLS") || text.contains("certificate") || text.contains("CRYPTO_ERROR") { return .tlsError }
+        if text.contains("cannot connect") || text.contains("handshake") { return .couldNotConnect }
+        return .receiveError
+    }
+
+    private func log(_ text: String) {
+        FileHandle.standardError.write(Data((text + "\n").utf8))
+    }
+
+    private func die(_ message: String, _ code: Exit) -> any Error {
+        if !silent { FileHandle.standardError.write(Data("h3get: \(message)\n".utf8)) }
+        return ExitCode(code.rawValue)
+    }
+}
+
+extension Result where Failure == any Error {
+    init(catching body: () async throws -> Success) async {
+        do { self = .success(try await body()) } catch { self = .failure(error) }
+    }
+}
+
+extension Array where Element == String {
+    fileprivate var pair: (String, String) { (self.first ?? "", count > 1 ? self[1] : "") }
+}

@@ -1,0 +1,71 @@
+import Foundation
+import NIOConcurrencyHelpers
+
+/// A child process whose output the test reads: a server left running, or a client run to completion.
+package final class ChildProcess: Sendable {
+    private let process: Process
+    private let output = NIOLockedValueBox(Data())
+    private let errorOutput = NIOLockedValueBox(Data())
+
+    package init(_ executable: URL, _ arguments: [String], environment: [String: String] = [:]) throws {
+        let process = Process()
+        process.executableURL = executable
+        process.arguments = arguments
+        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        process.standardInput = FileHandle.nullDevice
+        let stdout = Pipe()
+        let stderr = Pipe()
+        process.standardOutput = stdout
+        process.standardError = stderr
+        let output = self.output
+        let errorOutput = self.errorOutput
+        stdout.fileHandleForReading.readabilityHandler = { handle in
+            let chunk = handle.availableData
+            output.withLockedValue { $0.append(chunk) }
+        }
+        stderr.fileHandleForReading.readabilityHandler = { handle in
+            let chunk = handle.availableData
+            errorOutput.withLockedValue { $0.append(chunk) }
+        }
+        try process.run()
+        self.process = process
+    }
+
+    package var standardOutput: String { output.withLockedValue { String(decoding: $0, as: UTF8.self) } }
+    package var standardError: String { errorOutput.withLockedValue { String(decoding: $0, as: UTF8.self) } }
+    package var isRunning: Bool { process.isRunning }
+
+    /// Waits for a line of stdout that contains `marker` and returns it.
+    package func waitForLine(containing marker: String, seconds: Double = 15) async throws -> String {
+        let deadline = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
+        while ContinuousClock.now < deadline {
+            if let line = standardOutput.split(separator: "\n").first(where: { $0.contains(marker) }) {
+                return String(line)
+            }
+            guard process.isRunning else { break }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        throw SetupError("no line with '\(marker)' from \(process.executableURL?.lastPathComponent ?? "?"); stdout: \(standardOutput) stderr: \(standardError)")
+    }
+
+    /// Waits for the process to exit and returns its status; kills it after `seconds`.
+    package func waitForExit(seconds: Double = 30) async throws -> Int32 {
+        let deadline = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
+        while process.isRunning {
+            if ContinuousClock.now > deadline {
+                process.terminate()
+                throw SetupError("\(process.executableURL?.lastPathComponent ?? "?") did not finish in \(seconds) s; stderr: \(standardError)")
+            }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        try await Task.sleep(for: .milliseconds(50))  // Let the pipes drain.
+        return process.terminationStatus
+    }
+
+    package func terminate() {
+        if process.isRunning { process.terminate() }
+    }
+
+    deinit { terminate() }
+}
+

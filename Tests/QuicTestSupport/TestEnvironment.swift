@@ -1,0 +1,42 @@
+import Foundation
+
+/// Where the package's built executables and the repository live.
+package enum TestEnvironment {
+    package static let repositoryRoot = URL(fileURLWithPath: #filePath)
+        .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+
+    /// A product built next to the test bundle; the message says how to build it when missing.
+    package static func executable(_ name: String) throws -> URL {
+        var directory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+        while directory.path != "/" {
+            let candidate = directory.appendingPathComponent(name)
+            if FileManager.default.isExecutableFile(atPath: candidate.path) { return candidate }
+            if directory.lastPathComponent == "debug" || directory.lastPathComponent == "release" { break }
+            directory.deleteLastPathComponent()
+        }
+        throw SetupError("\(name) is not built next to the tests; run `swift build --product \(name)` (scripts/test does this)")
+    }
+
+    /// A Debian program the tests use as an independent peer; the message says which package has it.
+    package static func systemTool(_ name: String, package debianPackage: String) throws -> URL {
+        for directory in ["/usr/bin", "/usr/local/bin", "/usr/sbin"] {
+            let candidate = URL(fileURLWithPath: directory).appendingPathComponent(name)
+            if FileManager.default.isExecutableFile(atPath: candidate.path) { return candidate }
+        }
+        throw SetupError("\(name) is missing: run `bash scripts/setup` (apt-get install -y \(debianPackage))")
+    }
+
+    /// aioquic's interpreter from the repository's virtual environment.
+    package static func python() throws -> URL {
+        let python = repositoryRoot.appendingPathComponent(".venv/bin/python")
+        guard FileManager.default.isExecutableFile(atPath: python.path) else {
+            throw SetupError("aioquic is not installed: run `bash scripts/setup` (it creates .venv with aioquic==1.7.2)")
+        }
+        return python
+    }
+}
+
+package struct SetupError: Error, CustomStringConvertible {
+    package let description: String
+    package init(_ description: String) { self.description = description }
+}
