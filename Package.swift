@@ -14,6 +14,7 @@ let package = Package(
         .library(name: "H3", targets: ["H3"]),
         .executable(name: "quic-echo", targets: ["quic-echo"]),
         .executable(name: "h3get", targets: ["h3get"]),
+        .executable(name: "h3serve", targets: ["h3serve"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
@@ -95,6 +96,17 @@ let package = Package(
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ],
             path: "Tests/QuicTestSupport",
+            swiftSettings: swiftSettings
+        ),
+        .executableTarget(
+            name: "h3serve",
+            dependencies: [
+                "H3",
+                "QuicTransport",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -5,14 +5,30 @@ import NIOCore
 ///
 /// A datagram that fails or misbehaves only ever touches its own connection's core; drivers of
 /// other connections are not involved. Loop-confined.
-final class QUICServerEndpoint {
+package final class QUICServerEndpoint {
     let socket: QUICDatagramSocket
-    let core: QUICEndpointCore
+    package let core: QUICEndpointCore
     private var drivers: [ObjectIdentifier: QUICConnectionDriver] = [:]
     private var touched: [QUICConnectionDriver] = []
     private let logger: Logger
     /// Called for each connection the endpoint accepts, before its first events.
-    var onNewConnection: ((QUICConnectionDriver) -> Void)?
+    package var onNewConnection: ((QUICConnectionDriver) -> Void)?
+
+    /// Binds a UDP socket on `eventLoop` and serves `configuration` on it.
+    package static func bind(
+        host: String,
+        port: Int,
+        configuration: QUICEndpointCore.Configuration,
+        eventLoop: any EventLoop,
+        logger: Logger
+    ) -> EventLoopFuture<QUICServerEndpoint> {
+        QUICDatagramSocket.bind(host: host, port: port, eventLoop: eventLoop, logger: logger).map { socket in
+            QUICServerEndpoint(socket: socket, configuration: configuration, logger: logger)
+        }
+    }
+
+    /// The bound port.
+    package var port: UInt16 { socket.localAddress.port }
 
     init(socket: QUICDatagramSocket, configuration: QUICEndpointCore.Configuration, logger: Logger) {
         self.socket = socket
@@ -23,10 +39,10 @@ final class QUICServerEndpoint {
         socket.onReadComplete = { self.serviceTouched() }
     }
 
-    var connectionCount: Int { drivers.count }
+    package var connectionCount: Int { drivers.count }
 
     /// Closes every connection with NO_ERROR (RFC 9000 §10.2), then the socket.
-    func close() {
+    package func close() {
         for driver in drivers.values {
             driver.core.close(applicationErrorCode: 0, reason: "server shutting down", now: QUICConnectionDriver.now())
             driver.afterInput()

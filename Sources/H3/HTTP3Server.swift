@@ -1,0 +1,222 @@
+import Foundation
+import HTTPTypes
+import Logging
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOPosix
+import QuicTransport
+
+/// An HTTP/3 server (RFC 9114): every QUIC connection runs an `HTTP3Codec`, and each complete
+/// request goes to the handler, whose response is sent back on the request's stream.
+///
+/// Without a certificate it generates a self-signed one for `localhost`, `127.0.0.1` and `::1`.
+public final class HTTP3Server: Sendable {
+    public typealias Handler = @Sendable (HTTP3ServerRequest) async -> HTTP3ServerResponse
+
+    public struct Configuration: Sendable {
+        public var host = "127.0.0.1"
+        public var port: UInt16 = 4433
+        /// PEM files; when nil, `identity` or a generated self-signed certificate is used.
+        public var certificateChainFile: String?
+        public var privateKeyFile: String?
+        public var identity: SelfSignedCertificate?
+        public var qlogDirectory: String? = ProcessInfo.processInfo.environment["QLOGDIR"]
+        /// Most connections served at once; past it clients get CONNECTION_REFUSED.
+        public var maximumConnections = 1024
+        /// Validate client addresses with Retry (RFC 9000 §8.1.2).
+        public var requiresAddressValidation = false
+
+        public init() {}
+    }
+
+    public let configuration: Configuration
+    /// The certificate the server generated because the configuration named none.
+    public let generatedCertificate: SelfSignedCertificate?
+    private let handler: Handler
+    private let credentials: TLSCredentials
+    private let eventLoop: any EventLoop
+    private let logger: Logger
+    private let endpoint = NIOLockedValueBox<QUICServerEndpointBox?>(nil)
+
+    public init(configuration: Configuration, handler: @escaping Handler) throws {
+        self.configuration = configuration
+        self.handler = handler
+        self.eventLoop = MultiThreadedEventLoopGroup.singleton.next()
+        self.logger = Logger(label: "h3.server")
+        if let chain = configuration.certificateChainFile {
+            guard let key = configuration.privateKeyFile else { throw TLSError.missingFile(path: "(no private key given for \(chain))") }
+            credentials = try .server(certificateChainFile: chain, privateKeyFile: key)
+            generatedCertificate = nil
+        } else {
+            let identity = try configuration.identity ?? SelfSignedCertificate.generate()
+            credentials = try .server(certificateChainPEM: identity.certificatePEM, privateKeyPEM: identity.privateKeyPEM)
+            generatedCertificate = configuration.identity == nil ? identity : nil
+        }
+    }
+
+    /// Binds the UDP socket and starts serving; returns the bound port.
+    @discardableResult
+    public func start() async throws -> UInt16 {
+        var quic = QUICConfiguration()
+        quic.alpn = [HTTP3.alpn]
+        quic.qlogDirectory = configuration.qlogDirectory
+        var endpointConfiguration = QUICEndpointCore.Configuration(quic: quic, credentials: credentials)
+        endpointConfiguration.maximumConnections = configuration.maximumConnections
+        endpointConfiguration.requiresRetry = configuration.requiresAddressValidation
+        endpointConfiguration.makeApplicationCodec = { try! HTTP3Codec(role: .server) }
+        let handler = self.handler
+        let logger = self.logger
+        let endpoint = try await QUICServerEndpoint.bind(
+            host: configuration.host,
+            port: Int(configuration.port),
+            configuration: endpointConfiguration,
+            eventLoop: eventLoop,
+            logger: logger
+        ).flatMapThrowing { endpoint -> QUICServerEndpointBox in
+            endpoint.onNewConnection = { driver in
+                HTTP3ServerConnection(driver: driver, handler: handler, logger: logger).attach()
+            }
+            return QUICServerEndpointBox(endpoint: endpoint, port: endpoint.port)
+        }.get()
+        self.endpoint.withLockedValue { $0 = endpoint }
+        return endpoint.port
+    }
+
+    /// Closes every connection with H3_NO_ERROR and stops listening.
+    public func shutdown() {
+        guard let box = endpoint.withLockedValue({ box in defer { box = nil }; return box }) else { return }
+        eventLoop.execute { box.endpoint.close() }
+    }
+}
+
+/// Carries the loop-confined endpoint across the lock.
+// @unchecked Sendable: `endpoint` is only used on its event loop; `port` is immutable.
+final class QUICServerEndpointBox: @unchecked Sendable {
+    let endpoint: QUICServerEndpoint
+    let port: UInt16
+    init(endpoint: QUICServerEndpoint, port: UInt16) {
+        self.endpoint = endpoint
+        self.port = port
+    }
+}
+
+/// A request as the handler sees it: the head and the whole body.
+public struct HTTP3ServerRequest: Sendable {
+    public let head: HTTPRequest
+    public let body: [UInt8]
+    /// The QUIC stream that carries it (RFC 9114 §4.1).
+    public let streamID: Int64
+
+    public init(head: HTTPRequest, body: [UInt8] = [], streamID: Int64 = 0) {
+        self.head = head
+        self.body = body
+        self.streamID = streamID
+    }
+}
+
+/// A handler's answer: the head and the whole body.
+public struct HTTP3ServerResponse: Sendable {
+    public var head: HTTPResponse
+    public var body: [UInt8]
+
+    public init(head: HTTPResponse, body: [UInt8] = []) {
+        self.head = head
+        self.body = body
+    }
+
+    public init(status: HTTPResponse.Status, headerFields: HTTPFields = [:], body: [UInt8] = []) {
+        self.init(head: HTTPResponse(status: status, headerFields: headerFields), body: body)
+    }
+}
+
+/// One server-side HTTP/3 connection: collects requests from the codec, runs the handler, and
+/// submits responses on the loop.
+// @unchecked Sendable: all state is touched only on the driver's event loop.
+final class HTTP3ServerConnection: @unchecked Sendable {
+    private struct Incoming {
+        var fields: [(name: String, value: String)] = []
+        var body: [UInt8] = []
+    }
+
+    private let driver: QUICConnectionDriver
+    private let handler: HTTP3Server.Handler
+    private let logger: Logger
+    private var incoming: [Int64: Incoming] = [:]
+
+    init(driver: QUICConnectionDriver, handler: @escaping HTTP3Server.Handler, logger: Logger) {
+        self.driver = driver
+        self.handler = handler
+        self.logger = logger
+    }
+
+    private var codec: HTTP3Codec? { driver.core.applicationCodec as? HTTP3Codec }
+
+    /// The driver keeps this connection alive through its hook until the QUIC connection ends.
+    func attach() {
+        driver.afterPass = { self.drainCodec() }
+        let previous = driver.onFinished
+        driver.onFinished = { finished in
+            previous?(finished)
+            finished.afterPass = nil
+        }
+    }
+
+    private func drainCodec() -> Bool {
+        guard let codec else { return false }
+        let events = codec.takeEvents()
+        for event in events {
+            switch event {
+            case .headers(let streamID, let fields, false):
+                incoming[streamID, default: Incoming()].fields = fields
+            case .headers:
+                break  // Request trailers are accepted and not used.
+            case .data(let streamID, let bytes):
+                incoming[streamID, default: Incoming()].body += bytes
+            case .end(let streamID):
+                if let request = incoming.removeValue(forKey: streamID) { dispatch(streamID: streamID, request) }
+            case .reset(let streamID, _), .closed(let streamID, _):
+                incoming[streamID] = nil
+            case .goaway:
+                break
+            }
+        }
+        return !events.isEmpty
+    }
+
+    private func dispatch(streamID: Int64, _ request: Incoming) {
+        guard let head = Self.makeRequest(request.fields) else {
+            respond(streamID: streamID, HTTP3ServerResponse(status: .badRequest, body: Array("malformed request\n".utf8)))
+            return
+        }
+        let handler = self.handler
+        let body = request.body
+        Task {
+            let response = await handler(HTTP3ServerRequest(head: head, body: body, streamID: streamID))
+            self.driver.eventLoop.execute { self.respond(streamID: streamID, response) }
+        }
+    }
+
+    private func respond(streamID: Int64, _ response: HTTP3ServerResponse) {
+        guard let codec else { return }
+        var fields: [(name: String, value: String)] = [(":status", "\(response.head.status.code)")]
+        for field in response.head.headerFields { fields.append((field.name.canonicalName, field.value)) }
+        do {
+            try codec.submitResponse(streamID: streamID, headers: fields, body: response.body.isEmpty ? nil : response.body)
+        } catch {
+            logger.warning("cannot submit response", metadata: ["stream": "\(streamID)", "error": "\(error)"])
+            codec.cancel(streamID: streamID, code: .internalError)
+        }
+        driver.afterInput()
+    }
+
+    /// Builds the request head from the field section; nil when a required pseudo-header is missing (RFC 9114 §4.3.1).
+    static func makeRequest(_ fields: [(name: String, value: String)]) -> HTTPRequest? {
+        func pseudo(_ name: String) -> String? { fields.first { $0.name == name }?.value }
+        guard let methodText = pseudo(":method"), let method = HTTPRequest.Method(methodText) else { return nil }
+        var request = HTTPRequest(method: method, scheme: pseudo(":scheme"), authority: pseudo(":authority"), path: pseudo(":path"))
+        for (name, value) in fields where !name.hasPrefix(":") {
+            if let fieldName = HTTPField.Name(name) { request.headerFields.append(HTTPField(name: fieldName, value: value)) }
+        }
+        return request
+    }
+}

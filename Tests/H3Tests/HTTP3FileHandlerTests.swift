@@ -1,0 +1,76 @@
+import Foundation
+import H3
+import HTTPTypes
+import Testing
+
+@Suite("HTTP3FileHandler")
+struct HTTP3FileHandlerTests {
+    static func makeRoot() throws -> (root: URL, outside: URL) {
+        let base = FileManager.default.temporaryDirectory.appendingPathComponent("files-\(UUID())")
+        let root = base.appendingPathComponent("www")
+        try FileManager.default.createDirectory(at: root.appendingPathComponent("docs"), withIntermediateDirectories: true)
+        try Data("0123456789".utf8).write(to: root.appendingPathComponent("ten.txt"))
+        try Data("<p>docs</p>".utf8).write(to: root.appendingPathComponent("docs/index.html"))
+        let outside = base.appendingPathComponent("secret.txt")
+        try Data("secret".utf8).write(to: outside)
+        try FileManager.default.createSymbolicLink(at: root.appendingPathComponent("link.txt"), withDestinationURL: outside)
+        return (root, outside)
+    }
+
+    static func get(_ handler: HTTP3FileHandler, _ path: String, method: HTTPRequest.Method = .get, range: String? = nil) -> HTTP3ServerResponse {
+        var head = HTTPRequest(method: method, scheme: "https", authority: "localhost", path: path)
+        if let range { head.headerFields[.range] = range }
+        return handler.respond(to: HTTP3ServerRequest(head: head, body: [], streamID: 0))
+    }
+
+    @Test func servesFilesWithLengthAndType() throws {
+        let handler = HTTP3FileHandler(root: try Self.makeRoot().root.path)
+        let response = Self.get(handler, "/ten.txt")
+        #expect(response.head.status == .ok)
+        #expect(response.body == Array("0123456789".utf8))
+        #expect(response.head.headerFields[.contentLength] == "10")
+        #expect(response.head.headerFields[.contentType] == "text/plain; charset=utf-8")
+        #expect(Self.get(handler, "/docs/").body == Array("<p>docs</p>".utf8))
+    }
+
+    @Test func headHasTheLengthButNoBody() throws {
+        let handler = HTTP3FileHandler(root: try Self.makeRoot().root.path)
+        let response = Self.get(handler, "/ten.txt", method: .head)
+        #expect(response.head.status == .ok)
+        #expect(response.head.headerFields[.contentLength] == "10")
+        #expect(response.body.isEmpty)
+    }
+
+    @Test(arguments: [
+        ("bytes=2-4", 206, "234", "bytes 2-4/10"), ("bytes=7-", 206, "789", "bytes 7-9/10"),
+        ("bytes=-2", 206, "89", "bytes 8-9/10"), ("bytes=5-100", 206, "56789", "bytes 5-9/10"),
+        ("bytes=10-", 416, "", "bytes */10"), ("bytes=1-2,4-5", 200, "0123456789", ""), ("items=1-2", 200, "0123456789", ""),
+    ])
+    func rangeRequests(range: String, status: Int, body: String, contentRange: String) throws {
+        let handler = HTTP3FileHandler(root: try Self.makeRoot().root.path)
+        let response = Self.get(handler, "/ten.txt", range: range)
+        #expect(response.head.status.code == status)
+        #expect(response.body == Array(body.utf8))
+        #expect((response.head.headerFields[.contentRange] ?? "") == contentRange)
+    }
+
+    @Test(arguments: ["/../secret.txt", "/docs/../../secret.txt", "/%2e%2e/secret.txt", "/link.txt", "/missing", "/docs", "/ten.txt%00.png"])
+    func nothingOutsideTheRootOrMissingIsServed(path: String) throws {
+        let (root, _) = try Self.makeRoot()
+        let handler = HTTP3FileHandler(root: root.path)
+        let response = Self.get(handler, path)
+        if path == "/docs" {
+            #expect(response.head.status == .ok)  // A directory serves its index.html.
+        } else {
+            #expect(response.head.status == .notFound, "\(path)")
+            #expect(!response.body.elementsEqual(Array("secret".utf8)))
+        }
+    }
+
+    @Test func otherMethodsGet405WithAllow() throws {
+        let handler = HTTP3FileHandler(root: try Self.makeRoot().root.path)
+        let response = Self.get(handler, "/ten.txt", method: .post)
+        #expect(response.head.status == .methodNotAllowed)
+        #expect(response.head.headerFields[.allow] == "GET, HEAD")
+    }
+}

@@ -1,0 +1,126 @@
+import Foundation
+import H3
+import HTTPTypes
+import QuicTestSupport
+import QuicTransport
+import Testing
+
+/// Our HTTP/3 client and server over real UDP on 127.0.0.1, and h3serve against Debian's gtlsclient.
+@Suite("HTTP/3 over loopback", .serialized, .timeLimit(.minutes(2)))
+struct HTTP3LoopbackTests {
+    static func startServer(_ handler: @escaping HTTP3Server.Handler) async throws -> (HTTP3Server, UInt16, SelfSignedCertificate) {
+        let identity = try SelfSignedCertificate.generate()
+        var configuration = HTTP3Server.Configuration()
+        configuration.port = 0
+        configuration.identity = identity
+        let server = try HTTP3Server(configuration: configuration, handler: handler)
+        let port = try await server.start()
+        return (server, port, identity)
+    }
+
+    static func client(trusting identity: SelfSignedCertificate) -> HTTP3Client {
+        var configuration = HTTP3Client.Configuration()
+        configuration.certificateVerification = .pinnedSHA256(identity.sha256Fingerprint)
+        return HTTP3Client(configuration: configuration)
+    }
+
+    @Test func postWithABodyIsEchoed() async throws {
+        let (server, port, identity) = try await Self.startServer { request in
+            HTTP3ServerResponse(status: .ok, body: Array("got \(request.head.method) \(request.body.count) bytes: ".utf8) + request.body)
+        }
+        defer { server.shutdown() }
+        let client = Self.client(trusting: identity)
+        defer { client.shutdown() }
+        let request = HTTPRequest(method: .post, scheme: "https", authority: "localhost:\(port)", path: "/echo")
+        let response = try await client.execute(request, body: Array("payload".utf8))
+        #expect(response.head.status == .ok)
+        #expect(String(decoding: try await response.body.collect(), as: UTF8.self) == "got POST 7 bytes: payload")
+        #expect(response.connection.alpn == "h3")
+    }
+
+    @Test func hundredConcurrentRequestsOnOneConnection() async throws {
+        let (server, port, identity) = try await Self.startServer { request in
+            HTTP3ServerResponse(status: .ok, body: Array((request.head.path ?? "").utf8))
+        }
+        defer { server.shutdown() }
+        let client = Self.client(trusting: identity)
+        defer { client.shutdown() }
+        let matches = try await withThrowingTaskGroup(of: Bool.self) { tasks in
+            for index in 0..<100 {
+                tasks.addTask {
+                    let request = HTTPRequest(method: .get, scheme: "https", authority: "localhost:\(port)", path: "/item/\(index)")
+                    let response = try await client.execute(request)
+                    return try await response.body.collect() == Array("/item/\(index)".utf8)
+                }
+            }
+            var count = 0
+            for try await ok in tasks where ok { count += 1 }
+            return count
+        }
+        #expect(matches == 100)
+    }
+
+    @Test func gtlsclientDownloadsFromH3serve() async throws {
+        let gtlsclient = try TestEnvironment.systemTool("gtlsclient", package: "ngtcp2-client")
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("h3serve-\(UUID())")
+        try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
+        var generator = SeededGenerator(seed: 11)
+        var sizes: [String: Int] = ["1mb.bin": 1_000_000, "50mb.bin": 50_000_000]
+        for (name, size) in sizes {
+            var bytes = [UInt8](repeating: 0, count: size)
+            for index in 0..<size where index % 8 == 0 {
+                let word = generator.next()
+                for offset in 0..<min(8, size - index) { bytes[index + offset] = UInt8(truncatingIfNeeded: word >> (8 * UInt64(offset))) }
+            }
+            try Data(bytes).write(to: root.appendingPathComponent(name))
+        }
+        sizes["index.html"] = 0
+        let server = try ChildProcess(try TestEnvironment.executable("h3serve"), ["--port", "0", "--root", root.path])
+        defer { server.terminate() }
+        let line = try await server.waitForLine(containing: "serving")
+        let port = String(line.split(separator: ":").last!.split(separator: "/").first!)
+        let downloads = root.appendingPathComponent("downloads")
+        try FileManager.default.createDirectory(at: downloads, withIntermediateDirectories: true)
+        let client = try ChildProcess(gtlsclient, [
+            "--quiet", "--exit-on-all-streams-close", "--download", downloads.path, "127.0.0.1", port,
+            "https://127.0.0.1:\(port)/1mb.bin", "https://127.0.0.1:\(port)/50mb.bin",
+        ])
+        _ = try await client.waitForExit(seconds: 60)
+        for name in ["1mb.bin", "50mb.bin"] {
+            let original = try SHA256.hash(Array(Data(contentsOf: root.appendingPathComponent(name))))
+            let fetched = try SHA256.hash(Array(Data(contentsOf: downloads.appendingPathComponent(name))))
+            #expect(fetched == original, "sha256 of \(name) fetched by gtlsclient")
+        }
+        // h3serve logs one line per request: method, path, status, bytes, priority, duration.
+        try await Task.sleep(for: .milliseconds(100))
+        #expect(server.standardError.contains("GET /50mb.bin 200 50000000"), "\(server.standardError)")
+    }
+
+    @Test func h3getAgainstH3serveCoversHeadRangeAndErrors() async throws {
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("h3serve-\(UUID())")
+        try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
+        try Data("0123456789".utf8).write(to: root.appendingPathComponent("ten.txt"))
+        let server = try ChildProcess(try TestEnvironment.executable("h3serve"), ["--port", "0", "--root", root.path])
+        defer { server.terminate() }
+        let line = try await server.waitForLine(containing: "serving")
+        let port = String(line.split(separator: ":").last!.split(separator: "/").first!)
+        let base = "https://127.0.0.1:\(port)"
+        let h3get = try TestEnvironment.executable("h3get")
+
+        let range = try ChildProcess(h3get, ["-k", "-H", "Range: bytes=3-5", "-w", " %{response_code}", "\(base)/ten.txt"])
+        #expect(try await range.waitForExit() == 0)
+        #expect(range.standardOutput == "345 206")
+
+        let head = try ChildProcess(h3get, ["-k", "-I", "\(base)/ten.txt"])
+        #expect(try await head.waitForExit() == 0)
+        #expect(head.standardOutput.hasPrefix("HTTP/3 200\r\n"))
+        #expect(head.standardOutput.contains("content-length: 10\r\n"))
+
+        let missing = try ChildProcess(h3get, ["-k", "--fail", "-s", "\(base)/nope"])
+        #expect(try await missing.waitForExit() == 22)
+
+        let post = try ChildProcess(h3get, ["-k", "-d", "x=1", "-w", "%{response_code}", "-o", "/dev/null", "\(base)/ten.txt"])
+        #expect(try await post.waitForExit() == 0)
+        #expect(post.standardOutput == "405")
+    }
+}
