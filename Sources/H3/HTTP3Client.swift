@@ -39,8 +39,10 @@ public final class HTTP3Client: Sendable {
 
     /// Sends `request` and waits for the response head; the body follows in `HTTP3Response.body`.
     ///
-    /// Cancelling the task that awaits resets the request with H3_REQUEST_CANCELLED.
-    public func execute(_ request: HTTPRequest, body: [UInt8]? = nil) async throws -> HTTP3Response {
+    /// With a `priority`, the request carries it in the `priority` field (RFC 9218 §5); the
+    /// request's own `priority` field wins if it has one. Cancelling the task that awaits
+    /// resets the request with H3_REQUEST_CANCELLED.
+    public func execute(_ request: HTTPRequest, body: [UInt8]? = nil, priority: HTTPPriority? = nil) async throws -> HTTP3Response {
         guard let authority = request.authority, let (host, port) = Self.split(authority: authority) else {
             throw HTTP3ClientError.invalidRequest("the request has no authority (host)")
         }
@@ -52,6 +54,7 @@ public final class HTTP3Client: Sendable {
             (":path", request.path ?? "/"),
         ]
         for field in request.headerFields { fields.append((field.name.canonicalName, field.value)) }
+        if let priority, request.headerFields[HTTPField.Name.priority] == nil { fields.append(("priority", priority.fieldValue)) }
         if let body, request.headerFields[.contentLength] == nil { fields.append(("content-length", "\(body.count)")) }
 
         let exchange = HTTP3Exchange()
@@ -75,7 +78,14 @@ public final class HTTP3Client: Sendable {
         }.get()
         return try await withTaskCancellationHandler {
             let head = try await exchange.head()
-            return HTTP3Response(head: head, body: HTTP3ResponseBody(exchange: exchange), connection: connection.info)
+            return HTTP3Response(
+                head: head,
+                body: HTTP3ResponseBody(exchange: exchange),
+                connection: connection.info,
+                reprioritize: { priority in
+                    try await self.eventLoop.submit { try connection.updatePriority(exchange, to: priority) }.get()
+                }
+            )
         } onCancel: {
             self.eventLoop.execute { connection.cancel(exchange) }
         }
@@ -130,6 +140,17 @@ public struct HTTP3Response: Sendable {
     public let head: HTTPResponse
     public let body: HTTP3ResponseBody
     public let connection: HTTP3ConnectionInfo
+    let reprioritize: @Sendable (HTTPPriority) async throws -> Void
+
+    /// Changes the priority of the rest of this response (RFC 9218 §7: PRIORITY_UPDATE).
+    public func updatePriority(_ priority: HTTPPriority) async throws {
+        try await reprioritize(priority)
+    }
+}
+
+extension HTTPField.Name {
+    /// `priority` (RFC 9218 §5).
+    public static var priority: HTTPField.Name { HTTPField.Name("priority")! }
 }
 
 /// The response body as byte chunks, in order; ends at the peer's FIN (RFC 9114 §4.1).

@@ -96,6 +96,14 @@ final class HTTP3ClientConnection: @unchecked Sendable {
         driver?.afterInput()
     }
 
+    /// Changes an in-flight request's priority; nghttp3 sends PRIORITY_UPDATE (RFC 9218 §7.1).
+    func updatePriority(_ exchange: HTTP3Exchange, to priority: HTTPPriority) throws {
+        eventLoop.assertInEventLoop()
+        guard let streamID = exchange.streamID, exchanges[streamID] === exchange, let codec else { return }
+        try codec.setPriority(streamID: streamID, priority)
+        driver?.afterInput()
+    }
+
     /// Closes the connection with H3_NO_ERROR.
     func close() {
         eventLoop.assertInEventLoop()

@@ -66,6 +66,14 @@ package final class HTTP3Codec: QUICApplicationCodec {
         }
     }
 
+    /// Sets a request stream's priority (RFC 9218). On a client this sends PRIORITY_UPDATE
+    /// (§7.1); on a server it overrides what the client asked for.
+    package func setPriority(streamID: Int64, _ priority: HTTPPriority) throws {
+        guard let conn else { return }
+        var value = nghttp3_pri(urgency: UInt32(priority.urgency), inc: priority.incremental ? 1 : 0)
+        try check(nghttp3_conn_set_stream_priority(conn, streamID, &value), "nghttp3_conn_set_stream_priority")
+    }
+
     /// Abandons a request or response with an HTTP/3 error code (RFC 9114 §4.1.1).
     package func cancel(streamID: Int64, code: HTTP3ErrorCode) {
         guard let core, let conn else { return }

@@ -107,6 +107,11 @@ public struct HTTP3ServerRequest: Sendable {
     /// The QUIC stream that carries it (RFC 9114 §4.1).
     public let streamID: Int64
 
+    /// The priority the client asked for in the `priority` field (RFC 9218 §5), or the default.
+    public var priority: HTTPPriority {
+        head.headerFields[.priority].map(HTTPPriority.init(fieldValue:)) ?? .default
+    }
+
     public init(head: HTTPRequest, body: [UInt8] = [], streamID: Int64 = 0) {
         self.head = head
         self.body = body
@@ -118,6 +123,8 @@ public struct HTTP3ServerRequest: Sendable {
 public struct HTTP3ServerResponse: Sendable {
     public var head: HTTPResponse
     public var body: [UInt8]
+    /// Overrides the client's priority for this response (RFC 9218 §8: the server decides).
+    public var priority: HTTPPriority?
 
     public init(head: HTTPResponse, body: [UInt8] = []) {
         self.head = head
@@ -201,6 +208,7 @@ final class HTTP3ServerConnection: @unchecked Sendable {
         var fields: [(name: String, value: String)] = [(":status", "\(response.head.status.code)")]
         for field in response.head.headerFields { fields.append((field.name.canonicalName, field.value)) }
         do {
+            if let priority = response.priority { try codec.setPriority(streamID: streamID, priority) }
             try codec.submitResponse(streamID: streamID, headers: fields, body: response.body.isEmpty ? nil : response.body)
         } catch {
             logger.warning("cannot submit response", metadata: ["stream": "\(streamID)", "error": "\(error)"])

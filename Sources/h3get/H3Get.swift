@@ -50,6 +50,9 @@ struct H3Get: AsyncParsableCommand {
     @Option(help: "HOST:PORT:ADDRESS — connect to ADDRESS for HOST:PORT (curl's --resolve).")
     var resolve: String?
 
+    @Option(help: "RFC 9218 priority for every URL, \"u=N[, i]\" (urgency 0-7, default 3; i = incremental).")
+    var priority: String?
+
     @Option(name: .customLong("qlog-dir"), help: "Write a qlog trace per connection here (default: $QLOGDIR).")
     var qlogDirectory: String?
 
@@ -92,6 +95,9 @@ struct H3Get: AsyncParsableCommand {
         }
         for header in headers where !header.contains(":") { throw ValidationError("header '\(header)' is not \"Name: value\"") }
         if let resolve, resolve.split(separator: ":").count < 3 { throw ValidationError("--resolve takes HOST:PORT:ADDRESS") }
+        if let priority, HTTPPriority(fieldValue: priority) == .default, !["u=3", "u=3, i=?0", ""].contains(priority) {
+            throw ValidationError("--priority '\(priority)' is not an RFC 9218 priority like \"u=2\" or \"u=5, i\"")
+        }
     }
 
     func run() async throws {
@@ -161,8 +167,13 @@ struct H3Get: AsyncParsableCommand {
             guard let fieldName = HTTPField.Name(name) else { throw HTTP3ClientError.invalidRequest("bad header name '\(name)'") }
             request.headerFields[fieldName] = value
         }
-        if verbose { log("> \(request.method) \(path) HTTP/3\n> :authority: \(authority)\n" + request.headerFields.map { "> \($0.name): \($0.value)" }.joined(separator: "\n")) }
-        let response = try await client.execute(request, body: body)
+        if verbose {
+            var lines = ["> \(request.method) \(path) HTTP/3", "> :authority: \(authority)"]
+            lines += request.headerFields.map { "> \($0.name): \($0.value)" }
+            if let priority { lines.append("> priority: \(HTTPPriority(fieldValue: priority).fieldValue)") }
+            log(lines.joined(separator: "\n"))
+        }
+        let response = try await client.execute(request, body: body, priority: priority.map(HTTPPriority.init(fieldValue:)))
         let connected = ContinuousClock.now - started
         if verbose {
             log("* ALPN: \(response.connection.alpn ?? "?")" + (response.connection.qlogPath.map { "\n* qlog: \($0)" } ?? ""))

@@ -123,4 +123,107 @@ struct HTTP3LoopbackTests {
         #expect(try await post.waitForExit() == 0)
         #expect(post.standardOutput == "405")
     }
+
+    /// Waits until `count` requests have arrived, so the server schedules them all at once.
+    actor Barrier {
+        private let count: Int
+        private var arrived = 0
+        private var waiters: [CheckedContinuation<Void, Never>] = []
+        init(count: Int) { self.count = count }
+        func arrive() async {
+            arrived += 1
+            if arrived >= count {
+                for waiter in waiters { waiter.resume() }
+                waiters.removeAll()
+                return
+            }
+            await withCheckedContinuation { waiters.append($0) }
+        }
+    }
+
+    actor Timeline {
+        private(set) var finished: [Int] = []
+        private(set) var chunks: [Int] = []
+        func finish(_ index: Int) { finished.append(index) }
+        func chunk(_ index: Int) { chunks.append(index) }
+    }
+
+    @Test func responsesCompleteInUrgencyOrder() async throws {
+        let size = 1_500_000
+        let barrier = Barrier(count: 8)
+        let (server, port, identity) = try await Self.startServer { _ in
+            await barrier.arrive()
+            return HTTP3ServerResponse(status: .ok, body: [UInt8](repeating: 0x61, count: size))
+        }
+        defer { server.shutdown() }
+        let client = Self.client(trusting: identity)
+        defer { client.shutdown() }
+        let timeline = Timeline()
+        try await withThrowingTaskGroup(of: Void.self) { tasks in
+            // Least urgent first: urgency 7 is sent first, urgency 0 last.
+            for urgency in stride(from: 7, through: 0, by: -1) {
+                tasks.addTask {
+                    let request = HTTPRequest(method: .get, scheme: "https", authority: "localhost:\(port)", path: "/u\(urgency)")
+                    let response = try await client.execute(request, priority: HTTPPriority(urgency: urgency))
+                    let body = try await response.body.collect()
+                    #expect(body.count == size)
+                    await timeline.finish(urgency)
+                }
+                try await Task.sleep(for: .milliseconds(5))
+            }
+            try await tasks.waitForAll()
+        }
+        #expect(await timeline.finished == Array(0...7))
+    }
+
+    @Test func incrementalResponsesOfOneUrgencyInterleave() async throws {
+        let size = 2_000_000
+        let barrier = Barrier(count: 2)
+        let (server, port, identity) = try await Self.startServer { _ in
+            await barrier.arrive()
+            return HTTP3ServerResponse(status: .ok, body: [UInt8](repeating: 0x62, count: size))
+        }
+        defer { server.shutdown() }
+        let client = Self.client(trusting: identity)
+        defer { client.shutdown() }
+        let timeline = Timeline()
+        try await withThrowingTaskGroup(of: Void.self) { tasks in
+            for index in 0..<2 {
+                tasks.addTask {
+                    let request = HTTPRequest(method: .get, scheme: "https", authority: "localhost:\(port)", path: "/i\(index)")
+                    let response = try await client.execute(request, priority: HTTPPriority(urgency: 3, incremental: true))
+                    var received = 0
+                    for try await chunk in response.body {
+                        received += chunk.count
+                        await timeline.chunk(index)
+                    }
+                    #expect(received == size)
+                }
+            }
+            try await tasks.waitForAll()
+        }
+        // Interleaved: each response's chunks do not all come before the other's first chunk.
+        let chunks = await timeline.chunks
+        let firstOfZero = try #require(chunks.firstIndex(of: 0))
+        let firstOfOne = try #require(chunks.firstIndex(of: 1))
+        let lastOfZero = try #require(chunks.lastIndex(of: 0))
+        let lastOfOne = try #require(chunks.lastIndex(of: 1))
+        #expect(firstOfOne < lastOfZero && firstOfZero < lastOfOne, "responses did not interleave")
+    }
+
+    @Test func priorityReachesTheServerAndCanBeUpdated() async throws {
+        let seen = Timeline()
+        let (server, port, identity) = try await Self.startServer { request in
+            await seen.finish(request.priority.urgency)
+            return HTTP3ServerResponse(status: .ok, body: [UInt8](repeating: 0x63, count: 3_000_000))
+        }
+        defer { server.shutdown() }
+        let client = Self.client(trusting: identity)
+        defer { client.shutdown() }
+        let request = HTTPRequest(method: .get, scheme: "https", authority: "localhost:\(port)", path: "/p")
+        let response = try await client.execute(request, priority: HTTPPriority(urgency: 6))
+        try await response.updatePriority(HTTPPriority(urgency: 1, incremental: true))
+        #expect(try await response.body.collect().count == 3_000_000)
+        #expect(await seen.finished == [6])
+    }
 }
