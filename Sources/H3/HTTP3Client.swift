@@ -57,6 +57,16 @@ public final class HTTP3Client: Sendable {
         if let priority, request.headerFields[HTTPField.Name.priority] == nil { fields.append(("priority", priority.fieldValue)) }
         if let body, request.headerFields[.contentLength] == nil { fields.append(("content-length", "\(body.count)")) }
 
+        // A request the server rejected unprocessed (GOAWAY, H3_REQUEST_REJECTED) is retried once
+        // on a new connection, as RFC 9114 §4.1.1 allows.
+        do {
+            return try await send(fields: fields, body: body, host: host, port: port)
+        } catch HTTP3ClientError.requestRejected {
+            return try await send(fields: fields, body: body, host: host, port: port)
+        }
+    }
+
+    private func send(fields: [(name: String, value: String)], body: [UInt8]?, host: String, port: UInt16) async throws -> HTTP3Response {
         let exchange = HTTP3Exchange()
         let connection = try await eventLoop.submit { () -> HTTP3ClientConnection in
             let key = "\(host):\(port)"
@@ -118,9 +128,12 @@ public final class HTTP3Client: Sendable {
 }
 
 extension HTTP3ClientConnection {
+    /// Failed or draining after GOAWAY: new requests go to a new connection.
     var isFinished: Bool {
-        if case .failed = state { return true }
-        return false
+        switch state {
+        case .failed, .draining: return true
+        case .connecting, .ready: return false
+        }
     }
 
     /// A snapshot for the response, taken on the loop.
@@ -182,6 +195,8 @@ public enum HTTP3ClientError: Error, Sendable, CustomStringConvertible {
     case streamReset(HTTP3ErrorCode)
     case protocolError(String)
     case cancelled
+    /// The server did not process the request (GOAWAY or H3_REQUEST_REJECTED); safe to retry.
+    case requestRejected
 
     public var description: String {
         switch self {
@@ -192,6 +207,7 @@ public enum HTTP3ClientError: Error, Sendable, CustomStringConvertible {
         case .streamReset(let code): return "the server reset the request with \(code)"
         case .protocolError(let reason): return "HTTP/3 error: \(reason)"
         case .cancelled: return "request cancelled"
+        case .requestRejected: return "the server rejected the request before processing it (H3_REQUEST_REJECTED or GOAWAY)"
         }
     }
 }

@@ -12,6 +12,8 @@ final class HTTP3ClientConnection: @unchecked Sendable {
     enum State {
         case connecting
         case ready
+        /// The server sent GOAWAY (RFC 9114 §5.2): no new requests here.
+        case draining
         case failed(HTTP3ClientError)
     }
 
@@ -75,6 +77,7 @@ final class HTTP3ClientConnection: @unchecked Sendable {
         eventLoop.assertInEventLoop()
         switch state {
         case .failed(let error): exchange.fail(error)
+        case .draining: exchange.fail(.requestRejected)
         case .connecting: pending.append(Pending(fields: fields, body: body, exchange: exchange))
         case .ready:
             pending.append(Pending(fields: fields, body: body, exchange: exchange))
@@ -160,13 +163,24 @@ final class HTTP3ClientConnection: @unchecked Sendable {
             case .end(let streamID):
                 exchanges.removeValue(forKey: streamID)?.finish()
             case .reset(let streamID, let code):
-                exchanges.removeValue(forKey: streamID)?.fail(.streamReset(code))
+                exchanges.removeValue(forKey: streamID)?.fail(code == .requestRejected ? .requestRejected : .streamReset(code))
             case .closed(let streamID, let code):
                 if let exchange = exchanges.removeValue(forKey: streamID) {
-                    exchange.fail(code == .noError ? .protocolError("stream closed before the response ended") : .streamReset(code))
+                    switch code {
+                    case .noError: exchange.fail(.protocolError("stream closed before the response ended"))
+                    case .requestRejected: exchange.fail(.requestRejected)
+                    default: exchange.fail(.streamReset(code))
+                    }
                 }
-            case .goaway:
-                break
+            case .goaway(let lastID):
+                // Requests at or past the last ID were not and will not be processed: retry them elsewhere.
+                state = .draining
+                for request in pending { request.exchange.fail(.requestRejected) }
+                pending.removeAll()
+                for (streamID, exchange) in exchanges where streamID >= lastID {
+                    exchanges[streamID] = nil
+                    exchange.fail(.requestRejected)
+                }
             }
         }
         return !events.isEmpty

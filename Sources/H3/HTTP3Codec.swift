@@ -74,6 +74,20 @@ package final class HTTP3Codec: QUICApplicationCodec {
         try check(nghttp3_conn_set_stream_priority(conn, streamID, &value), "nghttp3_conn_set_stream_priority")
     }
 
+    /// Server: announces a graceful shutdown with a GOAWAY carrying the largest stream ID
+    /// (RFC 9114 §5.2); requests already on their way still get through.
+    package func submitShutdownNotice() throws {
+        guard let conn else { return }
+        try check(nghttp3_conn_submit_shutdown_notice(conn), "nghttp3_conn_submit_shutdown_notice")
+    }
+
+    /// Server: sends the final GOAWAY with the last accepted stream; nghttp3 then rejects newer
+    /// requests with H3_REQUEST_REJECTED while the accepted ones finish.
+    package func shutdown() throws {
+        guard let conn else { return }
+        try check(nghttp3_conn_shutdown(conn), "nghttp3_conn_shutdown")
+    }
+
     /// Abandons a request or response with an HTTP/3 error code (RFC 9114 §4.1.1).
     package func cancel(streamID: Int64, code: HTTP3ErrorCode) {
         guard let core, let conn else { return }

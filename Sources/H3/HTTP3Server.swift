@@ -73,27 +73,59 @@ public final class HTTP3Server: Sendable {
             eventLoop: eventLoop,
             logger: logger
         ).flatMapThrowing { endpoint -> QUICServerEndpointBox in
+            let box = QUICServerEndpointBox(endpoint: endpoint, port: endpoint.port)
             endpoint.onNewConnection = { driver in
-                HTTP3ServerConnection(driver: driver, handler: handler, logger: logger).attach()
+                let connection = HTTP3ServerConnection(driver: driver, handler: handler, logger: logger)
+                connection.attach()
+                box.connections[ObjectIdentifier(connection)] = connection
+                connection.onFinished = { box.connections[ObjectIdentifier(connection)] = nil }
             }
-            return QUICServerEndpointBox(endpoint: endpoint, port: endpoint.port)
+            return box
         }.get()
         self.endpoint.withLockedValue { $0 = endpoint }
         return endpoint.port
     }
 
-    /// Closes every connection with H3_NO_ERROR and stops listening.
-    public func shutdown() {
-        guard let box = endpoint.withLockedValue({ box in defer { box = nil }; return box }) else { return }
-        eventLoop.execute { box.endpoint.close() }
+    /// Shuts down gracefully (RFC 9114 §5.2): GOAWAY on every connection, requests already
+    /// received finish, newer ones are rejected with H3_REQUEST_REJECTED so clients can retry
+    /// elsewhere, new connections are refused, and the socket closes once all connections have
+    /// ended or after `gracePeriod`.
+    public func shutdown(gracePeriod: Duration = .seconds(10)) {
+        _ = beginShutdown(gracePeriod: gracePeriod)
+    }
+
+    /// Sends GOAWAY on every open connection and closes each once its requests are done, but
+    /// keeps accepting new connections: clients move their next requests to a fresh one.
+    public func rotateConnections() {
+        guard let box = endpoint.withLockedValue({ $0 }) else { return }
+        eventLoop.execute {
+            for connection in box.connections.values { connection.beginShutdown() }
+        }
+    }
+
+    /// Like `shutdown(gracePeriod:)`, and returns once the socket is closed.
+    public func shutdownGracefully(gracePeriod: Duration = .seconds(10)) async {
+        try? await beginShutdown(gracePeriod: gracePeriod)?.get()
+    }
+
+    private func beginShutdown(gracePeriod: Duration) -> EventLoopFuture<Void>? {
+        guard let box = endpoint.withLockedValue({ box in defer { box = nil }; return box }) else { return nil }
+        let (seconds, attoseconds) = gracePeriod.components
+        let timeout = TimeAmount.nanoseconds(seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
+        return eventLoop.flatSubmit {
+            for connection in box.connections.values { connection.beginShutdown() }
+            return box.endpoint.closeWhenDrained(timeout: timeout)
+        }
     }
 }
 
-/// Carries the loop-confined endpoint across the lock.
-// @unchecked Sendable: `endpoint` is only used on its event loop; `port` is immutable.
+/// Carries the loop-confined endpoint and its HTTP/3 connections across the lock.
+// @unchecked Sendable: `endpoint` and `connections` are only used on the endpoint's event loop;
+// `port` is immutable.
 final class QUICServerEndpointBox: @unchecked Sendable {
     let endpoint: QUICServerEndpoint
     let port: UInt16
+    var connections: [ObjectIdentifier: HTTP3ServerConnection] = [:]
     init(endpoint: QUICServerEndpoint, port: UInt16) {
         self.endpoint = endpoint
         self.port = port
@@ -149,6 +181,10 @@ final class HTTP3ServerConnection: @unchecked Sendable {
     private let handler: HTTP3Server.Handler
     private let logger: Logger
     private var incoming: [Int64: Incoming] = [:]
+    /// Requests received whose response stream has not closed yet.
+    private var active: Set<Int64> = []
+    private var isShuttingDown = false
+    var onFinished: (() -> Void)?
 
     init(driver: QUICConnectionDriver, handler: @escaping HTTP3Server.Handler, logger: Logger) {
         self.driver = driver
@@ -165,7 +201,32 @@ final class HTTP3ServerConnection: @unchecked Sendable {
         driver.onFinished = { finished in
             previous?(finished)
             finished.afterPass = nil
+            self.onFinished?()
+            self.onFinished = nil
         }
+    }
+
+    /// GOAWAY now with the largest ID, the final GOAWAY a moment later, then close when idle.
+    func beginShutdown() {
+        guard !isShuttingDown, let codec else { return }
+        isShuttingDown = true
+        try? codec.submitShutdownNotice()
+        driver.afterInput()
+        // RFC 9114 §5.2: allow at least a round trip for requests already in flight.
+        let rtt = driver.core.pathStatistics.smoothedRTT.components
+        let rttNanoseconds = rtt.seconds * 1_000_000_000 + rtt.attoseconds / 1_000_000_000
+        let delay = TimeAmount.nanoseconds(max(2 * rttNanoseconds, 50_000_000))
+        driver.eventLoop.scheduleTask(in: delay) {
+            try? self.codec?.shutdown()
+            self.driver.afterInput()
+            self.closeIfIdle()
+        }
+    }
+
+    private func closeIfIdle() {
+        guard isShuttingDown, active.isEmpty, incoming.isEmpty else { return }
+        driver.core.close(applicationErrorCode: HTTP3ErrorCode.noError.rawValue, reason: "", now: QUICConnectionDriver.now())
+        driver.afterInput()
     }
 
     private func drainCodec() -> Bool {
@@ -180,9 +241,16 @@ final class HTTP3ServerConnection: @unchecked Sendable {
             case .data(let streamID, let bytes):
                 incoming[streamID, default: Incoming()].body += bytes
             case .end(let streamID):
-                if let request = incoming.removeValue(forKey: streamID) { dispatch(streamID: streamID, request) }
-            case .reset(let streamID, _), .closed(let streamID, _):
+                if let request = incoming.removeValue(forKey: streamID) {
+                    active.insert(streamID)
+                    dispatch(streamID: streamID, request)
+                }
+            case .reset(let streamID, _):
                 incoming[streamID] = nil
+            case .closed(let streamID, _):
+                incoming[streamID] = nil
+                active.remove(streamID)
+                if isShuttingDown { driver.eventLoop.execute { self.closeIfIdle() } }
             case .goaway:
                 break
             }

@@ -96,7 +96,8 @@ struct H3Serve: AsyncParsableCommand {
             source.resume()
         }
         for await _ in stopped { break }
-        server.shutdown()
-        try await Task.sleep(for: .milliseconds(200))
+        say("shutting down: GOAWAY sent, finishing requests in flight")
+        await server.shutdownGracefully()
+        _ = sources
     }
 }

@@ -226,4 +226,48 @@ struct HTTP3LoopbackTests {
         #expect(try await response.body.collect().count == 3_000_000)
         #expect(await seen.finished == [6])
     }
+
+    @Test func goawayLetsTheTransferFinishAndMovesNewRequestsToANewConnection() async throws {
+        let started = Barrier(count: 2)
+        let (server, port, identity) = try await Self.startServer { request in
+            if request.head.path == "/slow" {
+                await started.arrive()
+                try? await Task.sleep(for: .milliseconds(300))
+                return HTTP3ServerResponse(status: .ok, body: [UInt8](repeating: 0x64, count: 5_000_000))
+            }
+            return HTTP3ServerResponse(status: .ok, body: Array("fresh".utf8))
+        }
+        defer { server.shutdown() }
+        let client = Self.client(trusting: identity)
+        defer { client.shutdown() }
+        let slow = Task {
+            let request = HTTPRequest(method: .get, scheme: "https", authority: "localhost:\(port)", path: "/slow")
+            return try await client.execute(request).body.collect().count
+        }
+        await started.arrive()
+        server.rotateConnections()
+        try await Task.sleep(for: .milliseconds(100))
+        let fresh = HTTPRequest(method: .get, scheme: "https", authority: "localhost:\(port)", path: "/fresh")
+        let freshBody = try await client.execute(fresh).body.collect()
+        #expect(freshBody == Array("fresh".utf8))
+        #expect(try await slow.value == 5_000_000, "the request in flight when GOAWAY was sent completes")
+    }
+
+    @Test func shutdownFinishesInFlightRequestsThenRefusesNewConnections() async throws {
+        let started = Barrier(count: 2)
+        let (server, port, identity) = try await Self.startServer { _ in
+            await started.arrive()
+            try? await Task.sleep(for: .milliseconds(200))
+            return HTTP3ServerResponse(status: .ok, body: [UInt8](repeating: 0x65, count: 1_000_000))
+        }
+        let client = Self.client(trusting: identity)
+        defer { client.shutdown() }
+        let request = HTTPRequest(method: .get, scheme: "https", authority: "localhost:\(port)", path: "/inflight")
+        let inflight = Task { try await client.execute(request).body.collect().count }
+        await started.arrive()
+        await server.shutdownGracefully(gracePeriod: .seconds(5))
+        #expect(try await inflight.value == 1_000_000)
+        let late = HTTPRequest(method: .get, scheme: "https", authority: "localhost:\(port)", path: "/late")
+        await #expect(throws: HTTP3ClientError.self) { _ = try await client.execute(late) }
+    }
 }

@@ -37,6 +37,8 @@ package final class QUICEndpointCore {
     }
 
     package let configuration: Configuration
+    /// Set during a graceful shutdown: new clients get CONNECTION_REFUSED, existing ones continue.
+    package var refusesNewConnections = false
     package let idFactory: QUICConnectionIDFactory
     private let logger: Logger
     private var routes: [QUICConnectionID: QUICConnectionCore] = [:]
@@ -80,6 +82,9 @@ package final class QUICEndpointCore {
         }
         guard header.type == UInt8(NGTCP2_PKT_INITIAL.rawValue) else {
             return .dropped("0-RTT packet for an unknown connection")
+        }
+        if refusesNewConnections {
+            return refuse(header, code: UInt64(NGTCP2_CONNECTION_REFUSED), why: "shutting down", reply: reply)
         }
         if connections.count >= configuration.maximumConnections {
             return refuse(header, code: UInt64(NGTCP2_CONNECTION_REFUSED), why: "connection limit reached", reply: reply)

@@ -41,6 +41,27 @@ package final class QUICServerEndpoint {
 
     package var connectionCount: Int { drivers.count }
 
+    /// Closes the socket once every connection has ended, or after `timeout` at the latest
+    /// (connections still open then are closed). New clients are refused meanwhile.
+    @discardableResult
+    package func closeWhenDrained(timeout: TimeAmount) -> EventLoopFuture<Void> {
+        core.refusesNewConnections = true
+        let eventLoop = socket.channel.eventLoop
+        let closed = eventLoop.makePromise(of: Void.self)
+        let deadline = NIODeadline.now() + timeout
+        func check() {
+            if drivers.isEmpty || NIODeadline.now() >= deadline {
+                close()
+                // Let the last CONNECTION_CLOSE packets leave before reporting.
+                eventLoop.scheduleTask(in: .milliseconds(20)) { closed.succeed() }
+                return
+            }
+            eventLoop.scheduleTask(in: .milliseconds(50)) { check() }
+        }
+        check()
+        return closed.futureResult
+    }
+
     /// Closes every connection with NO_ERROR (RFC 9000 §10.2), then the socket.
     package func close() {
         for driver in drivers.values {
