@@ -65,6 +65,11 @@ final class HTTP3ClientConnection: @unchecked Sendable {
         connector.onFailure = { failure in self.fail(.connect(failure.description)) }
         connector.onFinished = {
             self.fail(.connectionClosed(self.driver?.core.closeReason.map { "\($0)" } ?? "closed"))
+            // Break the cycles through the driver's hook and the connector so the core (and its
+            // qlog trace) is freed.
+            self.driver?.afterPass = nil
+            self.driver = nil
+            self.codec = nil
             self.connector = nil
             self.onClosed?()
         }
@@ -128,10 +133,23 @@ final class HTTP3ClientConnection: @unchecked Sendable {
             case .streamCreditAvailable:
                 sendPending()
             case .closed(let reason):
-                fail(reason.isNoError ? .connectionClosed("\(reason)") : .connectionFailed("\(reason)"))
+                let text = Self.describe(reason)
+                fail(reason.isNoError ? .connectionClosed(text) : .connectionFailed(text))
             default:
                 break
             }
+        }
+    }
+
+    /// A close reason with HTTP/3 error codes named (RFC 9114 §8.1).
+    static func describe(_ reason: QUICCloseReason) -> String {
+        switch reason {
+        case .localApplicationClose(let code, let text):
+            return "closed locally with \(HTTP3ErrorCode(rawValue: code))" + (text.isEmpty ? "" : ": \(text)")
+        case .peerApplicationClose(let code, let text):
+            return "the server closed the connection with \(HTTP3ErrorCode(rawValue: code))" + (text.isEmpty ? "" : ": \(text)")
+        default:
+            return "\(reason)"
         }
     }
 

@@ -18,8 +18,14 @@ package final class HTTP3Codec: QUICApplicationCodec {
     private unowned(unsafe) var core: QUICConnectionCore?
     private var bodies: [Int64: HTTP3OutgoingBody] = [:]
     private var events: [HTTP3Event] = []
-    private var receivingTrailers: Set<Int64> = []
     private var fields: [Int64: [(name: String, value: String)]] = [:]
+    // qlog (only while the connection writes a trace): frame boundaries in each direction,
+    // the field sections we submitted (logged when their HEADERS frame goes out), and the
+    // vectors last offered to ngtcp2 (scanned for what it accepted).
+    private var outgoingFrames: [Int64: HTTP3FrameScanner] = [:]
+    private var incomingFrames: [Int64: HTTP3FrameScanner] = [:]
+    private var submittedHeaders: [Int64: [[(name: String, value: String)]]] = [:]
+    private var offered: (streamID: Int64, vectors: [ngtcp2_vec])?
 
     package init(role: Role) throws {
         self.role = role
@@ -74,6 +80,9 @@ package final class HTTP3Codec: QUICApplicationCodec {
         try check(nghttp3_conn_set_stream_priority(conn, streamID, &value), "nghttp3_conn_set_stream_priority")
     }
 
+    /// Whether the handshake completed and the control stream is open.
+    package var isEstablished: Bool { core != nil }
+
     /// Server: announces a graceful shutdown with a GOAWAY carrying the largest stream ID
     /// (RFC 9114 §5.2); requests already on their way still get through.
     package func submitShutdownNotice() throws {
@@ -103,6 +112,7 @@ package final class HTTP3Codec: QUICApplicationCodec {
     ) throws {
         guard let conn else { return }
         if let body { bodies[streamID] = HTTP3OutgoingBody(copying: body) }
+        if core?.isQLogEnabled == true { submittedHeaders[streamID, default: []].append(headers) }
         // nghttp3 copies the field section, so the names and values only have to outlive the call.
         let flat = headers.map { (Array($0.name.utf8), Array($0.value.utf8)) }
         var storage = [UInt8]()
@@ -147,6 +157,8 @@ package final class HTTP3Codec: QUICApplicationCodec {
         let consumed = nghttp3_conn_read_stream(
             conn, streamID, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), bytes.count, fin ? 1 : 0
         )
+        // After nghttp3 has read them, so a HEADERS frame's decoded fields come before its DATA.
+        if core?.isQLogEnabled == true { logFrames(streamID: streamID, bytes: bytes, outgoing: false) }
         guard consumed >= 0 else { throw applicationError(Int32(consumed), "nghttp3_conn_read_stream") }
         return consumed
     }
@@ -169,6 +181,9 @@ package final class HTTP3Codec: QUICApplicationCodec {
             throw applicationError(rv, "nghttp3_conn_close_stream")
         }
         bodies[streamID] = nil
+        outgoingFrames[streamID] = nil
+        incomingFrames[streamID] = nil
+        submittedHeaders[streamID] = nil
     }
 
     package func nextStreamData(into vectors: UnsafeMutableBufferPointer<ngtcp2_vec>) throws -> (streamID: Int64, count: Int, fin: Bool)? {
@@ -181,11 +196,21 @@ package final class HTTP3Codec: QUICApplicationCodec {
         }
         guard count >= 0 else { throw applicationError(Int32(count), "nghttp3_conn_writev_stream") }
         guard streamID >= 0 else { return nil }
+        if core?.isQLogEnabled == true { offered = (streamID, Array(vectors.prefix(count))) }
         return (streamID, count, fin != 0)
     }
 
     package func didWrite(streamID: Int64, bytes: Int) throws {
         guard let conn else { return }
+        if let offered, offered.streamID == streamID, bytes > 0 {
+            var remaining = bytes
+            for vector in offered.vectors where remaining > 0 {
+                let take = min(remaining, vector.len)
+                logFrames(streamID: streamID, bytes: UnsafeRawBufferPointer(start: vector.base, count: take), outgoing: true)
+                remaining -= take
+            }
+        }
+        offered = nil
         try check(nghttp3_conn_add_write_offset(conn, streamID, bytes), "nghttp3_conn_add_write_offset")
     }
 
@@ -262,7 +287,9 @@ package final class HTTP3Codec: QUICApplicationCodec {
         }
         callbacks.end_headers = { _, streamID, _, userData, _ in
             HTTP3Codec.withCodec(userData) { codec in
-                codec.events.append(.headers(streamID: streamID, fields: codec.fields.removeValue(forKey: streamID) ?? [], isTrailers: false))
+                let fields = codec.fields.removeValue(forKey: streamID) ?? []
+                codec.core?.appendQLogEvent(name: "http:frame_parsed", data: HTTP3QLog.headers(streamID: streamID, length: nil, fields: fields))
+                codec.events.append(.headers(streamID: streamID, fields: fields, isTrailers: false))
                 return 0
             }
         }
@@ -270,7 +297,9 @@ package final class HTTP3Codec: QUICApplicationCodec {
         callbacks.recv_trailer = callbacks.recv_header
         callbacks.end_trailers = { _, streamID, _, userData, _ in
             HTTP3Codec.withCodec(userData) { codec in
-                codec.events.append(.headers(streamID: streamID, fields: codec.fields.removeValue(forKey: streamID) ?? [], isTrailers: true))
+                let fields = codec.fields.removeValue(forKey: streamID) ?? []
+                codec.core?.appendQLogEvent(name: "http:frame_parsed", data: HTTP3QLog.headers(streamID: streamID, length: nil, fields: fields))
+                codec.events.append(.headers(streamID: streamID, fields: fields, isTrailers: true))
                 return 0
             }
         }
@@ -300,6 +329,37 @@ package final class HTTP3Codec: QUICApplicationCodec {
             }
         }
         return callbacks
+    }
+
+    /// Writes qlog events for the frames that start in `bytes` (RFC 9114 §7.2 frame types).
+    private func logFrames(streamID: Int64, bytes: UnsafeRawBufferPointer, outgoing: Bool) {
+        guard let core else { return }
+        let isUnidirectional = streamID & 0x2 != 0
+        var scanner = (outgoing ? outgoingFrames[streamID] : incomingFrames[streamID])
+            ?? HTTP3FrameScanner(unidirectional: isUnidirectional)
+        for output in scanner.scan(bytes) {
+            switch output {
+            case .streamType(let type):
+                core.appendQLogEvent(
+                    name: "http:stream_type_set",
+                    data: HTTP3QLog.streamTypeSet(streamID: streamID, owner: outgoing ? "local" : "remote", type: type)
+                )
+            case .frame(let frame) where frame.type == 0x01:
+                // HEADERS: outgoing ones are logged with the fields we submitted; incoming ones
+                // once nghttp3 has decoded them (end_headers).
+                if outgoing {
+                    let fields = submittedHeaders[streamID]?.first ?? []
+                    if submittedHeaders[streamID]?.isEmpty == false { submittedHeaders[streamID]!.removeFirst() }
+                    core.appendQLogEvent(name: "http:frame_created", data: HTTP3QLog.headers(streamID: streamID, length: frame.length, fields: fields))
+                }
+            case .frame(let frame):
+                core.appendQLogEvent(
+                    name: outgoing ? "http:frame_created" : "http:frame_parsed",
+                    data: HTTP3QLog.frame(streamID: streamID, frame)
+                )
+            }
+        }
+        if outgoing { outgoingFrames[streamID] = scanner } else { incomingFrames[streamID] = scanner }
     }
 
     private func check(_ rv: Int32, _ function: String) throws {

@@ -210,6 +210,12 @@ final class HTTP3ServerConnection: @unchecked Sendable {
     func beginShutdown() {
         guard !isShuttingDown, let codec else { return }
         isShuttingDown = true
+        guard codec.isEstablished else {
+            // No HTTP/3 yet (the handshake is still running or failed): nothing to announce.
+            driver.core.close(applicationErrorCode: HTTP3ErrorCode.noError.rawValue, reason: "", now: QUICConnectionDriver.now())
+            driver.afterInput()
+            return
+        }
         try? codec.submitShutdownNotice()
         driver.afterInput()
         // RFC 9114 §5.2: allow at least a round trip for requests already in flight.

@@ -60,6 +60,7 @@ struct GtlsServerInteropTests {
 
     @Test func clientFetchesConcurrentlyOnOneConnection() async throws {
         let server = try await Server()
+        defer { server.process.terminate() }
         var configuration = HTTP3Client.Configuration()
         configuration.certificateVerification = .caFile(server.caFile)
         let client = HTTP3Client(configuration: configuration)
@@ -84,6 +85,7 @@ struct GtlsServerInteropTests {
 
     @Test func h3getWritesFilesAndReportsLikeCurl() async throws {
         let server = try await Server()
+        defer { server.process.terminate() }
         let output = server.directory.appendingPathComponent("downloaded.bin").path
         let h3get = try ChildProcess(try TestEnvironment.executable("h3get"), [
             "--cacert", server.caFile, "-o", output,

@@ -122,6 +122,14 @@ struct HTTP3LoopbackTests {
         let post = try ChildProcess(h3get, ["-k", "-d", "x=1", "-w", "%{response_code}", "-o", "/dev/null", "\(base)/ten.txt"])
         #expect(try await post.waitForExit() == 0)
         #expect(post.standardOutput == "405")
+
+        // A client that rejects the certificate leaves a connection without HTTP/3 behind;
+        // the graceful shutdown on SIGTERM must cope with it and exit cleanly.
+        let untrusted = try ChildProcess(h3get, ["\(base)/ten.txt"])
+        #expect(try await untrusted.waitForExit() == 35)
+        server.terminate()
+        #expect(try await server.waitForExit() == 0, "\(server.standardError)")
+        #expect(server.standardOutput.contains("shutting down"))
     }
 
     /// Waits until `count` requests have arrived, so the server schedules them all at once.
@@ -269,5 +277,70 @@ struct HTTP3LoopbackTests {
         #expect(try await inflight.value == 1_000_000)
         let late = HTTPRequest(method: .get, scheme: "https", authority: "localhost:\(port)", path: "/late")
         await #expect(throws: HTTP3ClientError.self) { _ = try await client.execute(late) }
+    }
+
+    /// The `http:` records of a qlog file, decoded, once the connection has finished writing it.
+    static func httpEvents(in path: String) async throws -> [[String: Any]] {
+        // The trace is complete when its connection is freed (after the closing period).
+        var text = ""
+        for _ in 0..<60 {
+            text = (try? String(contentsOfFile: path, encoding: .utf8)) ?? ""
+            if text.hasSuffix("\n"), text.contains("connection_closed") || text.contains("\"name\":\"recovery:metrics_updated\"") {
+                try await Task.sleep(for: .milliseconds(100))
+                let again = (try? String(contentsOfFile: path, encoding: .utf8)) ?? ""
+                if again == text { break }
+            } else {
+                try await Task.sleep(for: .milliseconds(100))
+            }
+        }
+        var events: [[String: Any]] = []
+        for record in text.split(separator: "\u{1E}") {
+            guard let object = try? JSONSerialization.jsonObject(with: Data(record.utf8)) as? [String: Any] else {
+                throw SetupError("not a JSON record in \(path): \(record.prefix(300))")
+            }
+            if (object["name"] as? String)?.hasPrefix("http:") == true { events.append(object) }
+        }
+        return events
+    }
+
+    @Test func qlogCarriesHTTPFramesOnTheTransportClock() async throws {
+        let (server, port, identity) = try await Self.startServer { _ in
+            HTTP3ServerResponse(status: .ok, body: [UInt8](repeating: 0x66, count: 2_000_000))
+        }
+        defer { server.shutdown() }
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("h3-qlog-\(UUID())").path
+        var configuration = HTTP3Client.Configuration()
+        configuration.certificateVerification = .pinnedSHA256(identity.sha256Fingerprint)
+        configuration.qlogDirectory = directory
+        let client = HTTP3Client(configuration: configuration)
+        let request = HTTPRequest(method: .get, scheme: "https", authority: "localhost:\(port)", path: "/traced")
+        let response = try await client.execute(request, priority: HTTPPriority(urgency: 5))
+        try await response.updatePriority(HTTPPriority(urgency: 0, incremental: true))
+        _ = try await response.body.collect()
+        let path = try #require(response.connection.qlogPath)
+        client.shutdown()
+        try await Task.sleep(for: .milliseconds(300))
+
+        let events = try await Self.httpEvents(in: path)
+        func frames(_ name: String, _ type: String) -> [[String: Any]] {
+            events.filter { $0["name"] as? String == name }.compactMap { $0["data"] as? [String: Any] }
+                .filter { ($0["frame"] as? [String: Any])?["frame_type"] as? String == type }
+        }
+        let requestHeaders = try #require(frames("http:frame_created", "headers").first)
+        #expect(requestHeaders["stream_id"] as? Int == 0)
+        let fields = ((requestHeaders["frame"] as? [String: Any])?["headers"] as? [[String: String]]) ?? []
+        #expect(fields.contains { $0["name"] == "priority" && $0["value"] == "u=5" })
+        #expect(fields.contains { $0["name"] == ":path" && $0["value"] == "/traced" })
+        let responseHeaders = try #require(frames("http:frame_parsed", "headers").first)
+        let responseFields = ((responseHeaders["frame"] as? [String: Any])?["headers"] as? [[String: String]]) ?? []
+        #expect(responseFields.contains { $0["name"] == ":status" && $0["value"] == "200" })
+        #expect(frames("http:frame_parsed", "data").reduce(0) { $0 + (($1["length"] as? Int) ?? 0) } == 2_000_000)
+        #expect(!frames("http:frame_created", "settings").isEmpty)
+        #expect(!frames("http:frame_parsed", "settings").isEmpty)
+        let update = try #require(frames("http:frame_created", "priority_update").first?["frame"] as? [String: Any])
+        #expect(update["element_id"] as? Int == 0)
+        #expect(update["priority_field_value"] as? String == "u=0, i")
+        let streamTypes = events.filter { $0["name"] as? String == "http:stream_type_set" }
+        #expect(streamTypes.count == 6, "control and two QPACK streams each way")
     }
 }

@@ -114,6 +114,19 @@ private func runOpenSSL(_ arguments: [String]) throws -> String {
 
 @Suite("SelfSignedCertificate")
 struct SelfSignedCertificateTests {
+    /// RFC 5915 §3: the private key is a fixed-length octet string (32 bytes for P-256); GnuTLS
+    /// drops leading zero bytes, which stricter parsers reject, so generation must avoid them.
+    @Test func privateKeysAlwaysCarryAFull32ByteScalar() throws {
+        for _ in 0..<1_000 {
+            let pem = try SelfSignedCertificate.generate().privateKeyPEM
+            let body = pem.split(separator: "\n").filter { !$0.hasPrefix("-----") }.joined()
+            let der = try #require(Data(base64Encoded: body))
+            // ECPrivateKey ::= SEQUENCE { version INTEGER 1, privateKey OCTET STRING (SIZE 32) ... }
+            let marker: [UInt8] = [0x02, 0x01, 0x01, 0x04, 0x20]
+            #expect(Array(der).firstRange(of: marker) != nil, "short private scalar in \(pem)")
+        }
+    }
+
     @Test func generatedCertificateParsesWithRequestedSANsAndP256Key() throws {
         let generated = try SelfSignedCertificate.generate(
             commonName: "quic.test", dnsNames: ["quic.test", "alt.quic.test"], ipAddresses: ["127.0.0.1", "::1"])

@@ -194,6 +194,8 @@ package final class QUICConnectionCore {
     }
 
     private func makeSettings(now: UInt64, qlogID: QUICConnectionID) -> ngtcp2_settings {
+        qlogReferenceTime = now
+        latestTime = now
         var settings = ngtcp2_settings()
         cqs_ngtcp2_settings_default(&settings)
         settings.initial_ts = now
@@ -231,6 +233,7 @@ package final class QUICConnectionCore {
 
     /// Feeds one UDP datagram that arrived on `path` (RFC 9000 §12.2: it may hold several packets).
     package func receive(datagram: UnsafeRawBufferPointer, path: QUICPath, now: UInt64) {
+        latestTime = max(latestTime, now)
         switch state {
         case .closing:
             // Answer, a bounded number of times, with the same CONNECTION_CLOSE (RFC 9000 §10.2.1).
@@ -280,6 +283,7 @@ package final class QUICConnectionCore {
 
     /// Runs loss detection, idle and handshake timers (RFC 9002 §6).
     package func handleTimeout(now: UInt64) {
+        latestTime = max(latestTime, now)
         switch state {
         case .closing(let until), .draining(let until):
             if now >= until { state = .closed }
@@ -334,6 +338,23 @@ package final class QUICConnectionCore {
 
     /// The qlog file this connection writes, if any.
     package var qlogPath: String? { qlog?.path }
+    /// The `initial_ts` ngtcp2's qlog times are relative to.
+    private var qlogReferenceTime: UInt64 = 0
+    /// The latest time the caller gave the core, for events written outside ngtcp2.
+    private(set) var latestTime: UInt64 = 0
+
+    /// Appends one event of another layer (HTTP/3) to this connection's qlog trace, on the same
+    /// relative clock as ngtcp2's events. `data` is a JSON object.
+    package func appendQLogEvent(name: String, data: String) {
+        guard let qlog else { return }
+        // Whole milliseconds, truncated as ngtcp2 0.12 writes them, so the file stays in time order.
+        let time = (latestTime &- qlogReferenceTime) / 1_000_000
+        let record = "\u{1E}{\"time\":\(time),\"name\":\"\(name)\",\"data\":\(data)}\n"
+        let bytes = Array(record.utf8)
+        bytes.withUnsafeBytes { qlog.write($0, final: false) }
+    }
+
+    package var isQLogEnabled: Bool { qlog != nil }
     package var isHandshakeCompleted: Bool { ngtcp2_conn_get_handshake_completed(conn) != 0 }
     package var negotiatedALPN: String? { tlsSession.negotiatedALPN }
     package var cipherName: String? { tlsSession.cipherName }
@@ -361,6 +382,7 @@ package final class QUICConnectionCore {
         scratch: UnsafeMutableRawBufferPointer,
         emit: (UnsafeRawBufferPointer, _ segmentSize: Int, _ remote: QUICSocketAddress) -> Void
     ) -> Bool {
+        latestTime = max(latestTime, now)
         if closePacketDue {
             closePacketDue = false
             closePacketsSent += 1

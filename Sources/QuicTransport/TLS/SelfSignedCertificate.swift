@@ -47,8 +47,13 @@ public struct SelfSignedCertificate: Sendable {
         try checkGnuTLS(gnutls_x509_privkey_init(&keyHandle), "gnutls_x509_privkey_init")
         defer { gnutls_x509_privkey_deinit(keyHandle) }
         let key = keyHandle!
-        try checkGnuTLS(
-            gnutls_x509_privkey_generate(key, GNUTLS_PK_ECDSA, p256Bits, 0), "gnutls_x509_privkey_generate")
+        // GnuTLS writes the private scalar as a minimal signed integer: 31 bytes when it starts
+        // with a zero byte (Python's cryptography then refuses the key), 33 when its top bit is
+        // set. RFC 5915 §3 wants exactly 32, so draw again until GnuTLS's form is that.
+        repeat {
+            try checkGnuTLS(
+                gnutls_x509_privkey_generate(key, GNUTLS_PK_ECDSA, p256Bits, 0), "gnutls_x509_privkey_generate")
+        } while try privateScalarLength(key) != 32
 
         var certHandle: gnutls_x509_crt_t?
         try checkGnuTLS(gnutls_x509_crt_init(&certHandle), "gnutls_x509_crt_init")
@@ -110,6 +115,19 @@ public struct SelfSignedCertificate: Sendable {
         try checkGnuTLS(call(&out), function)
         defer { gnutlsFree(out.data) }
         return Array(UnsafeRawBufferPointer(start: out.data, count: Int(out.size)))
+    }
+
+    /// The length of an EC key's private scalar as GnuTLS stores it.
+    private static func privateScalarLength(_ key: gnutls_x509_privkey_t) throws -> Int {
+        var curve = gnutls_ecc_curve_t(rawValue: 0)
+        var x = gnutls_datum_t(), y = gnutls_datum_t(), k = gnutls_datum_t()
+        try checkGnuTLS(gnutls_x509_privkey_export_ecc_raw(key, &curve, &x, &y, &k), "gnutls_x509_privkey_export_ecc_raw")
+        defer {
+            gnutlsFree(x.data)
+            gnutlsFree(y.data)
+            gnutlsFree(k.data)
+        }
+        return Int(k.size)
     }
 
     /// The 4- or 16-byte network-order form of an IPv4 or IPv6 literal (`inet_pton`).

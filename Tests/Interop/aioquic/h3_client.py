@@ -72,17 +72,22 @@ class ConnectionFailed(Exception):
     """The connection could not be established (exit status 2)."""
 
 
-def describe_code(code: int) -> str:
+def describe_code(code: int, transport: bool = False) -> str:
+    """`0x105 H3_FRAME_UNEXPECTED`; transport codes 0x100-0x1ff are TLS alerts."""
     text = f"0x{code:x}"
-    if code in ERROR_NAMES:
+    if transport and 0x100 <= code <= 0x1FF:
+        text += f" (TLS alert {code - 0x100})"
+    elif (code >= 0x100) != transport and code in ERROR_NAMES:
         text += f" {ERROR_NAMES[code]}"
     return text
 
 
 def describe_close(event: ConnectionTerminated) -> str:
-    # Note: for a closed-by-transport error, codes 0x100-0x1ff are TLS alerts, for an
-    # application close they are HTTP/3 codes; aioquic's event does not say which.
-    text = f"error_code={describe_code(event.error_code)}"
+    # aioquic sets frame_type only for transport CONNECTION_CLOSE (type 0x1c);
+    # for an application close (0x1d) the code is an HTTP/3 one.
+    transport = event.frame_type is not None
+    text = f"{'transport' if transport else 'application'} "
+    text += f"error_code={describe_code(event.error_code, transport)}"
     if event.reason_phrase:
         text += f" reason={event.reason_phrase!r}"
     return text
@@ -133,7 +138,9 @@ class H3ClientProtocol(QuicConnectionProtocol):
         elif isinstance(event, StreamReset):
             response = self._responses.pop(event.stream_id, None)
             if response is not None:
-                response.fail(f"stream reset by server: error_code={describe_code(event.error_code)}")
+                response.fail(
+                    f"stream reset by server: error_code={describe_code(event.error_code)}"
+                )
         elif isinstance(event, ConnectionTerminated):
             self.terminated = event
             self.terminated_event.set()
@@ -222,7 +229,9 @@ def parse_urls(urls: list[str]) -> tuple[str, int, str, list[str]]:
     return host, port, authority, paths
 
 
-async def run(args: argparse.Namespace, responses: list[Response | None], meta: dict) -> None:
+async def run(args: argparse.Namespace, responses: list[Response | None]) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + args.timeout
     host, port, authority, paths = parse_urls(args.urls)
     body = None
     if args.data_file:
@@ -258,15 +267,22 @@ async def run(args: argparse.Namespace, responses: list[Response | None], meta: 
     ) as proto:
         assert isinstance(proto, H3ClientProtocol)
         proto.transmit()
-        await proto.wait_handshake()
-        meta["connected"] = True
+        try:
+            await asyncio.wait_for(proto.wait_handshake(), deadline - loop.time())
+        except asyncio.TimeoutError:
+            raise ConnectionFailed(f"timed out after {args.timeout}s: no handshake")
         log.info("connected to %s:%d", host, port)
 
         for i, (url, path) in enumerate(zip(args.urls, paths)):
             responses[i] = proto.request(url, authority, path, body)
-        # Failures are recorded per request, so wait for all of them. (asyncio.wait,
-        # unlike gather, leaves the futures alone when the timeout cancels us.)
-        await asyncio.wait([r.done for r in responses])
+        # Failures are recorded per request, so wait for all of them; mark the
+        # unfinished ones before leaving `async with` closes the connection.
+        _, pending = await asyncio.wait(
+            [r.done for r in responses], timeout=max(0.0, deadline - loop.time())
+        )
+        for response in responses:
+            if response.done in pending:
+                response.fail(f"timed out after {args.timeout}s")
 
 
 def main() -> int:
@@ -288,16 +304,11 @@ def main() -> int:
     )
 
     responses: list[Response | None] = [None] * len(args.urls)
-    meta = {"connected": False}
     fatal = None  # why the connection could not be established
     try:
-        asyncio.run(asyncio.wait_for(run(args, responses, meta), args.timeout))
+        asyncio.run(run(args, responses))
     except ConnectionFailed as exc:
         fatal = str(exc)
-    except (asyncio.TimeoutError, TimeoutError):
-        if not meta["connected"]:
-            fatal = f"timed out after {args.timeout}s: no handshake"
-        # else: the unfinished requests are reported below as timed out
     except OSError as exc:  # name resolution, unreachable network, unreadable file
         fatal = f"connection error: {exc}"
 
@@ -309,7 +320,7 @@ def main() -> int:
         if response is None:
             line = {"url": url, "error": fatal or "request not sent"}
         elif not response.done.done():
-            line = {"url": url, "error": f"timed out after {args.timeout}s"}
+            line = {"url": url, "error": fatal or "no response"}
         elif response.done.exception() is not None:
             line = {"url": url, "error": str(response.done.exception())}
         else:

@@ -1,0 +1,98 @@
+import Foundation
+import H3
+import HTTPTypes
+import QuicTestSupport
+import QuicTransport
+import Testing
+
+/// HTTP/3 against aioquic 1.7.2's H3Connection (peers in Tests/Interop/aioquic), both ways.
+@Suite("HTTP/3 interop with aioquic", .serialized, .timeLimit(.minutes(2)))
+struct AioquicHTTP3InteropTests {
+    static func script(_ name: String) -> String {
+        TestEnvironment.repositoryRoot.appendingPathComponent("Tests/Interop/aioquic/\(name)").path
+    }
+
+    /// The body aioquic's `/bytes/N` serves: byte i is (i * 31 + 7) & 0xff.
+    static func pattern(_ count: Int) -> [UInt8] {
+        (0..<count).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 7) }
+    }
+
+    /// An aioquic HTTP/3 server on a free port, with a certificate made here.
+    static func startServer(_ extra: [String] = []) async throws -> (ChildProcess, Int, SelfSignedCertificate) {
+        let python = try TestEnvironment.python()
+        let identity = try SelfSignedCertificate.generate()
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("aioquic-h3-\(UUID())")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let cert = directory.appendingPathComponent("cert.pem").path
+        let key = directory.appendingPathComponent("key.pem").path
+        try identity.certificatePEM.write(toFile: cert, atomically: true, encoding: .utf8)
+        try identity.privateKeyPEM.write(toFile: key, atomically: true, encoding: .utf8)
+        let server = try ChildProcess(python, [script("h3_server.py"), "--port", "0", "--cert", cert, "--key", key] + extra)
+        let line = try await server.waitForLine(containing: "LISTENING")
+        return (server, Int(line.split(separator: " ").last!)!, identity)
+    }
+
+    @Test func ourClientFetchesFromAioquic() async throws {
+        let (server, port, identity) = try await Self.startServer()
+        defer { server.terminate() }
+        var configuration = HTTP3Client.Configuration()
+        configuration.certificateVerification = .pinnedSHA256(identity.sha256Fingerprint)
+        let client = HTTP3Client(configuration: configuration)
+        defer { client.shutdown() }
+        for size in [1_000_000, 50_000_000] {
+            let request = HTTPRequest(method: .get, scheme: "https", authority: "localhost:\(port)", path: "/bytes/\(size)")
+            let response = try await client.execute(request)
+            #expect(response.head.status == .ok)
+            let body = try await response.body.collect()
+            #expect(try SHA256.hash(body) == (try SHA256.hash(Self.pattern(size))), "sha256 of /bytes/\(size)")
+        }
+        let post = HTTPRequest(method: .post, scheme: "https", authority: "localhost:\(port)", path: "/echo")
+        let echoed = try await client.execute(post, body: Array("to aioquic and back".utf8)).body.collect()
+        #expect(echoed == Array("to aioquic and back".utf8))
+    }
+
+    @Test func aioquicClientFetchesFromH3serve() async throws {
+        let python = try TestEnvironment.python()
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("h3serve-aioquic-\(UUID())")
+        try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
+        for size in [1_000_000, 50_000_000] {
+            try Data(Self.pattern(size)).write(to: root.appendingPathComponent("\(size).bin"))
+        }
+        let server = try ChildProcess(try TestEnvironment.executable("h3serve"), ["--port", "0", "--root", root.path])
+        defer { server.terminate() }
+        let line = try await server.waitForLine(containing: "serving")
+        let port = String(line.split(separator: ":").last!.split(separator: "/").first!)
+        let client = try ChildProcess(python, [
+            Self.script("h3_client.py"), "-k", "https://127.0.0.1:\(port)/1000000.bin", "https://127.0.0.1:\(port)/50000000.bin",
+            "https://127.0.0.1:\(port)/absent",
+        ])
+        #expect(try await client.waitForExit(seconds: 60) == 0, "\(client.standardError)")
+        let results = client.standardOutput.split(separator: "\n").compactMap {
+            try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
+        }
+        #expect(results.count == 3)
+        for size in [1_000_000, 50_000_000] {
+            let result = results.first { ($0["url"] as? String)?.hasSuffix("/\(size).bin") == true }
+            #expect(result?["status"] as? Int == 200)
+            #expect(result?["sha256"] as? String == Hex.encode(try SHA256.hash(Self.pattern(size))))
+        }
+        #expect(results.first { ($0["url"] as? String)?.hasSuffix("/absent") == true }?["status"] as? Int == 404)
+    }
+
+    @Test func aServerThatSendsDataBeforeHeadersIsAProtocolError() async throws {
+        let (server, port, identity) = try await Self.startServer(["--misbehave", "data-before-headers"])
+        defer { server.terminate() }
+        var configuration = HTTP3Client.Configuration()
+        configuration.certificateVerification = .pinnedSHA256(identity.sha256Fingerprint)
+        let client = HTTP3Client(configuration: configuration)
+        defer { client.shutdown() }
+        let request = HTTPRequest(method: .get, scheme: "https", authority: "localhost:\(port)", path: "/anything")
+        do {
+            _ = try await client.execute(request)
+            Issue.record("a DATA frame before HEADERS was accepted")
+        } catch let error as HTTP3ClientError {
+            // RFC 9114 §4.1: a DATA frame before HEADERS is H3_FRAME_UNEXPECTED, a connection error.
+            #expect("\(error)".contains("H3_FRAME_UNEXPECTED"), "\(error)")
+        }
+    }
+}
