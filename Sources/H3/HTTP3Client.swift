@@ -171,8 +171,21 @@ public struct HTTP3ResponseBody: AsyncSequence, Sendable {
     public typealias Element = [UInt8]
     let exchange: HTTP3Exchange
 
-    public func makeAsyncIterator() -> AsyncThrowingStream<[UInt8], any Error>.Iterator {
-        exchange.bodyStream.makeAsyncIterator()
+    public func makeAsyncIterator() -> Iterator {
+        Iterator(base: exchange.bodyStream.makeAsyncIterator(), exchange: exchange)
+    }
+
+    /// Hands out chunks in order, and tells the connection each time one has been taken, which
+    /// is when QUIC flow control lets the server send more (the response's backpressure).
+    public struct Iterator: AsyncIteratorProtocol {
+        var base: AsyncThrowingStream<[UInt8], any Error>.Iterator
+        let exchange: HTTP3Exchange
+
+        public mutating func next() async throws -> [UInt8]? {
+            guard let chunk = try await base.next() else { return nil }
+            exchange.consumed(chunk.count)
+            return chunk
+        }
     }
 
     /// The whole body.
@@ -215,6 +228,7 @@ public enum HTTP3ClientError: Error, Sendable, CustomStringConvertible {
 /// One request's response, filled in on the connection's loop and read by the caller.
 final class HTTP3Exchange: Sendable {
     private struct State {
+        var onConsumed: (@Sendable (Int) -> Void)?
         var head: Result<HTTPResponse, HTTP3ClientError>?
         var headWaiter: CheckedContinuation<HTTPResponse, any Error>?
         var trailers: HTTPFields?
@@ -236,6 +250,16 @@ final class HTTP3Exchange: Sendable {
     }
 
     var trailers: HTTPFields? { state.withLockedValue { $0.trailers } }
+
+    /// Set by the connection: credits flow control for bytes the caller took.
+    var onConsumed: (@Sendable (Int) -> Void)? {
+        get { state.withLockedValue { $0.onConsumed } }
+        set { state.withLockedValue { $0.onConsumed = newValue } }
+    }
+
+    func consumed(_ count: Int) {
+        onConsumed?(count)
+    }
 
     func head() async throws -> HTTPResponse {
         try await withCheckedThrowingContinuation { continuation in

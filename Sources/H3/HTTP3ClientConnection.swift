@@ -161,6 +161,13 @@ final class HTTP3ClientConnection: @unchecked Sendable {
                 pending.removeFirst()
                 exchanges[streamID] = next.exchange
                 next.exchange.streamID = streamID
+                // Body bytes earn flow-control credit back only as the caller reads them.
+                next.exchange.onConsumed = { [eventLoop] count in
+                    eventLoop.execute {
+                        self.codec?.consumeBody(streamID: streamID, bytes: count)
+                        self.driver?.afterInput()
+                    }
+                }
             } catch {
                 pending.removeFirst()
                 next.exchange.fail(.protocolError("\(error)"))
@@ -190,6 +197,8 @@ final class HTTP3ClientConnection: @unchecked Sendable {
                     default: exchange.fail(.streamReset(code))
                     }
                 }
+            case .bodyAcknowledged:
+                break  // Request bodies are queued whole.
             case .goaway(let lastID):
                 // Requests at or past the last ID were not and will not be processed: retry them elsewhere.
                 state = .draining

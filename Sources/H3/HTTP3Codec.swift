@@ -65,11 +65,34 @@ package final class HTTP3Codec: QUICApplicationCodec {
         return streamID
     }
 
-    /// Sends a response on the request's stream (server).
-    package func submitResponse(streamID: Int64, headers: [(name: String, value: String)], body: [UInt8]?) throws {
-        try submit(streamID: streamID, headers: headers, body: body) { conn, nva, count, reader in
+    /// Sends a response on the request's stream (server). With `streaming`, the body arrives
+    /// later through `appendBody(streamID:_:finished:)`.
+    package func submitResponse(
+        streamID: Int64,
+        headers: [(name: String, value: String)],
+        body: [UInt8]?,
+        streaming: Bool = false
+    ) throws {
+        try submit(streamID: streamID, headers: headers, body: body, streaming: streaming) { conn, nva, count, reader in
             nghttp3_conn_submit_response(conn, streamID, nva, count, reader)
         }
+    }
+
+    /// Adds to a streaming body, and ends it with `finished`.
+    package func appendBody(streamID: Int64, _ bytes: [UInt8], finished: Bool) {
+        guard let conn, let body = bodies[streamID] else { return }
+        body.append(bytes)
+        if finished { body.finish() }
+        _ = nghttp3_conn_resume_stream(conn, streamID)
+    }
+
+    /// Body bytes queued on a stream and not yet acknowledged by the peer.
+    package func bufferedBodyBytes(streamID: Int64) -> Int { bodies[streamID]?.unacknowledgedBytes ?? 0 }
+
+    /// Gives flow-control credit back for body bytes the application has taken (RFC 9000 §4.1):
+    /// received DATA is credited only once read, which is what holds a fast sender back.
+    package func consumeBody(streamID: Int64, bytes: Int) {
+        core?.consume(streamID: streamID, bytes: bytes)
     }
 
     /// Sets a request stream's priority (RFC 9218). On a client this sends PRIORITY_UPDATE
@@ -108,10 +131,11 @@ package final class HTTP3Codec: QUICApplicationCodec {
         streamID: Int64,
         headers: [(name: String, value: String)],
         body: [UInt8]?,
+        streaming: Bool = false,
         call: (OpaquePointer, UnsafePointer<nghttp3_nv>, Int, UnsafePointer<nghttp3_data_reader>?) -> Int32
     ) throws {
         guard let conn else { return }
-        if let body { bodies[streamID] = HTTP3OutgoingBody(copying: body) }
+        if body != nil || streaming { bodies[streamID] = HTTP3OutgoingBody(copying: body, finished: !streaming) }
         if core?.isQLogEnabled == true { submittedHeaders[streamID, default: []].append(headers) }
         // nghttp3 copies the field section, so the names and values only have to outlive the call.
         let flat = headers.map { (Array($0.name.utf8), Array($0.value.utf8)) }
@@ -131,7 +155,7 @@ package final class HTTP3Codec: QUICApplicationCodec {
                 ))
             }
             var reader = nghttp3_data_reader(read_data: Self.readBody)
-            return body == nil ? call(conn, nva, nva.count, nil) : call(conn, nva, nva.count, &reader)
+            return body == nil && !streaming ? call(conn, nva, nva.count, nil) : call(conn, nva, nva.count, &reader)
         }
         guard rv == 0 else { throw HTTP3CodecError(function: "nghttp3_conn_submit", code: rv) }
     }
@@ -237,21 +261,28 @@ package final class HTTP3Codec: QUICApplicationCodec {
 
     private static let readBody: nghttp3_read_data_callback = { _, streamID, vectors, count, flags, userData, _ in
         nghttp3_ssize(HTTP3Codec.withCodec(userData) { codec in
-            guard let body = codec.bodies[streamID], count > 0 else {
+            guard let body = codec.bodies[streamID] else {
                 flags!.pointee |= UInt32(NGHTTP3_DATA_FLAG_EOF)
                 return 0
             }
-            flags!.pointee |= UInt32(NGHTTP3_DATA_FLAG_EOF)
-            guard !body.isProvided else { return 0 }
-            body.isProvided = true
-            vectors![0] = nghttp3_vec(base: body.bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), len: body.count)
-            return 1
+            // Nothing queued yet on a streaming body: nghttp3 waits for nghttp3_conn_resume_stream.
+            guard let (provided, endOfBody) = body.provide(into: vectors!, capacity: count) else {
+                return Int32(NGHTTP3_ERR_WOULDBLOCK)
+            }
+            if endOfBody { flags!.pointee |= UInt32(NGHTTP3_DATA_FLAG_EOF) }
+            return Int32(provided)
         })
     }
 
     private static func makeCallbacks() -> nghttp3_callbacks {
         var callbacks = nghttp3_callbacks()
-        callbacks.acked_stream_data = { _, _, _, _, _ in 0 }
+        callbacks.acked_stream_data = { _, streamID, length, userData, _ in
+            HTTP3Codec.withCodec(userData) { codec in
+                codec.bodies[streamID]?.acknowledge(length)
+                codec.events.append(.bodyAcknowledged(streamID: streamID))
+                return 0
+            }
+        }
         callbacks.stream_close = { _, streamID, code, userData, _ in
             HTTP3Codec.withCodec(userData) { codec in
                 codec.events.append(.closed(streamID: streamID, code: HTTP3ErrorCode(rawValue: code)))
@@ -261,9 +292,8 @@ package final class HTTP3Codec: QUICApplicationCodec {
         }
         callbacks.recv_data = { _, streamID, data, length, userData, _ in
             HTTP3Codec.withCodec(userData) { codec in
+                // Credit comes back when the application takes the bytes (`consumeBody`).
                 codec.events.append(.data(streamID: streamID, bytes: Array(UnsafeBufferPointer(start: data, count: length))))
-                // The body is handed over whole, so its flow-control credit goes back at once.
-                codec.core?.consume(streamID: streamID, bytes: length)
                 return 0
             }
         }
@@ -393,21 +423,79 @@ package enum HTTP3Event: Sendable {
     case closed(streamID: Int64, code: HTTP3ErrorCode)
     /// The peer sent GOAWAY (RFC 9114 §5.2).
     case goaway(lastID: Int64)
+    /// The peer acknowledged more of a body we send: room for a streaming producer.
+    case bodyAcknowledged(streamID: Int64)
 }
 
-/// A request or response body nghttp3 sends from, kept until the stream closes.
+/// A request or response body nghttp3 sends from: a queue of chunks, each kept until the peer
+/// acknowledges it (nghttp3, like ngtcp2, sends straight from the application's memory). A
+/// streaming body grows with `append` and ends with `finish`.
 private final class HTTP3OutgoingBody {
-    let bytes: UnsafeMutableRawBufferPointer
-    let count: Int
-    var isProvided = false
-
-    init(copying source: [UInt8]) {
-        count = source.count
-        bytes = .allocate(byteCount: max(1, source.count), alignment: 1)
-        source.withUnsafeBytes { if !$0.isEmpty { bytes.copyMemory(from: $0) } }
+    private struct Chunk {
+        let bytes: UnsafeMutableRawBufferPointer
+        let count: Int
     }
 
-    deinit { bytes.deallocate() }
+    private var chunks: [Chunk] = []
+    /// Chunks already handed to nghttp3 (from the front of `chunks`).
+    private var provided = 0
+    /// Bytes of the front chunk already acknowledged.
+    private var acknowledgedInFront: UInt64 = 0
+    private(set) var isFinished = false
+    /// Bytes queued and not yet acknowledged: what a producer's backpressure looks at.
+    private(set) var unacknowledgedBytes = 0
+
+    init(copying source: [UInt8]?, finished: Bool) {
+        if let source { append(source) }
+        isFinished = finished
+    }
+
+    func append(_ source: [UInt8]) {
+        guard !source.isEmpty else { return }
+        let bytes = UnsafeMutableRawBufferPointer.allocate(byteCount: source.count, alignment: 1)
+        source.withUnsafeBytes { bytes.copyMemory(from: $0) }
+        chunks.append(Chunk(bytes: bytes, count: source.count))
+        unacknowledgedBytes += source.count
+    }
+
+    func finish() { isFinished = true }
+
+    /// Fills `vectors` with chunks nghttp3 has not seen yet; nil means "nothing now, more later".
+    func provide(into vectors: UnsafeMutablePointer<nghttp3_vec>, capacity: Int) -> (count: Int, endOfBody: Bool)? {
+        var count = 0
+        while provided < chunks.count && count < capacity {
+            let chunk = chunks[provided]
+            vectors[count] = nghttp3_vec(base: chunk.bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), len: chunk.count)
+            provided += 1
+            count += 1
+        }
+        let endOfBody = isFinished && provided == chunks.count
+        if count == 0 && !endOfBody { return nil }
+        return (count, endOfBody)
+    }
+
+    /// Frees the chunks the peer has now acknowledged in full.
+    func acknowledge(_ bytes: UInt64) {
+        var remaining = bytes
+        unacknowledgedBytes -= Int(bytes)
+        while remaining > 0, let front = chunks.first {
+            let left = UInt64(front.count) - acknowledgedInFront
+            if remaining >= left {
+                remaining -= left
+                acknowledgedInFront = 0
+                front.bytes.deallocate()
+                chunks.removeFirst()
+                provided -= 1
+            } else {
+                acknowledgedInFront += remaining
+                remaining = 0
+            }
+        }
+    }
+
+    deinit {
+        for chunk in chunks { chunk.bytes.deallocate() }
+    }
 }
 
 /// An nghttp3 call that failed outside the read and write loops.

@@ -18,33 +18,43 @@ public struct HTTP3FileHandler: Sendable {
             fields[.allow] = "GET, HEAD"
             return HTTP3ServerResponse(status: .methodNotAllowed, headerFields: fields, body: Array("method not allowed\n".utf8))
         }
-        guard let file = resolve(request.head.path ?? "/") else {
+        guard let file = resolve(request.head.path ?? "/"), let reader = HTTP3FileReader(path: file.path) else {
             return HTTP3ServerResponse(status: .notFound, body: Array("not found\n".utf8))
         }
-        guard let contents = FileManager.default.contents(atPath: file.path) else {
-            return HTTP3ServerResponse(status: .notFound, body: Array("not found\n".utf8))
-        }
+        let size = reader.size
         var fields = HTTPFields()
         fields[.contentType] = Self.contentType(for: file.pathExtension)
         fields[.acceptRanges] = "bytes"
         var status = HTTPResponse.Status.ok
-        var body = contents
+        var range = 0..<size
         if let rangeText = request.head.headerFields[.range] {
-            switch Self.byteRange(rangeText, length: contents.count) {
-            case .satisfiable(let range):
+            switch Self.byteRange(rangeText, length: size) {
+            case .satisfiable(let requested):
                 status = .partialContent
-                fields[.contentRange] = "bytes \(range.lowerBound)-\(range.upperBound - 1)/\(contents.count)"
-                body = contents.subdata(in: range)
+                fields[.contentRange] = "bytes \(requested.lowerBound)-\(requested.upperBound - 1)/\(size)"
+                range = requested
             case .unsatisfiable:
-                fields[.contentRange] = "bytes */\(contents.count)"
+                fields[.contentRange] = "bytes */\(size)"
                 return HTTP3ServerResponse(status: .rangeNotSatisfiable, headerFields: fields)
             case .ignored:
                 break
             }
         }
-        fields[.contentLength] = "\(body.count)"
-        return HTTP3ServerResponse(status: status, headerFields: fields, body: method == .head ? [] : Array(body))
+        fields[.contentLength] = "\(range.count)"
+        var response = HTTP3ServerResponse(status: status, headerFields: fields)
+        guard method == .get else { return response }
+        if range.count <= Self.inMemoryLimit {
+            response.body = (try? reader.read(range)) ?? []
+        } else {
+            // Large files stream from disk, read only as fast as the client takes them.
+            response.bodyStream = reader.chunks(of: range, size: Self.chunkSize)
+        }
+        return response
     }
+
+    /// Files up to this size are read whole; larger ones stream.
+    static let inMemoryLimit = 1 << 20
+    static let chunkSize = 256 << 10
 
     /// The file a request path names, or nil when it would leave the root or is not a regular file.
     func resolve(_ path: String) -> URL? {
@@ -104,5 +114,51 @@ public struct HTTP3FileHandler: Sendable {
         case "wasm": return "application/wasm"
         default: return "application/octet-stream"
         }
+    }
+}
+
+/// An open file read by position (`pread`), closed when the last reference goes.
+// @unchecked Sendable: the descriptor is only read with pread, which is safe from any thread.
+final class HTTP3FileReader: @unchecked Sendable {
+    let descriptor: Int32
+    let size: Int
+
+    init?(path: String) {
+        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else { return nil }
+        var info = stat()
+        guard fstat(descriptor, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else {
+            close(descriptor)
+            return nil
+        }
+        self.descriptor = descriptor
+        self.size = Int(info.st_size)
+    }
+
+    deinit { close(descriptor) }
+
+    func read(_ range: Range<Int>) throws -> [UInt8] {
+        var bytes = [UInt8](repeating: 0, count: range.count)
+        var done = 0
+        while done < range.count {
+            let n = bytes.withUnsafeMutableBytes { buffer in
+                pread(descriptor, buffer.baseAddress! + done, range.count - done, off_t(range.lowerBound + done))
+            }
+            guard n > 0 else { throw CocoaError(.fileReadUnknown) }
+            done += n
+        }
+        return bytes
+    }
+
+    /// The range as a stream of chunks, each read when the consumer asks for it.
+    func chunks(of range: Range<Int>, size chunkSize: Int) -> AsyncThrowingStream<[UInt8], any Error> {
+        var offset = range.lowerBound
+        return AsyncThrowingStream(unfolding: { [self] in
+            guard offset < range.upperBound else { return nil }
+            let end = min(offset + chunkSize, range.upperBound)
+            let chunk = try self.read(offset..<end)
+            offset = end
+            return chunk
+        })
     }
 }

@@ -68,7 +68,9 @@ struct H3Serve: AsyncParsableCommand {
                 let response = files.respond(to: request)
                 let elapsed = ContinuousClock.now - started
                 let priority = request.head.headerFields[HTTPField.Name("priority")!] ?? "-"
-                let line = "\(request.head.method) \(request.head.path ?? "/") \(response.head.status.code) \(response.body.count) priority=\(priority) \(elapsed)\n"
+                // Streamed bodies are counted by their content-length.
+                let bytes = response.bodyStream == nil ? "\(response.body.count)" : response.head.headerFields[.contentLength] ?? "?"
+                let line = "\(request.head.method) \(request.head.path ?? "/") \(response.head.status.code) \(bytes) priority=\(priority) \(elapsed)\n"
                 FileHandle.standardError.write(Data(line.utf8))
                 return response
             }

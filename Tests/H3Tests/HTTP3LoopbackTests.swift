@@ -343,4 +343,43 @@ struct HTTP3LoopbackTests {
         let streamTypes = events.filter { $0["name"] as? String == "http:stream_type_set" }
         #expect(streamTypes.count == 6, "control and two QPACK streams each way")
     }
+
+    /// Counts what a streaming body has produced so far.
+    final class Meter: @unchecked Sendable {
+        private let lock = NSLock()
+        private var value = 0
+        func add(_ count: Int) { lock.lock(); value += count; lock.unlock() }
+        var total: Int { lock.lock(); defer { lock.unlock() }; return value }
+    }
+
+    @Test func aSlowReaderHoldsTheServerBackThroughFlowControl() async throws {
+        let total = 64 << 20
+        let chunk = 256 << 10
+        let produced = Meter()
+        let (server, port, identity) = try await Self.startServer { _ in
+            var sent = 0
+            var response = HTTP3ServerResponse(status: .ok, headerFields: [.contentLength: "\(total)"])
+            response.bodyStream = AsyncThrowingStream(unfolding: {
+                guard sent < total else { return nil }
+                sent += chunk
+                produced.add(chunk)
+                return [UInt8](repeating: 0x67, count: chunk)
+            })
+            return response
+        }
+        defer { server.shutdown() }
+        let client = Self.client(trusting: identity)
+        defer { client.shutdown() }
+        let request = HTTPRequest(method: .get, scheme: "https", authority: "localhost:\(port)", path: "/stream")
+        let response = try await client.execute(request)
+        var iterator = response.body.makeAsyncIterator()
+        var received = try await iterator.next()?.count ?? 0
+        try await Task.sleep(for: .milliseconds(500))
+        // Unread data keeps the stream window shut, so the producer stalls far short of 64 MB:
+        // at most the flow-control window plus the server's send buffer.
+        #expect(produced.total < 24 << 20, "produced \(produced.total) bytes for a reader that took \(received)")
+        while let next = try await iterator.next() { received += next.count }
+        #expect(received == total)
+        #expect(produced.total == total)
+    }
 }
