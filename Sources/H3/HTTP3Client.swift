@@ -42,7 +42,12 @@ public final class HTTP3Client: Sendable {
     /// With a `priority`, the request carries it in the `priority` field (RFC 9218 §5); the
     /// request's own `priority` field wins if it has one. Cancelling the task that awaits
     /// resets the request with H3_REQUEST_CANCELLED.
-    public func execute(_ request: HTTPRequest, body: [UInt8]? = nil, priority: HTTPPriority? = nil) async throws -> HTTP3Response {
+    public func execute(
+        _ request: HTTPRequest,
+        body: [UInt8]? = nil,
+        trailers: HTTPFields? = nil,
+        priority: HTTPPriority? = nil
+    ) async throws -> HTTP3Response {
         guard let authority = request.authority, let (host, port) = Self.split(authority: authority) else {
             throw HTTP3ClientError.invalidRequest("the request has no authority (host)")
         }
@@ -60,13 +65,19 @@ public final class HTTP3Client: Sendable {
         // A request the server rejected unprocessed (GOAWAY, H3_REQUEST_REJECTED) is retried once
         // on a new connection, as RFC 9114 §4.1.1 allows.
         do {
-            return try await send(fields: fields, body: body, host: host, port: port)
+            return try await send(fields: fields, body: body, trailers: trailers?.pairs, host: host, port: port)
         } catch HTTP3ClientError.requestRejected {
-            return try await send(fields: fields, body: body, host: host, port: port)
+            return try await send(fields: fields, body: body, trailers: trailers?.pairs, host: host, port: port)
         }
     }
 
-    private func send(fields: [(name: String, value: String)], body: [UInt8]?, host: String, port: UInt16) async throws -> HTTP3Response {
+    private func send(
+        fields: [(name: String, value: String)],
+        body: [UInt8]?,
+        trailers: [(name: String, value: String)]?,
+        host: String,
+        port: UInt16
+    ) async throws -> HTTP3Response {
         let exchange = HTTP3Exchange()
         let connection = try await eventLoop.submit { () -> HTTP3ClientConnection in
             let key = "\(host):\(port)"
@@ -83,9 +94,10 @@ public final class HTTP3Client: Sendable {
                 pool[key] = created
                 return created
             }
-            connection.submit(fields: fields, body: body, exchange: exchange)
+            connection.submit(fields: fields, body: body, trailers: trailers, exchange: exchange)
             return connection
         }.get()
+        exchange.onCancel { [eventLoop] in eventLoop.execute { connection.cancel(exchange) } }
         return try await withTaskCancellationHandler {
             let head = try await exchange.head()
             return HTTP3Response(
@@ -182,7 +194,11 @@ public struct HTTP3ResponseBody: AsyncSequence, Sendable {
         let exchange: HTTP3Exchange
 
         public mutating func next() async throws -> [UInt8]? {
-            guard let chunk = try await base.next() else { return nil }
+            guard let chunk = try await base.next() else {
+                // A cancelled task ends the stream early: say so rather than return a short body.
+                if Task.isCancelled && !exchange.isFinished { throw CancellationError() }
+                return nil
+            }
             exchange.consumed(chunk.count)
             return chunk
         }
@@ -243,6 +259,15 @@ final class HTTP3Exchange: Sendable {
     init() {
         (bodyStream, bodyContinuation) = AsyncThrowingStream.makeStream(of: [UInt8].self)
     }
+
+    /// Set by the client: resets the request (H3_REQUEST_CANCELLED) when the reader goes away.
+    func onCancel(_ cancel: @escaping @Sendable () -> Void) {
+        bodyContinuation.onTermination = { termination in
+            if case .cancelled = termination { cancel() }
+        }
+    }
+
+    var isFinished: Bool { state.withLockedValue { $0.finished } }
 
     var streamID: Int64? {
         get { state.withLockedValue { $0.streamID } }

@@ -21,6 +21,7 @@ final class HTTP3ClientConnection: @unchecked Sendable {
     struct Pending {
         let fields: [(name: String, value: String)]
         let body: [UInt8]?
+        let trailers: [(name: String, value: String)]?
         let exchange: HTTP3Exchange
     }
 
@@ -78,14 +79,19 @@ final class HTTP3ClientConnection: @unchecked Sendable {
     }
 
     /// Sends a request now or once the connection is ready.
-    func submit(fields: [(name: String, value: String)], body: [UInt8]?, exchange: HTTP3Exchange) {
+    func submit(
+        fields: [(name: String, value: String)],
+        body: [UInt8]?,
+        trailers: [(name: String, value: String)]? = nil,
+        exchange: HTTP3Exchange
+    ) {
         eventLoop.assertInEventLoop()
         switch state {
         case .failed(let error): exchange.fail(error)
         case .draining: exchange.fail(.requestRejected)
-        case .connecting: pending.append(Pending(fields: fields, body: body, exchange: exchange))
+        case .connecting: pending.append(Pending(fields: fields, body: body, trailers: trailers, exchange: exchange))
         case .ready:
-            pending.append(Pending(fields: fields, body: body, exchange: exchange))
+            pending.append(Pending(fields: fields, body: body, trailers: trailers, exchange: exchange))
             sendPending()
             driver?.afterInput()
         }
@@ -157,7 +163,7 @@ final class HTTP3ClientConnection: @unchecked Sendable {
         guard case .ready = state, let codec else { return }
         while let next = pending.first {
             do {
-                guard let streamID = try codec.submitRequest(headers: next.fields, body: next.body) else { return }
+                guard let streamID = try codec.submitRequest(headers: next.fields, body: next.body, trailers: next.trailers) else { return }
                 pending.removeFirst()
                 exchanges[streamID] = next.exchange
                 next.exchange.streamID = streamID

@@ -26,6 +26,8 @@ package final class HTTP3Codec: QUICApplicationCodec {
     private var incomingFrames: [Int64: HTTP3FrameScanner] = [:]
     private var submittedHeaders: [Int64: [[(name: String, value: String)]]] = [:]
     private var offered: (streamID: Int64, vectors: [ngtcp2_vec])?
+    /// Streams whose body just ended and whose trailers must follow.
+    private var trailersDue: [Int64] = []
 
     package init(role: Role) throws {
         self.role = role
@@ -56,10 +58,14 @@ package final class HTTP3Codec: QUICApplicationCodec {
     // MARK: Requests and responses
 
     /// Sends a request on a new bidirectional stream; nil while the peer's stream limit is reached.
-    package func submitRequest(headers: [(name: String, value: String)], body: [UInt8]?) throws -> Int64? {
+    package func submitRequest(
+        headers: [(name: String, value: String)],
+        body: [UInt8]?,
+        trailers: [(name: String, value: String)]? = nil
+    ) throws -> Int64? {
         guard let core else { throw HTTP3CodecError(function: "submitRequest before the handshake", code: 0) }
         guard let streamID = try core.openCodecBidirectionalStream() else { return nil }
-        try submit(streamID: streamID, headers: headers, body: body) { conn, nva, count, reader in
+        try submit(streamID: streamID, headers: headers, body: body, trailers: trailers) { conn, nva, count, reader in
             nghttp3_conn_submit_request(conn, streamID, nva, count, reader, nil)
         }
         return streamID
@@ -71,9 +77,10 @@ package final class HTTP3Codec: QUICApplicationCodec {
         streamID: Int64,
         headers: [(name: String, value: String)],
         body: [UInt8]?,
-        streaming: Bool = false
+        streaming: Bool = false,
+        trailers: [(name: String, value: String)]? = nil
     ) throws {
-        try submit(streamID: streamID, headers: headers, body: body, streaming: streaming) { conn, nva, count, reader in
+        try submit(streamID: streamID, headers: headers, body: body, streaming: streaming, trailers: trailers) { conn, nva, count, reader in
             nghttp3_conn_submit_response(conn, streamID, nva, count, reader)
         }
     }
@@ -132,16 +139,29 @@ package final class HTTP3Codec: QUICApplicationCodec {
         headers: [(name: String, value: String)],
         body: [UInt8]?,
         streaming: Bool = false,
+        trailers: [(name: String, value: String)]? = nil,
         call: (OpaquePointer, UnsafePointer<nghttp3_nv>, Int, UnsafePointer<nghttp3_data_reader>?) -> Int32
     ) throws {
         guard let conn else { return }
-        if body != nil || streaming { bodies[streamID] = HTTP3OutgoingBody(copying: body, finished: !streaming) }
+        if body != nil || streaming || trailers != nil {
+            bodies[streamID] = HTTP3OutgoingBody(copying: body, finished: !streaming, trailers: trailers)
+        }
         if core?.isQLogEnabled == true { submittedHeaders[streamID, default: []].append(headers) }
         // nghttp3 copies the field section, so the names and values only have to outlive the call.
+        var reader = nghttp3_data_reader(read_data: Self.readBody)
+        let hasBody = body != nil || streaming || trailers != nil
+        let rv = withFieldArray(headers) { nva, count in
+            hasBody ? call(conn, nva, count, &reader) : call(conn, nva, count, nil)
+        }
+        guard rv == 0 else { throw HTTP3CodecError(function: "nghttp3_conn_submit", code: rv) }
+    }
+
+    /// Builds an `nghttp3_nv` array over one contiguous copy of the names and values.
+    private func withFieldArray<R>(_ headers: [(name: String, value: String)], _ body: (UnsafePointer<nghttp3_nv>, Int) -> R) -> R {
         let flat = headers.map { (Array($0.name.utf8), Array($0.value.utf8)) }
         var storage = [UInt8]()
         for (name, value) in flat { storage += name + value }
-        let rv: Int32 = storage.withUnsafeMutableBufferPointer { bytes in
+        return storage.withUnsafeMutableBufferPointer { bytes in
             var nva: [nghttp3_nv] = []
             var offset = 0
             for (name, value) in flat {
@@ -154,10 +174,21 @@ package final class HTTP3Codec: QUICApplicationCodec {
                     flags: UInt8(NGHTTP3_NV_FLAG_NONE)
                 ))
             }
-            var reader = nghttp3_data_reader(read_data: Self.readBody)
-            return body == nil && !streaming ? call(conn, nva, nva.count, nil) : call(conn, nva, nva.count, &reader)
+            return body(nva, nva.count)
         }
-        guard rv == 0 else { throw HTTP3CodecError(function: "nghttp3_conn_submit", code: rv) }
+    }
+
+    /// Sends the trailers of bodies that have just ended.
+    private func submitDueTrailers() throws {
+        guard let conn, !trailersDue.isEmpty else { return }
+        let due = trailersDue
+        trailersDue.removeAll()
+        for streamID in due {
+            guard let fields = bodies[streamID]?.trailers else { continue }
+            let rv = withFieldArray(fields) { nva, count in nghttp3_conn_submit_trailers(conn, streamID, nva, count) }
+            try check(rv, "nghttp3_conn_submit_trailers")
+            if core?.isQLogEnabled == true { submittedHeaders[streamID, default: []].append(fields) }
+        }
     }
 
     // MARK: QUICApplicationCodec
@@ -219,6 +250,7 @@ package final class HTTP3Codec: QUICApplicationCodec {
             nghttp3_conn_writev_stream(conn, &streamID, &fin, nghttpVectors.baseAddress, nghttpVectors.count)
         }
         guard count >= 0 else { throw applicationError(Int32(count), "nghttp3_conn_writev_stream") }
+        try submitDueTrailers()
         guard streamID >= 0 else { return nil }
         if core?.isQLogEnabled == true { offered = (streamID, Array(vectors.prefix(count))) }
         return (streamID, count, fin != 0)
@@ -269,7 +301,14 @@ package final class HTTP3Codec: QUICApplicationCodec {
             guard let (provided, endOfBody) = body.provide(into: vectors!, capacity: count) else {
                 return Int32(NGHTTP3_ERR_WOULDBLOCK)
             }
-            if endOfBody { flags!.pointee |= UInt32(NGHTTP3_DATA_FLAG_EOF) }
+            if endOfBody {
+                flags!.pointee |= UInt32(NGHTTP3_DATA_FLAG_EOF)
+                if body.trailers != nil {
+                    // The stream stays open for the trailers, submitted right after this call.
+                    flags!.pointee |= UInt32(NGHTTP3_DATA_FLAG_NO_END_STREAM)
+                    codec.trailersDue.append(streamID)
+                }
+            }
             return Int32(provided)
         })
     }
@@ -444,10 +483,13 @@ private final class HTTP3OutgoingBody {
     private(set) var isFinished = false
     /// Bytes queued and not yet acknowledged: what a producer's backpressure looks at.
     private(set) var unacknowledgedBytes = 0
+    /// Trailer fields to send after the body (RFC 9114 §4.1); nghttp3 then ends the stream.
+    var trailers: [(name: String, value: String)]?
 
-    init(copying source: [UInt8]?, finished: Bool) {
+    init(copying source: [UInt8]?, finished: Bool, trailers: [(name: String, value: String)]? = nil) {
         if let source { append(source) }
         isFinished = finished
+        self.trailers = trailers
     }
 
     func append(_ source: [UInt8]) {

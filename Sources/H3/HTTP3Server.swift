@@ -144,10 +144,14 @@ public struct HTTP3ServerRequest: Sendable {
         head.headerFields[.priority].map(HTTPPriority.init(fieldValue:)) ?? .default
     }
 
-    public init(head: HTTPRequest, body: [UInt8] = [], streamID: Int64 = 0) {
+    /// Trailer fields that followed the body, if the client sent any (RFC 9114 §4.1).
+    public let trailers: HTTPFields?
+
+    public init(head: HTTPRequest, body: [UInt8] = [], streamID: Int64 = 0, trailers: HTTPFields? = nil) {
         self.head = head
         self.body = body
         self.streamID = streamID
+        self.trailers = trailers
     }
 }
 
@@ -160,6 +164,8 @@ public struct HTTP3ServerResponse: Sendable {
     public var bodyStream: AsyncThrowingStream<[UInt8], any Error>?
     /// Overrides the client's priority for this response (RFC 9218 §8: the server decides).
     public var priority: HTTPPriority?
+    /// Trailer fields sent after the body (RFC 9114 §4.1).
+    public var trailers: HTTPFields?
 
     public init(head: HTTPResponse, body: [UInt8] = []) {
         self.head = head
@@ -178,6 +184,7 @@ final class HTTP3ServerConnection: @unchecked Sendable {
     private struct Incoming {
         var fields: [(name: String, value: String)] = []
         var body: [UInt8] = []
+        var trailers: [(name: String, value: String)]?
     }
 
     private let driver: QUICConnectionDriver
@@ -249,8 +256,8 @@ final class HTTP3ServerConnection: @unchecked Sendable {
             switch event {
             case .headers(let streamID, let fields, false):
                 incoming[streamID, default: Incoming()].fields = fields
-            case .headers:
-                break  // Request trailers are accepted and not used.
+            case .headers(let streamID, let fields, true):
+                incoming[streamID, default: Incoming()].trailers = fields
             case .data(let streamID, let bytes):
                 incoming[streamID, default: Incoming()].body += bytes
                 codec.consumeBody(streamID: streamID, bytes: bytes.count)
@@ -282,8 +289,9 @@ final class HTTP3ServerConnection: @unchecked Sendable {
         }
         let handler = self.handler
         let body = request.body
+        let trailers = request.trailers.map(HTTPFields.init(pairs:))
         Task {
-            let response = await handler(HTTP3ServerRequest(head: head, body: body, streamID: streamID))
+            let response = await handler(HTTP3ServerRequest(head: head, body: body, streamID: streamID, trailers: trailers))
             self.driver.eventLoop.execute { self.respond(streamID: streamID, response) }
         }
     }
@@ -299,7 +307,8 @@ final class HTTP3ServerConnection: @unchecked Sendable {
                 streamID: streamID,
                 headers: fields,
                 body: response.body.isEmpty ? nil : response.body,
-                streaming: streaming
+                streaming: streaming,
+                trailers: response.trailers.map(\.pairs)
             )
             if let stream = response.bodyStream { produce(streamID: streamID, from: stream) }
         } catch {
@@ -369,5 +378,17 @@ final class HTTP3ServerConnection: @unchecked Sendable {
             if let fieldName = HTTPField.Name(name) { request.headerFields.append(HTTPField(name: fieldName, value: value)) }
         }
         return request
+    }
+}
+
+extension HTTPFields {
+    /// The fields as lower-case name and value pairs, the form HTTP/3 carries (RFC 9114 §4.2).
+    var pairs: [(name: String, value: String)] { map { ($0.name.canonicalName, $0.value) } }
+
+    init(pairs: [(name: String, value: String)]) {
+        self.init()
+        for (name, value) in pairs {
+            if let fieldName = HTTPField.Name(name) { append(HTTPField(name: fieldName, value: value)) }
+        }
     }
 }

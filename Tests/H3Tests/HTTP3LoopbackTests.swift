@@ -382,4 +382,60 @@ struct HTTP3LoopbackTests {
         #expect(received == total)
         #expect(produced.total == total)
     }
+
+    @Test func trailersTravelBothWays() async throws {
+        let (server, port, identity) = try await Self.startServer { request in
+            var response = HTTP3ServerResponse(status: .ok, body: Array("body".utf8))
+            var trailers = HTTPFields()
+            trailers[HTTPField.Name("x-checksum")!] = "abc123"
+            trailers[HTTPField.Name("x-saw-request-trailer")!] = request.trailers?[HTTPField.Name("x-upload-done")!] ?? "none"
+            response.trailers = trailers
+            return response
+        }
+        defer { server.shutdown() }
+        let client = Self.client(trusting: identity)
+        defer { client.shutdown() }
+        var requestTrailers = HTTPFields()
+        requestTrailers[HTTPField.Name("x-upload-done")!] = "yes"
+        let request = HTTPRequest(method: .post, scheme: "https", authority: "localhost:\(port)", path: "/t")
+        let response = try await client.execute(request, body: Array("upload".utf8), trailers: requestTrailers)
+        #expect(try await response.body.collect() == Array("body".utf8))
+        let trailers = try #require(response.body.trailers)
+        #expect(trailers[HTTPField.Name("x-checksum")!] == "abc123")
+        #expect(trailers[HTTPField.Name("x-saw-request-trailer")!] == "yes")
+    }
+
+    @Test func cancellingARequestSendsH3RequestCancelled() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("h3-cancel-\(UUID())").path
+        let identity = try SelfSignedCertificate.generate()
+        var configuration = HTTP3Server.Configuration()
+        configuration.port = 0
+        configuration.identity = identity
+        configuration.qlogDirectory = directory
+        let server = try HTTP3Server(configuration: configuration) { _ in
+            var response = HTTP3ServerResponse(status: .ok)
+            response.bodyStream = AsyncThrowingStream(unfolding: { [UInt8](repeating: 0x68, count: 256 << 10) })
+            return response
+        }
+        let port = try await server.start()
+        let client = Self.client(trusting: identity)
+        let download = Task {
+            let request = HTTPRequest(method: .get, scheme: "https", authority: "localhost:\(port)", path: "/endless")
+            let response = try await client.execute(request)
+            var received = 0
+            for try await chunk in response.body { received += chunk.count }
+            return received
+        }
+        try await Task.sleep(for: .milliseconds(300))
+        download.cancel()
+        await #expect(throws: (any Error).self) { _ = try await download.value }
+        try await Task.sleep(for: .milliseconds(300))
+        client.shutdown()
+        await server.shutdownGracefully(gracePeriod: .seconds(2))
+        try await Task.sleep(for: .milliseconds(200))
+        // The server's own trace shows the client's STOP_SENDING/RESET_STREAM with H3_REQUEST_CANCELLED (0x10c).
+        let files = try FileManager.default.contentsOfDirectory(atPath: directory).filter { $0.hasSuffix("_server.sqlog") }
+        let trace = try String(contentsOfFile: directory + "/" + #require(files.first), encoding: .utf8)
+        #expect(trace.contains("\"error_code\":268"), "no H3_REQUEST_CANCELLED in the server trace")
+    }
 }
