@@ -18,6 +18,9 @@ package final class HTTP3Codec: QUICApplicationCodec {
     private unowned(unsafe) var core: QUICConnectionCore?
     private var bodies: [Int64: HTTP3OutgoingBody] = [:]
     private var events: [HTTP3Event] = []
+    /// `.data` events still open for more bytes: stream to event index, and the bytes by index.
+    private var openData: [Int64: Int] = [:]
+    private var dataBuffers: [Int: [UInt8]] = [:]
     private var fields: [Int64: [(name: String, value: String)]] = [:]
     // qlog (only while the connection writes a trace): frame boundaries in each direction,
     // the field sections we submitted (logged when their HEADERS frame goes out), and the
@@ -49,10 +52,33 @@ package final class HTTP3Codec: QUICApplicationCodec {
         if let conn { nghttp3_conn_del(conn) }
     }
 
-    /// Hands over what the codec parsed since the last call.
+    /// Hands over what the codec parsed since the last call. Body bytes of one stream that
+    /// arrived back to back come as one `.data` event, not one per packet.
     package func takeEvents() -> [HTTP3Event] {
+        for (index, buffer) in dataBuffers {
+            if case .data(let streamID, _) = events[index] { events[index] = .data(streamID: streamID, bytes: buffer) }
+        }
+        dataBuffers.removeAll(keepingCapacity: true)
+        openData.removeAll(keepingCapacity: true)
         defer { events.removeAll(keepingCapacity: true) }
         return events
+    }
+
+    /// Adds body bytes to the stream's latest `.data` event when nothing else came after it.
+    private func appendData(streamID: Int64, _ bytes: UnsafeBufferPointer<UInt8>) {
+        if let index = openData[streamID] {
+            dataBuffers[index]!.append(contentsOf: bytes)
+            return
+        }
+        openData[streamID] = events.count
+        dataBuffers[events.count] = Array(bytes)
+        events.append(.data(streamID: streamID, bytes: []))
+    }
+
+    /// Records an event; later body bytes of its stream start a new `.data` event.
+    private func append(_ event: HTTP3Event, streamID: Int64?) {
+        if let streamID { openData[streamID] = nil }
+        events.append(event)
     }
 
     // MARK: Requests and responses
@@ -318,13 +344,13 @@ package final class HTTP3Codec: QUICApplicationCodec {
         callbacks.acked_stream_data = { _, streamID, length, userData, _ in
             HTTP3Codec.withCodec(userData) { codec in
                 codec.bodies[streamID]?.acknowledge(length)
-                codec.events.append(.bodyAcknowledged(streamID: streamID))
+                codec.append(.bodyAcknowledged(streamID: streamID), streamID: nil)
                 return 0
             }
         }
         callbacks.stream_close = { _, streamID, code, userData, _ in
             HTTP3Codec.withCodec(userData) { codec in
-                codec.events.append(.closed(streamID: streamID, code: HTTP3ErrorCode(rawValue: code)))
+                codec.append(.closed(streamID: streamID, code: HTTP3ErrorCode(rawValue: code)), streamID: streamID)
                 codec.bodies[streamID] = nil
                 return 0
             }
@@ -332,7 +358,7 @@ package final class HTTP3Codec: QUICApplicationCodec {
         callbacks.recv_data = { _, streamID, data, length, userData, _ in
             HTTP3Codec.withCodec(userData) { codec in
                 // Credit comes back when the application takes the bytes (`consumeBody`).
-                codec.events.append(.data(streamID: streamID, bytes: Array(UnsafeBufferPointer(start: data, count: length))))
+                codec.appendData(streamID: streamID, UnsafeBufferPointer(start: data, count: length))
                 return 0
             }
         }
@@ -358,7 +384,7 @@ package final class HTTP3Codec: QUICApplicationCodec {
             HTTP3Codec.withCodec(userData) { codec in
                 let fields = codec.fields.removeValue(forKey: streamID) ?? []
                 codec.core?.appendQLogEvent(name: "http:frame_parsed", data: HTTP3QLog.headers(streamID: streamID, length: nil, fields: fields))
-                codec.events.append(.headers(streamID: streamID, fields: fields, isTrailers: false))
+                codec.append(.headers(streamID: streamID, fields: fields, isTrailers: false), streamID: streamID)
                 return 0
             }
         }
@@ -368,13 +394,13 @@ package final class HTTP3Codec: QUICApplicationCodec {
             HTTP3Codec.withCodec(userData) { codec in
                 let fields = codec.fields.removeValue(forKey: streamID) ?? []
                 codec.core?.appendQLogEvent(name: "http:frame_parsed", data: HTTP3QLog.headers(streamID: streamID, length: nil, fields: fields))
-                codec.events.append(.headers(streamID: streamID, fields: fields, isTrailers: true))
+                codec.append(.headers(streamID: streamID, fields: fields, isTrailers: true), streamID: streamID)
                 return 0
             }
         }
         callbacks.end_stream = { _, streamID, userData, _ in
             HTTP3Codec.withCodec(userData) { codec in
-                codec.events.append(.end(streamID: streamID))
+                codec.append(.end(streamID: streamID), streamID: streamID)
                 return 0
             }
         }
@@ -386,14 +412,14 @@ package final class HTTP3Codec: QUICApplicationCodec {
         }
         callbacks.reset_stream = { _, streamID, code, userData, _ in
             HTTP3Codec.withCodec(userData) { codec in
-                codec.events.append(.reset(streamID: streamID, code: HTTP3ErrorCode(rawValue: code)))
+                codec.append(.reset(streamID: streamID, code: HTTP3ErrorCode(rawValue: code)), streamID: streamID)
                 codec.core?.shutdownCodecStream(streamID: streamID, code: code, read: false, write: true)
                 return 0
             }
         }
         callbacks.shutdown = { _, id, userData in
             HTTP3Codec.withCodec(userData) { codec in
-                codec.events.append(.goaway(lastID: id))
+                codec.append(.goaway(lastID: id), streamID: nil)
                 return 0
             }
         }

@@ -125,7 +125,7 @@ struct H3Get: AsyncParsableCommand {
         let started = ContinuousClock.now
         let results = await withTaskGroup(of: (Int, Result<Transfer, any Error>).self) { tasks in
             for (index, url) in urls.enumerated() {
-                tasks.addTask { (index, await Result { try await fetch(url, body: body, client: client, started: started) }) }
+                tasks.addTask { (index, await Result { try await fetch(url, index: index, body: body, client: client, started: started) }) }
             }
             var results = [Result<Transfer, any Error>?](repeating: nil, count: urls.count)
             for await (index, result) in tasks { results[index] = result }
@@ -149,12 +149,15 @@ struct H3Get: AsyncParsableCommand {
     struct Transfer: Sendable {
         let url: String
         let response: HTTP3Response
-        let body: [UInt8]
+        /// The body, when it waits to be written to stdout in URL order; nil when streamed out.
+        let buffered: [UInt8]?
+        let size: Int
+        let writeFailure: String?
         let timeConnect: Duration
         let timeTotal: Duration
     }
 
-    private func fetch(_ url: String, body: [UInt8]?, client: HTTP3Client, started: ContinuousClock.Instant) async throws -> Transfer {
+    private func fetch(_ url: String, index: Int, body: [UInt8]?, client: HTTP3Client, started: ContinuousClock.Instant) async throws -> Transfer {
         let components = URLComponents(string: url)!
         var path = components.percentEncodedPath.isEmpty ? "/" : components.percentEncodedPath
         if let query = components.percentEncodedQuery { path += "?" + query }
@@ -179,8 +182,34 @@ struct H3Get: AsyncParsableCommand {
             log("* ALPN: \(response.connection.alpn ?? "?")" + (response.connection.qlogPath.map { "\n* qlog: \($0)" } ?? ""))
             log("< HTTP/3 \(response.head.status.code)\n" + response.head.headerFields.map { "< \($0.name): \($0.value)" }.joined(separator: "\n"))
         }
-        let bytes = try await response.body.collect()
-        return Transfer(url: url, response: response, body: bytes, timeConnect: connected, timeTotal: ContinuousClock.now - started)
+        let finish = { (buffered: [UInt8]?, size: Int, failure: String?) in
+            Transfer(
+                url: url, response: response, buffered: buffered, size: size, writeFailure: failure,
+                timeConnect: connected, timeTotal: ContinuousClock.now - started
+            )
+        }
+        if head || (fail && response.head.status.code >= 400) {
+            return finish(nil, 0, nil)
+        }
+        // Bodies stream to their file, or to stdout when there is one URL; several URLs to stdout
+        // are kept so they come out in the order given.
+        let output: FileHandle?
+        if let destination = destination(for: url, index: index) {
+            guard FileManager.default.createFile(atPath: destination, contents: nil),
+                let handle = FileHandle(forWritingAtPath: destination)
+            else { return finish(nil, 0, "cannot write \(destination)") }
+            output = handle
+        } else {
+            output = urls.count == 1 ? FileHandle.standardOutput : nil
+        }
+        var buffered: [UInt8] = []
+        var size = 0
+        for try await chunk in response.body {
+            size += chunk.count
+            if let output { try output.write(contentsOf: chunk) } else { buffered += chunk }
+        }
+        if let output, output !== FileHandle.standardOutput { try output.close() }
+        return finish(output == nil ? buffered : nil, size, nil)
     }
 
     /// Writes one transfer's output; returns an exit code when it counts as a failure.
@@ -191,17 +220,16 @@ struct H3Get: AsyncParsableCommand {
             printWriteOut(transfer)
             return .httpError
         }
+        if let failure = transfer.writeFailure {
+            if !silent { FileHandle.standardError.write(Data("h3get: \(failure)\n".utf8)) }
+            return .writeError
+        }
         if head {
             var text = "HTTP/3 \(status)\r\n"
             for field in transfer.response.head.headerFields { text += "\(field.name): \(field.value)\r\n" }
             FileHandle.standardOutput.write(Data((text + "\r\n").utf8))
-        } else if let destination = destination(for: transfer.url, index: index) {
-            guard FileManager.default.createFile(atPath: destination, contents: Data(transfer.body)) else {
-                if !silent { FileHandle.standardError.write(Data("h3get: cannot write \(destination)\n".utf8)) }
-                return .writeError
-            }
-        } else {
-            FileHandle.standardOutput.write(Data(transfer.body))
+        } else if let buffered = transfer.buffered {
+            FileHandle.standardOutput.write(Data(buffered))
         }
         printWriteOut(transfer)
         return nil
@@ -229,7 +257,7 @@ struct H3Get: AsyncParsableCommand {
         let values: [String: String] = [
             "http_version": "3",
             "response_code": "\(transfer.response.head.status.code)",
-            "size_download": "\(transfer.body.count)",
+            "size_download": "\(transfer.size)",
             "time_connect": seconds(transfer.timeConnect),
             "time_total": seconds(transfer.timeTotal),
             "url": transfer.url,
