@@ -50,6 +50,9 @@ struct H3Get: AsyncParsableCommand {
     @Option(help: "HOST:PORT:ADDRESS — connect to ADDRESS for HOST:PORT (curl's --resolve).")
     var resolve: String?
 
+    @Option(name: .customLong("connect-to"), help: "HOST1:PORT1:HOST2:PORT2 — connect to HOST2:PORT2 for requests to HOST1:PORT1, keeping HOST1 for TLS (curl's --connect-to).")
+    var connectTo: String?
+
     @Option(help: "RFC 9218 priority for every URL, \"u=N[, i]\" (urgency 0-7, default 3; i = incremental).")
     var priority: String?
 
@@ -95,6 +98,10 @@ struct H3Get: AsyncParsableCommand {
         }
         for header in headers where !header.contains(":") { throw ValidationError("header '\(header)' is not \"Name: value\"") }
         if let resolve, resolve.split(separator: ":").count < 3 { throw ValidationError("--resolve takes HOST:PORT:ADDRESS") }
+        if let connectTo {
+            let parts = connectTo.split(separator: ":", omittingEmptySubsequences: false)
+            guard parts.count == 4, UInt16(parts[3]) != nil else { throw ValidationError("--connect-to takes HOST1:PORT1:HOST2:PORT2") }
+        }
         if let priority, HTTPPriority(fieldValue: priority) == .default, !["u=3", "u=3, i=?0", ""].contains(priority) {
             throw ValidationError("--priority '\(priority)' is not an RFC 9218 priority like \"u=2\" or \"u=5, i\"")
         }
@@ -119,6 +126,10 @@ struct H3Get: AsyncParsableCommand {
         if let resolve {
             let parts = resolve.split(separator: ":", maxSplits: 2).map(String.init)
             configuration.connectTo = (parts[2].trimmingCharacters(in: CharacterSet(charactersIn: "[]")), UInt16(parts[1]) ?? 443)
+        }
+        if let connectTo {
+            let parts = connectTo.split(separator: ":", omittingEmptySubsequences: false).map(String.init)
+            configuration.connectTo = (parts[2], UInt16(parts[3])!)
         }
         let body = try loadBody()
         let client = HTTP3Client(configuration: configuration)
@@ -204,10 +215,15 @@ struct H3Get: AsyncParsableCommand {
         }
         var buffered: [UInt8] = []
         var size = 0
+        // A progress line on a terminal only, and never over a body written to the terminal.
+        var progress = showsProgress(writingToStdout: output === FileHandle.standardOutput || output == nil)
+            ? Progress(total: response.head.headerFields[.contentLength].flatMap(Int.init)) : nil
         for try await chunk in response.body {
             size += chunk.count
             if let output { try output.write(contentsOf: chunk) } else { buffered += chunk }
+            progress?.update(size)
         }
+        progress?.finish(size)
         if let output, output !== FileHandle.standardOutput { try output.close() }
         return finish(output == nil ? buffered : nil, size, nil)
     }
@@ -233,6 +249,41 @@ struct H3Get: AsyncParsableCommand {
         }
         printWriteOut(transfer)
         return nil
+    }
+
+    private func showsProgress(writingToStdout: Bool) -> Bool {
+        !silent && !verbose && !writingToStdout && urls.count == 1 && isatty(STDERR_FILENO) == 1
+    }
+
+    /// A one-line progress display on stderr, redrawn at most ten times a second.
+    struct Progress {
+        let total: Int?
+        let started = ContinuousClock.now
+        var lastDrawn = ContinuousClock.now - .seconds(1)
+
+        mutating func update(_ received: Int) {
+            let now = ContinuousClock.now
+            guard now - lastDrawn >= .milliseconds(100) else { return }
+            lastDrawn = now
+            draw(received, final: false)
+        }
+
+        mutating func finish(_ received: Int) { draw(received, final: true) }
+
+        private func draw(_ received: Int, final: Bool) {
+            let (seconds, attoseconds) = (ContinuousClock.now - started).components
+            let elapsed = max(Double(seconds) + Double(attoseconds) / 1e18, 0.001)
+            let rate = String(format: "%.1f MB/s", Double(received) / elapsed / 1e6)
+            var line = String(format: "%10.1f MB  %@", Double(received) / 1e6, rate)
+            if let total, total > 0 {
+                let fraction = min(1, Double(received) / Double(total))
+                let width = 30
+                let filled = Int(fraction * Double(width))
+                line = "[" + String(repeating: "#", count: filled) + String(repeating: " ", count: width - filled) + "]"
+                    + String(format: " %5.1f%%", fraction * 100) + line
+            }
+            FileHandle.standardError.write(Data(("\r" + line + (final ? "\n" : "")).utf8))
+        }
     }
 
     private func destination(for url: String, index: Int) -> String? {

@@ -123,6 +123,16 @@ struct HTTP3LoopbackTests {
         #expect(try await post.waitForExit() == 0)
         #expect(post.standardOutput == "405")
 
+        // --connect-to keeps the URL's name for TLS and sends the packets elsewhere.
+        let moved = try ChildProcess(h3get, ["-k", "--connect-to", "files.example:443:127.0.0.1:\(port)", "https://files.example/ten.txt"])
+        #expect(try await moved.waitForExit() == 0, "\(moved.standardError)")
+        #expect(moved.standardOutput == "0123456789")
+
+        // No terminal, no progress bar: stderr stays empty on success.
+        let quiet = try ChildProcess(h3get, ["-k", "-o", root.appendingPathComponent("copy.txt").path, "\(base)/ten.txt"])
+        #expect(try await quiet.waitForExit() == 0)
+        #expect(quiet.standardError.isEmpty, "\(quiet.standardError)")
+
         // A client that rejects the certificate leaves a connection without HTTP/3 behind;
         // the graceful shutdown on SIGTERM must cope with it and exit cleanly.
         let untrusted = try ChildProcess(h3get, ["\(base)/ten.txt"])
