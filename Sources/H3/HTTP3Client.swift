@@ -48,6 +48,28 @@ public final class HTTP3Client: Sendable {
         trailers: HTTPFields? = nil,
         priority: HTTPPriority? = nil
     ) async throws -> HTTP3Response {
+        try await execute(request, body: body, bodyStream: nil, trailers: trailers, priority: priority)
+    }
+
+    /// Sends `request` with a body produced piece by piece (an upload): the next piece is taken
+    /// only while less than 4 MiB waits for the server's acknowledgement. Not retried on GOAWAY,
+    /// since a stream cannot be replayed.
+    public func execute(
+        _ request: HTTPRequest,
+        bodyStream: AsyncThrowingStream<[UInt8], any Error>,
+        trailers: HTTPFields? = nil,
+        priority: HTTPPriority? = nil
+    ) async throws -> HTTP3Response {
+        try await execute(request, body: nil, bodyStream: bodyStream, trailers: trailers, priority: priority)
+    }
+
+    private func execute(
+        _ request: HTTPRequest,
+        body: [UInt8]?,
+        bodyStream: AsyncThrowingStream<[UInt8], any Error>?,
+        trailers: HTTPFields?,
+        priority: HTTPPriority?
+    ) async throws -> HTTP3Response {
         guard let authority = request.authority, let (host, port) = Self.split(authority: authority) else {
             throw HTTP3ClientError.invalidRequest("the request has no authority (host)")
         }
@@ -65,15 +87,16 @@ public final class HTTP3Client: Sendable {
         // A request the server rejected unprocessed (GOAWAY, H3_REQUEST_REJECTED) is retried once
         // on a new connection, as RFC 9114 §4.1.1 allows.
         do {
-            return try await send(fields: fields, body: body, trailers: trailers?.pairs, host: host, port: port)
-        } catch HTTP3ClientError.requestRejected {
-            return try await send(fields: fields, body: body, trailers: trailers?.pairs, host: host, port: port)
+            return try await send(fields: fields, body: body, bodyStream: bodyStream, trailers: trailers?.pairs, host: host, port: port)
+        } catch HTTP3ClientError.requestRejected where bodyStream == nil {
+            return try await send(fields: fields, body: body, bodyStream: nil, trailers: trailers?.pairs, host: host, port: port)
         }
     }
 
     private func send(
         fields: [(name: String, value: String)],
         body: [UInt8]?,
+        bodyStream: AsyncThrowingStream<[UInt8], any Error>?,
         trailers: [(name: String, value: String)]?,
         host: String,
         port: UInt16
@@ -94,7 +117,7 @@ public final class HTTP3Client: Sendable {
                 pool[key] = created
                 return created
             }
-            connection.submit(fields: fields, body: body, trailers: trailers, exchange: exchange)
+            connection.submit(fields: fields, body: body, bodyStream: bodyStream, trailers: trailers, exchange: exchange)
             return connection
         }.get()
         exchange.onCancel { [eventLoop] in eventLoop.execute { connection.cancel(exchange) } }

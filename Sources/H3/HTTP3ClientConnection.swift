@@ -22,6 +22,7 @@ final class HTTP3ClientConnection: @unchecked Sendable {
     struct Pending {
         let fields: [(name: String, value: String)]
         let body: [UInt8]?
+        let bodyStream: AsyncThrowingStream<[UInt8], any Error>?
         let trailers: [(name: String, value: String)]?
         let exchange: HTTP3Exchange
     }
@@ -32,6 +33,8 @@ final class HTTP3ClientConnection: @unchecked Sendable {
     private var connector: QUICClientConnector?
     private var driver: QUICConnectionDriver?
     private var codec: HTTP3Codec?
+    /// Streams request bodies that come from an AsyncThrowingStream.
+    private var pump: HTTP3BodyPump?
     private var pending: [Pending] = []
     private var exchanges: [Int64: HTTP3Exchange] = [:]
     /// Runs once the connection is over, so the client can forget it.
@@ -61,6 +64,7 @@ final class HTTP3ClientConnection: @unchecked Sendable {
         connector.onAttempt = { driver in
             self.driver = driver
             self.codec = driver?.core.applicationCodec as? HTTP3Codec
+            self.pump = driver.map { HTTP3BodyPump(driver: $0, logger: logger) { [weak self] in self?.codec } }
             driver?.afterPass = { self.drainCodec() }
         }
         connector.onEvents = { events in self.handle(events) }
@@ -72,6 +76,7 @@ final class HTTP3ClientConnection: @unchecked Sendable {
             self.driver?.afterPass = nil
             self.driver = nil
             self.codec = nil
+            self.pump = nil
             self.connector = nil
             self.onClosed?()
         }
@@ -83,6 +88,7 @@ final class HTTP3ClientConnection: @unchecked Sendable {
     func submit(
         fields: [(name: String, value: String)],
         body: [UInt8]?,
+        bodyStream: AsyncThrowingStream<[UInt8], any Error>? = nil,
         trailers: [(name: String, value: String)]? = nil,
         exchange: HTTP3Exchange
     ) {
@@ -90,9 +96,9 @@ final class HTTP3ClientConnection: @unchecked Sendable {
         switch state {
         case .failed(let error): exchange.fail(error)
         case .draining: exchange.fail(.requestRejected)
-        case .connecting: pending.append(Pending(fields: fields, body: body, trailers: trailers, exchange: exchange))
+        case .connecting: pending.append(Pending(fields: fields, body: body, bodyStream: bodyStream, trailers: trailers, exchange: exchange))
         case .ready:
-            pending.append(Pending(fields: fields, body: body, trailers: trailers, exchange: exchange))
+            pending.append(Pending(fields: fields, body: body, bodyStream: bodyStream, trailers: trailers, exchange: exchange))
             sendPending()
             driver?.afterInput()
         }
@@ -164,7 +170,13 @@ final class HTTP3ClientConnection: @unchecked Sendable {
         guard case .ready = state, let codec else { return }
         while let next = pending.first {
             do {
-                guard let streamID = try codec.submitRequest(headers: next.fields, body: next.body, trailers: next.trailers) else { return }
+                guard let streamID = try codec.submitRequest(
+                    headers: next.fields,
+                    body: next.body,
+                    streaming: next.bodyStream != nil,
+                    trailers: next.trailers
+                ) else { return }
+                if let stream = next.bodyStream { pump?.pump(streamID: streamID, from: stream) }
                 pending.removeFirst()
                 exchanges[streamID] = next.exchange
                 next.exchange.streamID = streamID
@@ -215,6 +227,7 @@ final class HTTP3ClientConnection: @unchecked Sendable {
             case .reset(let streamID, let code):
                 exchanges.removeValue(forKey: streamID)?.fail(code == .requestRejected ? .requestRejected : .streamReset(code))
             case .closed(let streamID, let code):
+                pump?.streamClosed(streamID)
                 if let exchange = exchanges.removeValue(forKey: streamID) {
                     switch code {
                     case .noError: exchange.fail(.protocolError("stream closed before the response ended"))
@@ -222,8 +235,8 @@ final class HTTP3ClientConnection: @unchecked Sendable {
                     default: exchange.fail(.streamReset(code))
                     }
                 }
-            case .bodyAcknowledged:
-                break  // Request bodies are queued whole.
+            case .bodyAcknowledged(let streamID):
+                pump?.acknowledged(streamID)
             case .goaway(let lastID):
                 // Requests at or past the last ID were not and will not be processed: retry them elsewhere.
                 state = .draining

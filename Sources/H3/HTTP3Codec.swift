@@ -87,11 +87,12 @@ package final class HTTP3Codec: QUICApplicationCodec {
     package func submitRequest(
         headers: [(name: String, value: String)],
         body: [UInt8]?,
+        streaming: Bool = false,
         trailers: [(name: String, value: String)]? = nil
     ) throws -> Int64? {
         guard let core else { throw HTTP3CodecError(function: "submitRequest before the handshake", code: 0) }
         guard let streamID = try core.openCodecBidirectionalStream() else { return nil }
-        try submit(streamID: streamID, headers: headers, body: body, trailers: trailers) { conn, nva, count, reader in
+        try submit(streamID: streamID, headers: headers, body: body, streaming: streaming, trailers: trailers) { conn, nva, count, reader in
             nghttp3_conn_submit_request(conn, streamID, nva, count, reader, nil)
         }
         return streamID

@@ -160,7 +160,7 @@ public struct HTTP3ServerResponse: Sendable {
     public var head: HTTPResponse
     public var body: [UInt8]
     /// A body produced piece by piece, sent after `body`; the server pulls the next piece only
-    /// while less than `HTTP3ServerConnection.bufferLimit` bytes wait for acknowledgement.
+    /// while less than `HTTP3BodyPump.bufferLimit` (4 MiB) waits for acknowledgement.
     public var bodyStream: AsyncThrowingStream<[UInt8], any Error>?
     /// Overrides the client's priority for this response (RFC 9218 §8: the server decides).
     public var priority: HTTPPriority?
@@ -195,10 +195,8 @@ final class HTTP3ServerConnection: @unchecked Sendable {
     private var active: Set<Int64> = []
     private var isShuttingDown = false
     var onFinished: (() -> Void)?
-    /// Streaming responses: a producer waiting for room (nil while it is running).
-    private var producers: [Int64: CheckedContinuation<Bool, Never>?] = [:]
-    /// Bytes a streaming response may have queued and unacknowledged before its producer waits.
-    static let bufferLimit = 4 << 20
+    /// Streams response bodies that come from an AsyncThrowingStream.
+    private lazy var pump = HTTP3BodyPump(driver: driver, logger: logger) { [unowned self] in self.codec }
 
     init(driver: QUICConnectionDriver, handler: @escaping HTTP3Server.Handler, logger: Logger) {
         self.driver = driver
@@ -271,12 +269,12 @@ final class HTTP3ServerConnection: @unchecked Sendable {
             case .closed(let streamID, _):
                 incoming[streamID] = nil
                 active.remove(streamID)
-                if let waiter = producers.removeValue(forKey: streamID) { waiter?.resume(returning: false) }
+                pump.streamClosed(streamID)
                 if isShuttingDown { driver.eventLoop.execute { self.closeIfIdle() } }
             case .goaway:
                 break
             case .bodyAcknowledged(let streamID):
-                resumeProducer(streamID)
+                pump.acknowledged(streamID)
             }
         }
         return !events.isEmpty
@@ -310,63 +308,12 @@ final class HTTP3ServerConnection: @unchecked Sendable {
                 streaming: streaming,
                 trailers: response.trailers.map(\.pairs)
             )
-            if let stream = response.bodyStream { produce(streamID: streamID, from: stream) }
+            if let stream = response.bodyStream { pump.pump(streamID: streamID, from: stream) }
         } catch {
             logger.warning("cannot submit response", metadata: ["stream": "\(streamID)", "error": "\(error)"])
             codec.cancel(streamID: streamID, code: .internalError)
         }
         driver.afterInput()
-    }
-
-    /// Feeds a streaming body into the codec, pulling the next piece only when there is room.
-    private func produce(streamID: Int64, from stream: AsyncThrowingStream<[UInt8], any Error>) {
-        producers[streamID] = .some(nil)
-        Task {
-            var iterator = stream.makeAsyncIterator()
-            do {
-                while await self.waitForRoom(streamID) {
-                    let chunk = try await iterator.next()
-                    self.driver.eventLoop.execute {
-                        guard self.producers[streamID] != nil else { return }
-                        self.codec?.appendBody(streamID: streamID, chunk ?? [], finished: chunk == nil)
-                        if chunk == nil { self.producers[streamID] = nil }
-                        self.driver.afterInput()
-                    }
-                    if chunk == nil { return }
-                }
-            } catch {
-                self.driver.eventLoop.execute {
-                    self.producers[streamID] = nil
-                    self.logger.warning("response body failed", metadata: ["stream": "\(streamID)", "error": "\(error)"])
-                    self.codec?.cancel(streamID: streamID, code: .internalError)
-                    self.driver.afterInput()
-                }
-            }
-        }
-    }
-
-    /// Returns true once the stream has room for more body, false when it is gone.
-    private func waitForRoom(_ streamID: Int64) async -> Bool {
-        await withCheckedContinuation { continuation in
-            driver.eventLoop.execute {
-                guard self.producers[streamID] != nil, let codec = self.codec else {
-                    continuation.resume(returning: false)
-                    return
-                }
-                if codec.bufferedBodyBytes(streamID: streamID) < Self.bufferLimit {
-                    continuation.resume(returning: true)
-                } else {
-                    self.producers[streamID] = continuation
-                }
-            }
-        }
-    }
-
-    private func resumeProducer(_ streamID: Int64) {
-        guard let waiting = producers[streamID], let continuation = waiting, let codec else { return }
-        guard codec.bufferedBodyBytes(streamID: streamID) < Self.bufferLimit / 2 else { return }
-        producers[streamID] = .some(nil)
-        continuation.resume(returning: true)
     }
 
     /// Builds the request head from the field section; nil when a required pseudo-header is missing (RFC 9114 §4.3.1).

@@ -450,4 +450,26 @@ struct HTTP3LoopbackTests {
         let trace = try await Self.completedTrace(at: directory + "/" + #require(files.first))
         #expect(trace.contains("\"error_code\":268"), "no H3_REQUEST_CANCELLED in the server trace")
     }
+
+    @Test func requestBodiesStreamUp() async throws {
+        let (server, port, identity) = try await Self.startServer { request in
+            let digest = (try? SHA256.hash(request.body)).map(Hex.encode) ?? "-"
+            return HTTP3ServerResponse(status: .ok, body: Array("\(request.body.count) \(digest)".utf8))
+        }
+        defer { server.shutdown() }
+        let client = Self.client(trusting: identity)
+        defer { client.shutdown() }
+        let pieces = 80
+        let piece = [UInt8](repeating: 0x69, count: 256 << 10)
+        var sent = 0
+        let upload = AsyncThrowingStream<[UInt8], any Error>(unfolding: {
+            guard sent < pieces else { return nil }
+            sent += 1
+            return piece
+        })
+        let request = HTTPRequest(method: .put, scheme: "https", authority: "localhost:\(port)", path: "/upload")
+        let response = try await client.execute(request, bodyStream: upload)
+        let expected = Hex.encode(try SHA256.hash([UInt8]((0..<pieces).flatMap { _ in piece })))
+        #expect(String(decoding: try await response.body.collect(), as: UTF8.self) == "\(pieces * piece.count) \(expected)")
+    }
 }

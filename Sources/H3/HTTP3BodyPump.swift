@@ -1,0 +1,83 @@
+import Logging
+import NIOCore
+import QuicTransport
+
+/// Feeds streaming bodies (request uploads, server responses) into the codec with backpressure:
+/// the next piece is pulled from the producer only while less than `bufferLimit` bytes of that
+/// stream wait to be acknowledged by the peer.
+///
+/// Loop-confined, like the connection that owns it; the producers run as tasks and hop back.
+// @unchecked Sendable: all state is touched only on `driver.eventLoop`.
+final class HTTP3BodyPump: @unchecked Sendable {
+    /// Bytes a stream may have queued and unacknowledged before its producer waits.
+    static let bufferLimit = 4 << 20
+
+    private let driver: QUICConnectionDriver
+    private let codec: () -> HTTP3Codec?
+    private let logger: Logger
+    /// A producer waiting for room (nil while it is running), by stream.
+    private var producers: [Int64: CheckedContinuation<Bool, Never>?] = [:]
+
+    init(driver: QUICConnectionDriver, logger: Logger, codec: @escaping () -> HTTP3Codec?) {
+        self.driver = driver
+        self.logger = logger
+        self.codec = codec
+    }
+
+    /// Starts pulling `stream` into the body of `streamID`, which was submitted as streaming.
+    func pump(streamID: Int64, from stream: AsyncThrowingStream<[UInt8], any Error>) {
+        producers[streamID] = .some(nil)
+        Task {
+            var iterator = stream.makeAsyncIterator()
+            do {
+                while await self.waitForRoom(streamID) {
+                    let chunk = try await iterator.next()
+                    self.driver.eventLoop.execute {
+                        guard self.producers[streamID] != nil else { return }
+                        self.codec()?.appendBody(streamID: streamID, chunk ?? [], finished: chunk == nil)
+                        if chunk == nil { self.producers[streamID] = nil }
+                        self.driver.afterInput()
+                    }
+                    if chunk == nil { return }
+                }
+            } catch {
+                self.driver.eventLoop.execute {
+                    self.producers[streamID] = nil
+                    self.logger.warning("body producer failed", metadata: ["stream": "\(streamID)", "error": "\(error)"])
+                    self.codec()?.cancel(streamID: streamID, code: .internalError)
+                    self.driver.afterInput()
+                }
+            }
+        }
+    }
+
+    /// The peer acknowledged more of the stream's body: wake its producer when below half the limit.
+    func acknowledged(_ streamID: Int64) {
+        guard let waiting = producers[streamID], let continuation = waiting, let codec = codec() else { return }
+        guard codec.bufferedBodyBytes(streamID: streamID) < Self.bufferLimit / 2 else { return }
+        producers[streamID] = .some(nil)
+        continuation.resume(returning: true)
+    }
+
+    /// The stream is gone: its producer stops.
+    func streamClosed(_ streamID: Int64) {
+        if let waiting = producers.removeValue(forKey: streamID) { waiting?.resume(returning: false) }
+    }
+
+    /// Returns true once the stream has room for more body, false when it is gone.
+    private func waitForRoom(_ streamID: Int64) async -> Bool {
+        await withCheckedContinuation { continuation in
+            driver.eventLoop.execute {
+                guard self.producers[streamID] != nil, let codec = self.codec() else {
+                    continuation.resume(returning: false)
+                    return
+                }
+                if codec.bufferedBodyBytes(streamID: streamID) < Self.bufferLimit {
+                    continuation.resume(returning: true)
+                } else {
+                    self.producers[streamID] = continuation
+                }
+            }
+        }
+    }
+}
