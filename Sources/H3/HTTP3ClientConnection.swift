@@ -181,7 +181,7 @@ final class HTTP3ClientConnection: @unchecked Sendable {
                 exchanges[streamID] = next.exchange
                 next.exchange.streamID = streamID
                 // Body bytes earn flow-control credit back only as the caller reads them.
-                next.exchange.onConsumed = { count in self.credit(streamID: streamID, bytes: count) }
+                next.exchange.onConsumed = { [flowCredit] count in flowCredit.credit(streamID: streamID, bytes: count) }
             } catch {
                 pending.removeFirst()
                 next.exchange.fail(.protocolError("\(error)"))
@@ -189,27 +189,10 @@ final class HTTP3ClientConnection: @unchecked Sendable {
         }
     }
 
-    /// Collects credit from readers on any thread and hands it to the codec once per loop turn.
-    private let pendingCredit = NIOLockedValueBox((credits: [Int64: Int](), scheduled: false))
-
-    private func credit(streamID: Int64, bytes: Int) {
-        let schedule = pendingCredit.withLockedValue { pending -> Bool in
-            pending.credits[streamID, default: 0] += bytes
-            defer { pending.scheduled = true }
-            return !pending.scheduled
-        }
-        guard schedule else { return }
-        eventLoop.execute {
-            let credits = self.pendingCredit.withLockedValue { pending -> [Int64: Int] in
-                defer {
-                    pending.credits.removeAll()
-                    pending.scheduled = false
-                }
-                return pending.credits
-            }
-            for (streamID, bytes) in credits { self.codec?.consumeBody(streamID: streamID, bytes: bytes) }
-            self.driver?.afterInput()
-        }
+    /// Credit for response bytes the callers have read.
+    private lazy var flowCredit = HTTP3FlowCredit(eventLoop: eventLoop) { credits in
+        for (streamID, bytes) in credits { self.codec?.consumeBody(streamID: streamID, bytes: bytes) }
+        self.driver?.afterInput()
     }
 
     /// Hands the codec's parsed frames to the waiting requests.

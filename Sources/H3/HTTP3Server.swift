@@ -11,7 +11,8 @@ import QuicTransport
 ///
 /// Without a certificate it generates a self-signed one for `localhost`, `127.0.0.1` and `::1`.
 public final class HTTP3Server: Sendable {
-    public typealias Handler = @Sendable (HTTP3ServerRequest) async -> HTTP3ServerResponse
+    /// Called once per request as soon as its head arrives; a thrown error becomes a 500.
+    public typealias Handler = @Sendable (HTTP3ServerRequest) async throws -> HTTP3ServerResponse
 
     public struct Configuration: Sendable {
         public var host = "127.0.0.1"
@@ -132,10 +133,11 @@ final class QUICServerEndpointBox: @unchecked Sendable {
     }
 }
 
-/// A request as the handler sees it: the head and the whole body.
+/// A request as the handler sees it: the head at once, the body as it arrives.
 public struct HTTP3ServerRequest: Sendable {
     public let head: HTTPRequest
-    public let body: [UInt8]
+    /// The request body; reading it is what lets the client send more (QUIC flow control).
+    public let body: HTTP3RequestBody
     /// The QUIC stream that carries it (RFC 9114 §4.1).
     public let streamID: Int64
 
@@ -144,15 +146,63 @@ public struct HTTP3ServerRequest: Sendable {
         head.headerFields[.priority].map(HTTPPriority.init(fieldValue:)) ?? .default
     }
 
-    /// Trailer fields that followed the body, if the client sent any (RFC 9114 §4.1).
-    public let trailers: HTTPFields?
-
+    /// A request with a complete body, for handlers called directly (tests, composition).
     public init(head: HTTPRequest, body: [UInt8] = [], streamID: Int64 = 0, trailers: HTTPFields? = nil) {
+        self.head = head
+        self.body = HTTP3RequestBody(complete: body, trailers: trailers)
+        self.streamID = streamID
+    }
+
+    init(head: HTTPRequest, body: HTTP3RequestBody, streamID: Int64) {
         self.head = head
         self.body = body
         self.streamID = streamID
-        self.trailers = trailers
     }
+}
+
+/// A request body as byte chunks, in order, ending at the client's FIN (RFC 9114 §4.1).
+public struct HTTP3RequestBody: AsyncSequence, Sendable {
+    public typealias Element = [UInt8]
+
+    let stream: AsyncThrowingStream<[UInt8], any Error>
+    let consumed: @Sendable (Int) -> Void
+    private let trailerBox: NIOLockedValueBox<HTTPFields?>
+
+    init(stream: AsyncThrowingStream<[UInt8], any Error>, trailers: NIOLockedValueBox<HTTPFields?>, consumed: @escaping @Sendable (Int) -> Void) {
+        self.stream = stream
+        self.trailerBox = trailers
+        self.consumed = consumed
+    }
+
+    init(complete bytes: [UInt8], trailers: HTTPFields?) {
+        let (stream, continuation) = AsyncThrowingStream.makeStream(of: [UInt8].self)
+        if !bytes.isEmpty { continuation.yield(bytes) }
+        continuation.finish()
+        self.init(stream: stream, trailers: NIOLockedValueBox(trailers), consumed: { _ in })
+    }
+
+    public func makeAsyncIterator() -> Iterator { Iterator(base: stream.makeAsyncIterator(), consumed: consumed) }
+
+    public struct Iterator: AsyncIteratorProtocol {
+        var base: AsyncThrowingStream<[UInt8], any Error>.Iterator
+        let consumed: @Sendable (Int) -> Void
+
+        public mutating func next() async throws -> [UInt8]? {
+            guard let chunk = try await base.next() else { return nil }
+            consumed(chunk.count)
+            return chunk
+        }
+    }
+
+    /// The whole body.
+    public func collect() async throws -> [UInt8] {
+        var all: [UInt8] = []
+        for try await chunk in self { all += chunk }
+        return all
+    }
+
+    /// Trailer fields the client sent after the body; known once the body has ended.
+    public var trailers: HTTPFields? { trailerBox.withLockedValue { $0 } }
 }
 
 /// A handler's answer: the head and the whole body.
@@ -181,16 +231,21 @@ public struct HTTP3ServerResponse: Sendable {
 /// submits responses on the loop.
 // @unchecked Sendable: all state is touched only on the driver's event loop.
 final class HTTP3ServerConnection: @unchecked Sendable {
+    /// A request whose handler is running and whose body may still be arriving.
     private struct Incoming {
-        var fields: [(name: String, value: String)] = []
-        var body: [UInt8] = []
-        var trailers: [(name: String, value: String)]?
+        let body: AsyncThrowingStream<[UInt8], any Error>.Continuation
+        let trailers: NIOLockedValueBox<HTTPFields?>
     }
 
     private let driver: QUICConnectionDriver
     private let handler: HTTP3Server.Handler
     private let logger: Logger
     private var incoming: [Int64: Incoming] = [:]
+    /// Credit for request bytes handlers have read.
+    private lazy var flowCredit = HTTP3FlowCredit(eventLoop: driver.eventLoop) { credits in
+        for (streamID, bytes) in credits { self.codec?.consumeBody(streamID: streamID, bytes: bytes) }
+        self.driver.afterInput()
+    }
     /// Requests received whose response stream has not closed yet.
     private var active: Set<Int64> = []
     private var isShuttingDown = false
@@ -242,7 +297,7 @@ final class HTTP3ServerConnection: @unchecked Sendable {
     }
 
     private func closeIfIdle() {
-        guard isShuttingDown, active.isEmpty, incoming.isEmpty else { return }
+        guard isShuttingDown, active.isEmpty else { return }
         driver.core.close(applicationErrorCode: HTTP3ErrorCode.noError.rawValue, reason: "", now: QUICConnectionDriver.now())
         driver.afterInput()
     }
@@ -253,21 +308,17 @@ final class HTTP3ServerConnection: @unchecked Sendable {
         for event in events {
             switch event {
             case .headers(let streamID, let fields, false):
-                incoming[streamID, default: Incoming()].fields = fields
+                start(streamID: streamID, fields: fields)
             case .headers(let streamID, let fields, true):
-                incoming[streamID, default: Incoming()].trailers = fields
+                incoming[streamID]?.trailers.withLockedValue { $0 = HTTPFields(pairs: fields) }
             case .data(let streamID, let bytes):
-                incoming[streamID, default: Incoming()].body += bytes
-                codec.consumeBody(streamID: streamID, bytes: bytes.count)
+                incoming[streamID]?.body.yield(bytes)
             case .end(let streamID):
-                if let request = incoming.removeValue(forKey: streamID) {
-                    active.insert(streamID)
-                    dispatch(streamID: streamID, request)
-                }
-            case .reset(let streamID, _):
-                incoming[streamID] = nil
-            case .closed(let streamID, _):
-                incoming[streamID] = nil
+                incoming.removeValue(forKey: streamID)?.body.finish()
+            case .reset(let streamID, let code):
+                incoming.removeValue(forKey: streamID)?.body.finish(throwing: HTTP3ClientError.streamReset(code))
+            case .closed(let streamID, let code):
+                incoming.removeValue(forKey: streamID)?.body.finish(throwing: HTTP3ClientError.streamReset(code))
                 active.remove(streamID)
                 pump.streamClosed(streamID)
                 if isShuttingDown { driver.eventLoop.execute { self.closeIfIdle() } }
@@ -280,16 +331,30 @@ final class HTTP3ServerConnection: @unchecked Sendable {
         return !events.isEmpty
     }
 
-    private func dispatch(streamID: Int64, _ request: Incoming) {
-        guard let head = Self.makeRequest(request.fields) else {
+    /// Calls the handler as soon as the request head is in; the body follows as it arrives.
+    private func start(streamID: Int64, fields: [(name: String, value: String)]) {
+        guard let head = Self.makeRequest(fields) else {
             respond(streamID: streamID, HTTP3ServerResponse(status: .badRequest, body: Array("malformed request\n".utf8)))
             return
         }
+        let (stream, continuation) = AsyncThrowingStream.makeStream(of: [UInt8].self)
+        let trailers = NIOLockedValueBox<HTTPFields?>(nil)
+        incoming[streamID] = Incoming(body: continuation, trailers: trailers)
+        active.insert(streamID)
+        let flowCredit = self.flowCredit
+        let body = HTTP3RequestBody(stream: stream, trailers: trailers) { count in
+            flowCredit.credit(streamID: streamID, bytes: count)
+        }
         let handler = self.handler
-        let body = request.body
-        let trailers = request.trailers.map(HTTPFields.init(pairs:))
+        let logger = self.logger
         Task {
-            let response = await handler(HTTP3ServerRequest(head: head, body: body, streamID: streamID, trailers: trailers))
+            let response: HTTP3ServerResponse
+            do {
+                response = try await handler(HTTP3ServerRequest(head: head, body: body, streamID: streamID))
+            } catch {
+                logger.warning("handler failed", metadata: ["stream": "\(streamID)", "error": "\(error)"])
+                response = HTTP3ServerResponse(status: .internalServerError, body: Array("internal error\n".utf8))
+            }
             self.driver.eventLoop.execute { self.respond(streamID: streamID, response) }
         }
     }

@@ -26,7 +26,8 @@ struct HTTP3LoopbackTests {
 
     @Test func postWithABodyIsEchoed() async throws {
         let (server, port, identity) = try await Self.startServer { request in
-            HTTP3ServerResponse(status: .ok, body: Array("got \(request.head.method) \(request.body.count) bytes: ".utf8) + request.body)
+            let body = try await request.body.collect()
+            return HTTP3ServerResponse(status: .ok, body: Array("got \(request.head.method) \(body.count) bytes: ".utf8) + body)
         }
         defer { server.shutdown() }
         let client = Self.client(trusting: identity)
@@ -400,7 +401,8 @@ struct HTTP3LoopbackTests {
             var response = HTTP3ServerResponse(status: .ok, body: Array("body".utf8))
             var trailers = HTTPFields()
             trailers[HTTPField.Name("x-checksum")!] = "abc123"
-            trailers[HTTPField.Name("x-saw-request-trailer")!] = request.trailers?[HTTPField.Name("x-upload-done")!] ?? "none"
+            _ = try await request.body.collect()
+            trailers[HTTPField.Name("x-saw-request-trailer")!] = request.body.trailers?[HTTPField.Name("x-upload-done")!] ?? "none"
             response.trailers = trailers
             return response
         }
@@ -453,8 +455,9 @@ struct HTTP3LoopbackTests {
 
     @Test func requestBodiesStreamUp() async throws {
         let (server, port, identity) = try await Self.startServer { request in
-            let digest = (try? SHA256.hash(request.body)).map(Hex.encode) ?? "-"
-            return HTTP3ServerResponse(status: .ok, body: Array("\(request.body.count) \(digest)".utf8))
+            let body = try await request.body.collect()
+            let digest = (try? SHA256.hash(body)).map(Hex.encode) ?? "-"
+            return HTTP3ServerResponse(status: .ok, body: Array("\(body.count) \(digest)".utf8))
         }
         defer { server.shutdown() }
         let client = Self.client(trusting: identity)
@@ -471,5 +474,36 @@ struct HTTP3LoopbackTests {
         let response = try await client.execute(request, bodyStream: upload)
         let expected = Hex.encode(try SHA256.hash([UInt8]((0..<pieces).flatMap { _ in piece })))
         #expect(String(decoding: try await response.body.collect(), as: UTF8.self) == "\(pieces * piece.count) \(expected)")
+    }
+
+    @Test func aSlowHandlerHoldsAnUploadBack() async throws {
+        let total = 64 << 20
+        let piece = 256 << 10
+        let produced = Meter()
+        let observed = Meter()
+        let (server, port, identity) = try await Self.startServer { request in
+            var iterator = request.body.makeAsyncIterator()
+            var received = try await iterator.next()?.count ?? 0
+            try await Task.sleep(for: .milliseconds(500))
+            observed.add(produced.total)
+            while let chunk = try await iterator.next() { received += chunk.count }
+            return HTTP3ServerResponse(status: .ok, body: Array("\(received)".utf8))
+        }
+        defer { server.shutdown() }
+        let client = Self.client(trusting: identity)
+        defer { client.shutdown() }
+        var sent = 0
+        let upload = AsyncThrowingStream<[UInt8], any Error>(unfolding: {
+            guard sent < total else { return nil }
+            sent += piece
+            produced.add(piece)
+            return [UInt8](repeating: 0x6a, count: piece)
+        })
+        let request = HTTPRequest(method: .put, scheme: "https", authority: "localhost:\(port)", path: "/slow-upload")
+        let response = try await client.execute(request, bodyStream: upload)
+        #expect(String(decoding: try await response.body.collect(), as: UTF8.self) == "\(total)")
+        // While the handler paused, the client could only get the flow-control window plus its
+        // own 4 MiB send buffer ahead, not the whole 64 MB.
+        #expect(observed.total < 24 << 20, "the upload ran \(observed.total) bytes ahead of the handler")
     }
 }
