@@ -1,0 +1,91 @@
+import Foundation
+@testable import H3
+import QuicTestSupport
+import Testing
+
+/// HTTPS records (RFC 9460) from a real DNS server on loopback: Debian's dnsmasq.
+@Suite("HTTPSRecord", .serialized, .timeLimit(.minutes(1)))
+struct HTTPSRecordTests {
+    /// RDATA: priority, target name, then SvcParams in key order.
+    static func rdata(priority: UInt16, target: String, params: [(UInt16, [UInt8])] = []) -> [UInt8] {
+        var bytes: [UInt8] = [UInt8(priority >> 8), UInt8(priority & 0xff)]
+        for label in target.split(separator: ".") { bytes += [UInt8(label.utf8.count)] + Array(label.utf8) }
+        bytes.append(0)
+        for (key, value) in params {
+            bytes += [UInt8(key >> 8), UInt8(key & 0xff), UInt8(value.count >> 8), UInt8(value.count & 0xff)] + value
+        }
+        return bytes
+    }
+
+    static let h3Service = rdata(priority: 1, target: ".", params: [
+        (1, [2] + Array("h3".utf8) + [2] + Array("h2".utf8)), (3, [0x20, 0xfb]), (4, [127, 0, 0, 1]),
+        (6, [UInt8](repeating: 0, count: 15) + [1]),
+    ])
+
+    /// dnsmasq on a free port answering for a few names only.
+    static func startDNS(_ records: [(String, [UInt8])]) async throws -> (ChildProcess, UInt16) {
+        let dnsmasq = try TestEnvironment.systemTool("dnsmasq", package: "dnsmasq-base")
+        for _ in 0..<10 {
+            let port = UInt16.random(in: 20_000...60_000)
+            var arguments = [
+                "--no-daemon", "--conf-file=/dev/null", "--no-resolv", "--no-hosts", "--bind-interfaces",
+                "--listen-address=127.0.0.1", "--port=\(port)", "--user=root", "--pid-file=",
+            ]
+            for (name, rdata) in records {
+                arguments.append("--dns-rr=\(name),65,\(rdata.map { String(format: "%02x", $0) }.joined())")
+            }
+            let process = try ChildProcess(dnsmasq, arguments)
+            try await Task.sleep(for: .milliseconds(300))
+            if process.isRunning { return (process, port) }
+        }
+        throw SetupError("dnsmasq did not start on any port")
+    }
+
+    @Test func serviceModeRecordGivesALPNPortAndHints() async throws {
+        let (dns, port) = try await Self.startDNS([("h3.test", Self.h3Service)])
+        defer { dns.terminate() }
+        let resolver = HTTPSRecordResolver(server: ("127.0.0.1", port))
+        let records = try await resolver.lookup(host: "h3.test")
+        #expect(records.count == 1)
+        let record = try #require(records.first)
+        #expect(record.priority == 1)
+        #expect(record.target == ".")
+        #expect(record.alpn == ["h3", "h2"])
+        #expect(record.port == 8443)
+        #expect(record.ipv4Hints == ["127.0.0.1"])
+        #expect(record.ipv6Hints == ["::1"])
+    }
+
+    @Test func aliasModeIsFollowed() async throws {
+        let (dns, port) = try await Self.startDNS([
+            ("alias.test", Self.rdata(priority: 0, target: "svc.test")), ("svc.test", Self.h3Service),
+        ])
+        defer { dns.terminate() }
+        let records = try await HTTPSRecordResolver(server: ("127.0.0.1", port)).lookup(host: "alias.test")
+        #expect(records.first?.alpn.contains("h3") == true)
+        #expect(records.first?.port == 8443)
+    }
+
+    @Test func anUnreachableServerFailsWithinTheTimeout() async throws {
+        // A port nobody listens on: ICMP refuses or nothing answers; either way about a second at most.
+        let started = ContinuousClock.now
+        await #expect(throws: HTTPSRecordResolver.Failure.self) {
+            _ = try await HTTPSRecordResolver(server: ("127.0.0.1", 9), timeout: .seconds(1)).lookup(host: "h3.test")
+        }
+        #expect(ContinuousClock.now - started < .seconds(3))
+    }
+
+    @Test func malformedRecordsAreRejectedNotTrusted() {
+        let message = [UInt8](repeating: 0, count: 12)
+        // SvcParam keys out of order, a truncated value, an empty ALPN id.
+        for rdata in [
+            Self.rdata(priority: 1, target: ".", params: [(3, [0x01, 0xbb]), (1, [2, 0x68, 0x33])]),
+            Self.rdata(priority: 1, target: ".") + [0, 3, 0, 4, 0x01],
+            Self.rdata(priority: 1, target: ".", params: [(1, [0])]),
+            Self.rdata(priority: 1, target: ".", params: [(3, [0x01])]),
+        ] {
+            let full = message + rdata
+            #expect(HTTPSRecord.parse(rdata: full[12...], message: full) == nil)
+        }
+    }
+}
