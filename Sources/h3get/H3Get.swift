@@ -206,10 +206,10 @@ struct H3Get: AsyncParsableCommand {
         // are kept so they come out in the order given.
         let output: FileHandle?
         if let destination = destination(for: url, index: index) {
-            guard FileManager.default.createFile(atPath: destination, contents: nil),
-                let handle = FileHandle(forWritingAtPath: destination)
-            else { return finish(nil, 0, "cannot write \(destination)") }
-            output = handle
+            // open(2) with O_TRUNC, not a replace-by-rename: -o /dev/null must stay a device.
+            let descriptor = open(destination, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+            guard descriptor >= 0 else { return finish(nil, 0, "cannot write \(destination): \(String(cString: strerror(errno)))") }
+            output = FileHandle(fileDescriptor: descriptor, closeOnDealloc: true)
         } else {
             output = urls.count == 1 ? FileHandle.standardOutput : nil
         }

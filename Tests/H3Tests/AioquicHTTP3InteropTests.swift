@@ -34,7 +34,7 @@ struct AioquicHTTP3InteropTests {
 
     @Test func ourClientFetchesFromAioquic() async throws {
         let (server, port, identity) = try await Self.startServer()
-        defer { server.terminate() }
+        defer { server.stop() }
         var configuration = HTTP3Client.Configuration()
         configuration.certificateVerification = .pinnedSHA256(identity.sha256Fingerprint)
         let client = HTTP3Client(configuration: configuration)
@@ -59,7 +59,7 @@ struct AioquicHTTP3InteropTests {
             try Data(Self.pattern(size)).write(to: root.appendingPathComponent("\(size).bin"))
         }
         let server = try ChildProcess(try TestEnvironment.executable("h3serve"), ["--port", "0", "--root", root.path])
-        defer { server.terminate() }
+        defer { server.stop() }
         let line = try await server.waitForLine(containing: "serving")
         let port = String(line.split(separator: ":").last!.split(separator: "/").first!)
         let client = try ChildProcess(python, [
@@ -81,7 +81,7 @@ struct AioquicHTTP3InteropTests {
 
     @Test func aServerThatSendsDataBeforeHeadersIsAProtocolError() async throws {
         let (server, port, identity) = try await Self.startServer(["--misbehave", "data-before-headers"])
-        defer { server.terminate() }
+        defer { server.stop() }
         var configuration = HTTP3Client.Configuration()
         configuration.certificateVerification = .pinnedSHA256(identity.sha256Fingerprint)
         let client = HTTP3Client(configuration: configuration)

@@ -55,12 +55,12 @@ struct GtlsServerInteropTests {
             try SHA256.hash(Array(Data(contentsOf: directory.appendingPathComponent(name))))
         }
 
-        deinit { process.terminate() }
+        deinit { process.stop() }
     }
 
     @Test func clientFetchesConcurrentlyOnOneConnection() async throws {
         let server = try await Server()
-        defer { server.process.terminate() }
+        defer { server.process.stop() }
         var configuration = HTTP3Client.Configuration()
         configuration.certificateVerification = .caFile(server.caFile)
         let client = HTTP3Client(configuration: configuration)
@@ -85,7 +85,7 @@ struct GtlsServerInteropTests {
 
     @Test func h3getWritesFilesAndReportsLikeCurl() async throws {
         let server = try await Server()
-        defer { server.process.terminate() }
+        defer { server.process.stop() }
         let output = server.directory.appendingPathComponent("downloaded.bin").path
         let h3get = try ChildProcess(try TestEnvironment.executable("h3get"), [
             "--cacert", server.caFile, "-o", output,

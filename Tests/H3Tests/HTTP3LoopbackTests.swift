@@ -77,7 +77,7 @@ struct HTTP3LoopbackTests {
         }
         sizes["index.html"] = 0
         let server = try ChildProcess(try TestEnvironment.executable("h3serve"), ["--port", "0", "--root", root.path])
-        defer { server.terminate() }
+        defer { server.stop() }
         let line = try await server.waitForLine(containing: "serving")
         let port = String(line.split(separator: ":").last!.split(separator: "/").first!)
         let downloads = root.appendingPathComponent("downloads")
@@ -102,7 +102,7 @@ struct HTTP3LoopbackTests {
         try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
         try Data("0123456789".utf8).write(to: root.appendingPathComponent("ten.txt"))
         let server = try ChildProcess(try TestEnvironment.executable("h3serve"), ["--port", "0", "--root", root.path])
-        defer { server.terminate() }
+        defer { server.stop() }
         let line = try await server.waitForLine(containing: "serving")
         let port = String(line.split(separator: ":").last!.split(separator: "/").first!)
         let base = "https://127.0.0.1:\(port)"
@@ -123,6 +123,9 @@ struct HTTP3LoopbackTests {
         let post = try ChildProcess(h3get, ["-k", "-d", "x=1", "-w", "%{response_code}", "-o", "/dev/null", "\(base)/ten.txt"])
         #expect(try await post.waitForExit() == 0)
         #expect(post.standardOutput == "405")
+        // Writing to a device must not replace it with a file.
+        let nullType = try FileManager.default.attributesOfItem(atPath: "/dev/null")[.type] as? FileAttributeType
+        #expect(nullType == .typeCharacterSpecial, "-o /dev/null replaced the device")
 
         // --connect-to keeps the URL's name for TLS and sends the packets elsewhere.
         let moved = try ChildProcess(h3get, ["-k", "--connect-to", "files.example:443:127.0.0.1:\(port)", "https://files.example/ten.txt"])

@@ -22,29 +22,59 @@ struct HTTPSRecordTests {
         (6, [UInt8](repeating: 0, count: 15) + [1]),
     ])
 
-    /// dnsmasq on a free port answering for a few names only.
-    static func startDNS(_ records: [(String, [UInt8])]) async throws -> (ChildProcess, UInt16) {
+    /// dnsmasq on a free port answering for a few names only. It runs in its own session
+    /// (setsid): dnsmasq signals its process group, which must not be the test runner's. So
+    /// it is stopped through its pid file, not through the launching process.
+    struct DNSServer {
+        let port: UInt16
+        let pidFile: String
+
+        func stop() {
+            if let text = try? String(contentsOfFile: pidFile, encoding: .utf8), let pid = Int32(text.trimmingCharacters(in: .whitespacesAndNewlines)) {
+                kill(pid, SIGKILL)
+                return
+            }
+            // No pid file: find it by its unique port.
+            let pkill = Process()
+            pkill.executableURL = URL(fileURLWithPath: "/usr/bin/pkill")
+            pkill.arguments = ["-9", "-f", "dnsmasq .*--port=\(port) "]
+            try? pkill.run()
+            pkill.waitUntilExit()
+        }
+    }
+
+    static func startDNS(_ records: [(String, [UInt8])]) async throws -> DNSServer {
         let dnsmasq = try TestEnvironment.systemTool("dnsmasq", package: "dnsmasq-base")
+        let setsid = try TestEnvironment.systemTool("setsid", package: "util-linux")
+        var lastError = ""
         for _ in 0..<10 {
             let port = UInt16.random(in: 20_000...60_000)
+            let pidFile = FileManager.default.temporaryDirectory.appendingPathComponent("dnsmasq-\(UUID()).pid").path
             var arguments = [
-                "--no-daemon", "--conf-file=/dev/null", "--no-resolv", "--no-hosts", "--bind-interfaces",
-                "--listen-address=127.0.0.1", "--port=\(port)", "--user=root", "--pid-file=",
+                dnsmasq.path, "--no-daemon", "--conf-file=/dev/null", "--no-resolv", "--no-hosts", "--bind-interfaces",
+                "--listen-address=127.0.0.1", "--port=\(port)", "--user=root", "--pid-file=\(pidFile)", "--log-facility=-",
             ]
             for (name, rdata) in records {
                 arguments.append("--dns-rr=\(name),65,\(rdata.map { String(format: "%02x", $0) }.joined())")
             }
-            let process = try ChildProcess(dnsmasq, arguments)
-            try await Task.sleep(for: .milliseconds(300))
-            if process.isRunning { return (process, port) }
+            let launcher = try ChildProcess(setsid, arguments)
+            let server = DNSServer(port: port, pidFile: pidFile)
+            // Ready when it answers: ask for a name it serves.
+            for _ in 0..<20 {
+                try await Task.sleep(for: .milliseconds(100))
+                let probe = HTTPSRecordResolver(server: ("127.0.0.1", port), timeout: .milliseconds(200))
+                if let name = records.first?.0, (try? await probe.query(name: name)) != nil { return server }
+            }
+            server.stop()
+            lastError = launcher.standardError
         }
-        throw SetupError("dnsmasq did not start on any port")
+        throw SetupError("dnsmasq did not start on any port: \(lastError)")
     }
 
     @Test func serviceModeRecordGivesALPNPortAndHints() async throws {
-        let (dns, port) = try await Self.startDNS([("h3.test", Self.h3Service)])
-        defer { dns.terminate() }
-        let resolver = HTTPSRecordResolver(server: ("127.0.0.1", port))
+        let dns = try await Self.startDNS([("h3.test", Self.h3Service)])
+        defer { dns.stop() }
+        let resolver = HTTPSRecordResolver(server: ("127.0.0.1", dns.port))
         let records = try await resolver.lookup(host: "h3.test")
         #expect(records.count == 1)
         let record = try #require(records.first)
@@ -57,11 +87,11 @@ struct HTTPSRecordTests {
     }
 
     @Test func aliasModeIsFollowed() async throws {
-        let (dns, port) = try await Self.startDNS([
+        let dns = try await Self.startDNS([
             ("alias.test", Self.rdata(priority: 0, target: "svc.test")), ("svc.test", Self.h3Service),
         ])
-        defer { dns.terminate() }
-        let records = try await HTTPSRecordResolver(server: ("127.0.0.1", port)).lookup(host: "alias.test")
+        defer { dns.stop() }
+        let records = try await HTTPSRecordResolver(server: ("127.0.0.1", dns.port)).lookup(host: "alias.test")
         #expect(records.first?.alpn.contains("h3") == true)
         #expect(records.first?.port == 8443)
     }

@@ -1,4 +1,7 @@
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 import NIOConcurrencyHelpers
 
 /// A child process whose output the test reads: a server left running, or a client run to completion.
@@ -29,6 +32,7 @@ package final class ChildProcess: Sendable {
         }
         try process.run()
         self.process = process
+        ChildProcess.running.withLockedValue { _ = $0.insert(process.processIdentifier) }
     }
 
     package var standardOutput: String { output.withLockedValue { String(decoding: $0, as: UTF8.self) } }
@@ -53,7 +57,7 @@ package final class ChildProcess: Sendable {
         let deadline = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
         while process.isRunning {
             if ContinuousClock.now > deadline {
-                process.terminate()
+                stop()
                 throw SetupError("\(process.executableURL?.lastPathComponent ?? "?") did not finish in \(seconds) s; stderr: \(standardError)")
             }
             try await Task.sleep(for: .milliseconds(20))
@@ -62,10 +66,28 @@ package final class ChildProcess: Sendable {
         return process.terminationStatus
     }
 
+    /// Sends SIGTERM, for tests of a graceful shutdown. Children started from the test runner's
+    /// threads may inherit a signal mask that blocks SIGTERM, so peers are stopped with `stop()`.
     package func terminate() {
-        if process.isRunning { process.terminate() }
+        let pid = process.processIdentifier
+        if pid > 0 { kill(pid, SIGTERM) }
     }
 
-    deinit { terminate() }
+    /// Stops the process for certain (SIGKILL), whatever its signal mask.
+    package func stop() {
+        let pid = process.processIdentifier
+        if pid > 0 { kill(pid, SIGKILL) }
+        ChildProcess.running.withLockedValue { $0.remove(pid) }
+    }
+
+    deinit { stop() }
+
+    /// Every child still running, killed when the test process exits so no peer outlives it.
+    static let running: NIOLockedValueBox<Set<Int32>> = {
+        atexit {
+            for pid in ChildProcess.running.withLockedValue({ $0 }) { kill(pid, SIGKILL) }
+        }
+        return NIOLockedValueBox([])
+    }()
 }
 

@@ -48,14 +48,14 @@ struct QuicEchoInteropTests {
         #expect(summary?["uni"] as? Int == 3)
         #expect(summary?["resets"] as? [Int] == [42, 42])
         #expect(summary?["datagrams"] as? Int == 5)
-        server.process.terminate()
+        server.process.stop()
     }
 
     @Test func quicEchoClientAgainstAioquicServer() async throws {
         let python = try TestEnvironment.python()
         let (cert, key) = try Self.makeCertificate()
         let server = try ChildProcess(python, [Self.script("echo_server.py"), "--port", "0", "--cert", cert, "--key", key, "--datagrams"])
-        defer { server.terminate() }
+        defer { server.stop() }
         let listening = try await server.waitForLine(containing: "LISTENING")
         let port = String(listening.split(separator: " ").last ?? "")
         let client = try ChildProcess(try TestEnvironment.executable("quic-echo"), [
@@ -79,7 +79,7 @@ struct QuicEchoInteropTests {
         let qlogLine = try #require(client.standardOutput.split(separator: "\n").first { $0.hasPrefix("qlog: ") })
         #expect(qlogLine.hasSuffix("_client.sqlog"))
         #expect(FileManager.default.fileExists(atPath: String(qlogLine.dropFirst("qlog: ".count))))
-        server.process.terminate()
+        server.process.stop()
     }
 
     @Test func wrongALPNIsReportedByBothSides() async throws {
@@ -109,7 +109,7 @@ struct QuicEchoInteropTests {
         #expect(wrongPin.standardError.contains("pin"), "\(wrongPin.standardError)")
         let insecure = try ChildProcess(binary, ["connect", "127.0.0.1", "\(server.port)", "-k"])
         #expect(try await insecure.waitForExit() == 0, "\(insecure.standardError)")
-        server.process.terminate()
+        server.process.stop()
     }
 
     @Test func connectionLimitRefusesTheExtraTunnel() async throws {
@@ -129,7 +129,7 @@ struct QuicEchoInteropTests {
         #expect(try await refused.waitForExit() == 2)
         #expect(refused.standardError.contains("CONNECTION_REFUSED"), "\(refused.standardError)")
         holder.cancel()
-        server.process.terminate()
+        server.process.stop()
     }
 
     @Test func badFlagsGiveAClearError() async throws {
@@ -160,6 +160,6 @@ struct QuicEchoInteropTests {
         for label in ["CLIENT_HANDSHAKE_TRAFFIC_SECRET", "SERVER_HANDSHAKE_TRAFFIC_SECRET", "CLIENT_TRAFFIC_SECRET_0", "SERVER_TRAFFIC_SECRET_0"] {
             #expect(lines.contains { $0.hasPrefix(label + " ") && $0.split(separator: " ").count == 3 }, "missing \(label)")
         }
-        server.process.terminate()
+        server.process.stop()
     }
 }
