@@ -1,3 +1,5 @@
+import QuicTransport
+
 /// The `http:` qlog events (draft-ietf-quic-qlog-h3-events, as qvis reads them with qlog 0.3):
 /// `http:frame_created`, `http:frame_parsed` and `http:stream_type_set`, as JSON objects.
 enum HTTP3QLog {
@@ -72,22 +74,6 @@ enum HTTP3QLog {
         }
     }
 
-    /// A JSON string literal with the escapes RFC 8259 §7 requires.
-    static func json(_ text: String) -> String {
-        var out = "\""
-        for scalar in text.unicodeScalars {
-            switch scalar {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
-            case _ where scalar.value < 0x20:
-                let hex = String(scalar.value, radix: 16)
-                out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
-            default: out.unicodeScalars.append(scalar)
-            }
-        }
-        return out + "\""
-    }
+    /// A JSON string literal (the core's escaping, so both layers write the same way).
+    static func json(_ text: String) -> String { QUICConnectionCore.json(text) }
 }

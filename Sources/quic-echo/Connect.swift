@@ -176,7 +176,8 @@ struct Connect: AsyncParsableCommand {
         let (seconds, attoseconds) = duration.components
         let elapsed = Double(seconds) + Double(attoseconds) / 1e18
         guard elapsed > 0 else { return "-" }
-        return String(format: "%.1f MB/s", Double(bytes) / elapsed / 1e6)
+        let rate = Double(bytes) / elapsed
+        return rate >= 1e6 ? String(format: "%.1f MB/s", rate / 1e6) : String(format: "%.1f kB/s", rate / 1e3)
     }
 
     private func format(_ duration: Duration) -> String {

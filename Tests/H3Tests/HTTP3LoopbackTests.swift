@@ -358,6 +358,8 @@ struct HTTP3LoopbackTests {
         #expect(update["priority_field_value"] as? String == "u=0, i")
         let streamTypes = events.filter { $0["name"] as? String == "http:stream_type_set" }
         #expect(streamTypes.count == 6, "control and two QPACK streams each way")
+        let (status, output) = try await TestEnvironment.checkQLog([path])
+        #expect(status == 0, "qlog-check: \(output)")
     }
 
     /// Counts what a streaming body has produced so far.

@@ -40,3 +40,13 @@ package struct SetupError: Error, CustomStringConvertible {
     package let description: String
     package init(_ description: String) { self.description = description }
 }
+
+extension TestEnvironment {
+    /// Runs scripts/qlog-check over traces; returns its exit status and output.
+    package static func checkQLog(_ paths: [String]) async throws -> (status: Int32, output: String) {
+        let checker = repositoryRoot.appendingPathComponent("scripts/qlog-check").path
+        let process = try ChildProcess(URL(fileURLWithPath: "/usr/bin/env"), ["python3", checker] + paths)
+        let status = try await process.waitForExit()
+        return (status, process.standardOutput + process.standardError)
+    }
+}

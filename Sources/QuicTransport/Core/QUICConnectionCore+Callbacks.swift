@@ -179,6 +179,7 @@ extension QUICConnectionCore {
 
     func didCompleteHandshake() -> Int32 {
         if case .handshaking = state { markEstablished() }
+        logALPN()
         events.append(.handshakeCompleted)
         return withCodec { try $0.connectionEstablished(self) }
     }

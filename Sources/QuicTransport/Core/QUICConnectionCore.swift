@@ -111,6 +111,7 @@ package final class QUICConnectionCore {
         // Runs inside the handshake; it finds this core through the session's conn_ref.
         tlsSession.setVerifyFunction(Self.verifyCertificate)
         ngtcp2_conn_set_tls_native_handle(conn, UnsafeMutableRawPointer(tlsSession.raw))
+        logConnectionStarted()
     }
 
     /// A server connection for a client Initial that `ngtcp2_accept` approved.
@@ -184,6 +185,19 @@ package final class QUICConnectionCore {
         )
         ngtcp2_conn_set_tls_native_handle(conn, UnsafeMutableRawPointer(tlsSession.raw))
         events.append(.connectionIDIssued(scid))
+        logConnectionStarted()
+    }
+
+    /// `connectivity:connection_started` (qlog QUIC events §3.2): the addresses ngtcp2 0.12 leaves out.
+    private func logConnectionStarted() {
+        let local = path.local
+        let remote = path.remote
+        let ipVersion = remote.family == AF_INET6 ? "ipv6" : "ipv4"
+        let (src, dst) = role == .client ? (local, remote) : (remote, local)
+        appendQLogEvent(
+            name: "connectivity:connection_started",
+            data: "{\"ip_version\":\"\(ipVersion)\",\"src_ip\":\"\(src.host)\",\"dst_ip\":\"\(dst.host)\",\"src_port\":\(src.port),\"dst_port\":\(dst.port)}"
+        )
     }
 
     deinit {
@@ -320,6 +334,7 @@ package final class QUICConnectionCore {
 
     /// Closes with an application error code and reason (RFC 9000 §10.2, frame type 0x1d).
     package func close(applicationErrorCode: UInt64, reason: String, now: UInt64) {
+        latestTime = max(latestTime, now)
         guard state == .handshaking || state == .established else { return }
         let reasonBytes = Array(reason.utf8.prefix(512))
         reasonBytes.withUnsafeBufferPointer {
@@ -586,6 +601,7 @@ package final class QUICConnectionCore {
     }
 
     private func enterClosing(reason: QUICCloseReason, now: UInt64) {
+        latestTime = max(latestTime, now)
         guard ngtcp2_conn_is_in_closing_period(conn) == 0, ngtcp2_conn_is_in_draining_period(conn) == 0 else {
             state = .closed
             finish(reason)
@@ -608,11 +624,63 @@ package final class QUICConnectionCore {
 
     func markEstablished() { state = .established }
 
+    /// `transport:alpn_information` once TLS has settled on a protocol.
+    func logALPN() {
+        let offered = configuration.alpn.map { "{\"string_value\":\"\($0)\"}" }.joined(separator: ",")
+        let chosen = negotiatedALPN.map { ",\"chosen_alpn\":{\"string_value\":\"\($0)\"}" } ?? ""
+        let side = role == .client ? "client_alpns" : "server_alpns"
+        appendQLogEvent(name: "transport:alpn_information", data: "{\"\(side)\":[\(offered)]\(chosen)}")
+    }
+
     private func finish(_ reason: QUICCloseReason) {
         guard closeReason == nil else { return }
         closeReason = reason
+        logConnectionClosed(reason)
         logger.debug("connection closed", metadata: ["reason": "\(reason)"])
         events.append(.closed(reason))
+    }
+
+    /// `connectivity:connection_closed` (qlog QUIC events §3.4): owner, codes, reason and trigger.
+    private func logConnectionClosed(_ reason: QUICCloseReason) {
+        var fields: [String] = []
+        switch reason {
+        case .localApplicationClose(let code, let text):
+            fields = ["\"owner\":\"local\"", "\"application_code\":\(code)", "\"reason\":\(Self.json(text))", "\"trigger\":\"clean\""]
+        case .peerApplicationClose(let code, let text):
+            fields = ["\"owner\":\"remote\"", "\"application_code\":\(code)", "\"reason\":\(Self.json(text))", "\"trigger\":\"clean\""]
+        case .peerTransportClose(let code, let text):
+            fields = ["\"owner\":\"remote\"", "\"connection_code\":\(code)", "\"reason\":\(Self.json(text))", "\"trigger\":\"error\""]
+        case .localTransportError(let code, let text):
+            fields = ["\"owner\":\"local\"", "\"connection_code\":\(code)", "\"reason\":\(Self.json(text))", "\"trigger\":\"error\""]
+        case .handshakeFailed(let alert, let text, _):
+            fields = ["\"owner\":\"local\"", "\"connection_code\":\(0x100 + UInt64(alert))", "\"reason\":\(Self.json(text))", "\"trigger\":\"error\""]
+        case .idleTimeout, .handshakeTimeout:
+            fields = ["\"owner\":\"local\"", "\"trigger\":\"idle_timeout\""]
+        case .statelessReset:
+            fields = ["\"owner\":\"remote\"", "\"trigger\":\"stateless_reset\""]
+        case .versionNegotiationFailed:
+            fields = ["\"owner\":\"local\"", "\"trigger\":\"version_mismatch\""]
+        }
+        appendQLogEvent(name: "connectivity:connection_closed", data: "{" + fields.joined(separator: ",") + "}")
+        // Readable now, although ngtcp2 adds its last record only when the connection is freed.
+        qlog?.flush()
+    }
+
+    /// A JSON string literal with the escapes RFC 8259 §7 requires, for qlog records.
+    package static func json(_ text: String) -> String {
+        var out = "\""
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "\"": out += "\\\""
+            case "\\": out += "\\\\"
+            case "\n": out += "\\n"
+            case "\r": out += "\\r"
+            case "\t": out += "\\t"
+            case _ where scalar.value < 0x20: out += "\\u" + String(repeating: "0", count: 4 - String(scalar.value, radix: 16).count) + String(scalar.value, radix: 16)
+            default: out.unicodeScalars.append(scalar)
+            }
+        }
+        return out + "\""
     }
 
     private func peerCloseReason() -> QUICCloseReason {

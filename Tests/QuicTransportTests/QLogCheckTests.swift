@@ -1,0 +1,79 @@
+import Foundation
+import QuicTestSupport
+import QuicTransport
+import Testing
+
+/// scripts/qlog-check: accepts real traces, rejects each kind of breakage.
+@Suite("qlog-check", .serialized, .timeLimit(.minutes(1)))
+struct QLogCheckTests {
+    static func runChecker(_ paths: [String]) async throws -> (status: Int32, output: String) {
+        try await TestEnvironment.checkQLog(paths)
+    }
+
+    /// A real trace pair from an echo over loopback.
+    static func makeTraces() async throws -> String {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("qlog-check-\(UUID())").path
+        let server = try await LoopbackServer { $0.qlogDirectory = directory }
+        server.echo()
+        let group = server.makeClient { $0.qlogDirectory = directory }
+        group.start(queue: DispatchQueue(label: "test"))
+        try await within(5) { try await group.waitUntilReady() }
+        let stream = NWConnection(from: group)
+        stream.start(queue: DispatchQueue(label: "test.stream"))
+        try await stream.send(content: Data("check me".utf8), isComplete: true)
+        _ = try await within(5) { try await stream.receiveMessage() }
+        group.cancel()
+        server.listener.cancel()
+        // Traces are complete once both connections are freed (after the closing period).
+        for _ in 0..<50 {
+            try await Task.sleep(for: .milliseconds(100))
+            let files = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
+            let complete = files.count == 2 && files.allSatisfy {
+                ((try? String(contentsOfFile: directory + "/" + $0, encoding: .utf8)) ?? "").contains("connection_closed")
+            }
+            if complete { break }
+        }
+        return directory
+    }
+
+    @Test func realTracesPass() async throws {
+        let directory = try await Self.makeTraces()
+        let (status, output) = try await Self.runChecker([directory])
+        #expect(status == 0, "\(output)")
+        #expect(output.components(separatedBy: "ok: ").count == 3, "\(output)")
+        for file in try FileManager.default.contentsOfDirectory(atPath: directory) {
+            let text = try String(contentsOfFile: directory + "/" + file, encoding: .utf8)
+            for name in ["connectivity:connection_started", "transport:alpn_information", "connectivity:connection_closed",
+                         "transport:packet_sent", "transport:packet_received", "recovery:metrics_updated", "transport:parameters_set"] {
+                #expect(text.contains("\"name\":\"\(name)\""), "\(file) lacks \(name)")
+            }
+        }
+    }
+
+    @Test(arguments: [
+        ("missing header field", "header qlog_version"),
+        ("wrong separator", "does not start with the JSON-SEQ record separator"),
+        ("time going backwards", "is earlier than the previous"),
+        ("unknown event prefix", "has no known category prefix"),
+        ("no title", "header has no title"),
+    ])
+    func brokenTracesAreRejected(breakage: String, message: String) async throws {
+        let directory = try await Self.makeTraces()
+        let file = try #require(try FileManager.default.contentsOfDirectory(atPath: directory).first { $0.hasSuffix("_client.sqlog") })
+        var records = try String(contentsOfFile: directory + "/" + file, encoding: .utf8)
+            .split(separator: "\u{1E}", omittingEmptySubsequences: true).map(String.init)
+        switch breakage {
+        case "missing header field": records[0] = records[0].replacingOccurrences(of: "\"qlog_version\":\"0.3\",", with: "")
+        case "time going backwards": records[records.count - 1] = records[records.count - 1].replacingOccurrences(of: #"{"time":"#, with: #"{"time":-1,"was":"#)
+        case "unknown event prefix": records[2] = records[2].replacingOccurrences(of: #""name":""#, with: #""name":"bogus_"#)
+        case "no title": records[0] = records[0].replacingOccurrences(of: #""title":"#, with: #""untitled":"#)
+        default: break
+        }
+        let separator = breakage == "wrong separator" ? "\n" : "\u{1E}"
+        let broken = directory + "/broken.sqlog"
+        try (separator + records.joined(separator: separator)).write(toFile: broken, atomically: true, encoding: .utf8)
+        let (status, output) = try await Self.runChecker([broken])
+        #expect(status == 1)
+        #expect(output.contains(message), "\(breakage): \(output)")
+    }
+}
