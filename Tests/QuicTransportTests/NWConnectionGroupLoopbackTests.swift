@@ -370,38 +370,6 @@ struct NWConnectionGroupLoopbackTests {
         #expect(echoed == Data("still here".utf8))
     }
 
-    @Test func qlogTracesStartWithAJSONSEQHeader() async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("qlog-\(UUID())").path
-        let server = try await LoopbackServer { $0.qlogDirectory = directory }
-        server.echo()
-        let group = server.makeClient { $0.qlogDirectory = directory }
-        group.start(queue: DispatchQueue(label: "test"))
-        try await within(5) { try await group.waitUntilReady() }
-        let stream = NWConnection(from: group)
-        stream.start(queue: DispatchQueue(label: "test.stream"))
-        try await stream.send(content: Data("trace me".utf8), isComplete: true)
-        _ = try await within(5) { try await stream.receiveMessage() }
-        let clientPath = try #require(await group.qlogFilePath)
-        group.cancel()
-        try await Task.sleep(for: .milliseconds(300))
-        let files = try FileManager.default.contentsOfDirectory(atPath: directory).sorted()
-        #expect(files.count == 2)
-        #expect(files.contains { $0.hasSuffix("_client.sqlog") })
-        #expect(files.contains { $0.hasSuffix("_server.sqlog") })
-        #expect(clientPath.hasSuffix("_client.sqlog"))
-        for file in files {
-            let data = try Data(contentsOf: URL(fileURLWithPath: directory).appendingPathComponent(file))
-            #expect(data.first == 0x1E, "\(file) starts with the JSON-SEQ record separator")
-            let header = data.dropFirst().prefix { $0 != 0x0A }
-            let json = try JSONSerialization.jsonObject(with: Data(header)) as? [String: Any]
-            #expect(json?["qlog_version"] as? String == "0.3")
-            #expect(json?["qlog_format"] as? String == "JSON-SEQ")
-        }
-        // Both traces are named by the client's original destination connection ID.
-        let prefixes = Set(files.map { $0.split(separator: "_")[0] })
-        #expect(prefixes.count == 1)
-    }
-
     @Test func singleStreamConnectionOpensItsOwnTunnel() async throws {
         let server = try await LoopbackServer()
         server.echo()

@@ -10,8 +10,8 @@ struct QLogCheckTests {
         try await TestEnvironment.checkQLog(paths)
     }
 
-    /// A real trace pair from an echo over loopback.
-    static func makeTraces() async throws -> String {
+    /// A real trace pair from an echo over loopback, and the client trace's path as the API reports it.
+    static func makeTraces() async throws -> (directory: String, clientPath: String) {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("qlog-check-\(UUID())").path
         let server = try await LoopbackServer { $0.qlogDirectory = directory }
         server.echo()
@@ -22,6 +22,7 @@ struct QLogCheckTests {
         stream.start(queue: DispatchQueue(label: "test.stream"))
         try await stream.send(content: Data("check me".utf8), isComplete: true)
         _ = try await within(5) { try await stream.receiveMessage() }
+        let clientPath = try #require(await group.qlogFilePath)
         group.cancel()
         server.listener.cancel()
         // Traces are complete once both connections are freed (after the closing period).
@@ -33,11 +34,24 @@ struct QLogCheckTests {
             }
             if complete { break }
         }
-        return directory
+        return (directory, clientPath)
     }
 
     @Test func realTracesPass() async throws {
-        let directory = try await Self.makeTraces()
+        let (directory, clientPath) = try await Self.makeTraces()
+        // One trace per side, both named by the client's original destination connection ID.
+        let files = try FileManager.default.contentsOfDirectory(atPath: directory).sorted()
+        #expect(files.count == 2)
+        #expect(Set(files.map { $0.split(separator: "_")[0] }).count == 1)
+        #expect(files.contains { $0.hasSuffix("_server.sqlog") })
+        #expect(clientPath == directory + "/" + (files.first { $0.hasSuffix("_client.sqlog") } ?? "-"))
+        for file in files {
+            let data = try Data(contentsOf: URL(fileURLWithPath: directory).appendingPathComponent(file))
+            #expect(data.first == 0x1E, "\(file) starts with the JSON-SEQ record separator")
+            let header = try JSONSerialization.jsonObject(with: Data(data.dropFirst().prefix { $0 != 0x0A })) as? [String: Any]
+            #expect(header?["qlog_version"] as? String == "0.3")
+            #expect(header?["qlog_format"] as? String == "JSON-SEQ")
+        }
         let (status, output) = try await Self.runChecker([directory])
         #expect(status == 0, "\(output)")
         #expect(output.components(separatedBy: "ok: ").count == 3, "\(output)")
@@ -58,7 +72,7 @@ struct QLogCheckTests {
         ("no title", "header has no title"),
     ])
     func brokenTracesAreRejected(breakage: String, message: String) async throws {
-        let directory = try await Self.makeTraces()
+        let (directory, _) = try await Self.makeTraces()
         let file = try #require(try FileManager.default.contentsOfDirectory(atPath: directory).first { $0.hasSuffix("_client.sqlog") })
         var records = try String(contentsOfFile: directory + "/" + file, encoding: .utf8)
             .split(separator: "\u{1E}", omittingEmptySubsequences: true).map(String.init)
