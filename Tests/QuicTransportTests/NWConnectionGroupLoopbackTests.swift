@@ -370,6 +370,27 @@ struct NWConnectionGroupLoopbackTests {
         #expect(echoed == Data("still here".utf8))
     }
 
+    @Test func establishmentReportDescribesTheHandshake() async throws {
+        let server = try await LoopbackServer { $0.tls.cipherSuites = [.aes256GCM] }
+        server.echo()
+        let group = server.makeClient()
+        #expect(await group.establishmentReport() == nil, "no report before the handshake")
+        group.start(queue: DispatchQueue(label: "test"))
+        try await within(5) { try await group.waitUntilReady() }
+        let report = try #require(await group.establishmentReport())
+        #expect(report.alpn == "quic-echo")
+        #expect(report.cipherSuite == "AES-256-GCM")
+        #expect(report.quicVersion == 1)
+        #expect(report.duration > .zero && report.duration < .seconds(5))
+        #expect(report.handshakeRTT > .zero && report.handshakeRTT <= report.duration)
+        #expect(!report.resumed && !report.usedZeroRTT)
+        let viaHandler = await withCheckedContinuation { continuation in
+            group.requestEstablishmentReport(queue: DispatchQueue(label: "report")) { continuation.resume(returning: $0) }
+        }
+        #expect(viaHandler == report)
+        group.cancel()
+    }
+
     @Test func singleStreamConnectionOpensItsOwnTunnel() async throws {
         let server = try await LoopbackServer()
         server.echo()

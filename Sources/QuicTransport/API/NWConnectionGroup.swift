@@ -199,6 +199,20 @@ public final class NWConnectionGroup: @unchecked Sendable {
         get async { try? await eventLoop.submit { self.driver?.core.negotiatedALPN }.get() }
     }
 
+    /// How the tunnel was established (duration, handshake RTT, ALPN, cipher, version), as
+    /// Network.framework's establishment report; nil before the handshake completes.
+    public func requestEstablishmentReport(queue: DispatchQueue, completion: @escaping @Sendable (QUICEstablishmentReport?) -> Void) {
+        eventLoop.execute {
+            let report = self.driver?.core.establishmentReport
+            queue.async { completion(report) }
+        }
+    }
+
+    /// The establishment report, async.
+    public func establishmentReport() async -> QUICEstablishmentReport? {
+        try? await eventLoop.submit { self.driver?.core.establishmentReport }.get()
+    }
+
     /// Round-trip and congestion figures of the tunnel's path right now (RFC 9002 §5).
     public func pathStatistics() async -> QUICPathStatistics? {
         try? await eventLoop.submit { () -> QUICPathStatistics? in

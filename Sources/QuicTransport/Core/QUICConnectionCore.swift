@@ -210,6 +210,7 @@ package final class QUICConnectionCore {
     private func makeSettings(now: UInt64, qlogID: QUICConnectionID) -> ngtcp2_settings {
         qlogReferenceTime = now
         latestTime = now
+        startedAt = now
         var settings = ngtcp2_settings()
         cqs_ngtcp2_settings_default(&settings)
         settings.initial_ts = now
@@ -357,6 +358,10 @@ package final class QUICConnectionCore {
     private var qlogReferenceTime: UInt64 = 0
     /// The latest time the caller gave the core, for events written outside ngtcp2.
     private(set) var latestTime: UInt64 = 0
+    /// When the connection was created and when its handshake completed, on the caller's clock.
+    private(set) var startedAt: UInt64 = 0
+    private(set) var handshakeCompletedAt: UInt64?
+    private(set) var handshakeRTT: Duration = .zero
 
     /// Appends one event of another layer (HTTP/3) to this connection's qlog trace, on the same
     /// relative clock as ngtcp2's events. `data` is a JSON object.
@@ -622,7 +627,11 @@ package final class QUICConnectionCore {
         finish(reason)
     }
 
-    func markEstablished() { state = .established }
+    func markEstablished() {
+        state = .established
+        handshakeCompletedAt = latestTime
+        handshakeRTT = .nanoseconds(Int64(statistics.smoothed_rtt))
+    }
 
     /// `transport:alpn_information` once TLS has settled on a protocol.
     func logALPN() {
