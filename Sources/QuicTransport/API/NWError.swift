@@ -29,8 +29,6 @@ public struct QUICError: Error, Equatable, Sendable, CustomStringConvertible {
     public enum Kind: Hashable, Sendable {
         /// The peer reset the stream (RFC 9000 §19.4); `applicationErrorCode` is its code.
         case streamReset
-        /// The peer asked us to stop sending (RFC 9000 §19.5).
-        case stopSending
         /// The connection closed with an application error (RFC 9000 §10.2).
         case applicationClose
         /// The connection closed with a transport error (RFC 9000 §20.1).
@@ -102,10 +100,6 @@ public struct QUICError: Error, Equatable, Sendable, CustomStringConvertible {
 
     static func streamReset(_ code: UInt64) -> QUICError {
         QUICError(kind: .streamReset, applicationErrorCode: code, description: "stream reset by peer with application error \(code)")
-    }
-
-    static func stopSending(_ code: UInt64) -> QUICError {
-        QUICError(kind: .stopSending, applicationErrorCode: code, description: "peer sent STOP_SENDING with application error \(code)")
     }
 
     static func invalid(_ description: String) -> QUICError {

@@ -85,20 +85,18 @@ extension QUICConnectionCore {
         pendingDatagrams.append(bytes)
     }
 
-    package var hasPendingWrites: Bool { writeQueueHead < writeQueue.count || !pendingDatagrams.isEmpty }
-
     // MARK: Internal bookkeeping
 
+    /// Stream ID bits (RFC 9000 §2.1): bit 0 is the initiator (0 client), bit 1 the direction (0 bidirectional).
+    func isLocallyInitiated(_ streamID: Int64) -> Bool { (streamID & 0x1 == 0) == (role == .client) }
+    static func isBidirectional(_ streamID: Int64) -> Bool { streamID & 0x2 == 0 }
+
     func canSend(on streamID: Int64) -> Bool {
-        let isBidirectional = streamID & 0x2 == 0
-        let isLocal = (streamID & 0x1 == 0) == (role == .client)
-        return isBidirectional || isLocal
+        Self.isBidirectional(streamID) || isLocallyInitiated(streamID)
     }
 
     func canReceive(on streamID: Int64) -> Bool {
-        let isBidirectional = streamID & 0x2 == 0
-        let isLocal = (streamID & 0x1 == 0) == (role == .client)
-        return isBidirectional || !isLocal
+        Self.isBidirectional(streamID) || !isLocallyInitiated(streamID)
     }
 
     func enqueueForWrite(_ streamID: Int64) {

@@ -42,7 +42,6 @@ struct QUICStreamSendBuffer {
     var completedTokens: [UInt64] = []
 
     var hasUnwrittenData: Bool { writeOffset < queuedOffset || (finQueued && !finWritten) }
-    var bufferedBytes: UInt64 { queuedOffset - writeOffset }
 
     mutating func enqueue(_ data: UnsafeRawBufferPointer, fin: Bool, completionToken: UInt64?) {
         precondition(!finQueued, "data after FIN")
@@ -170,7 +169,4 @@ struct QUICStreamState {
     var isEndDelivered = false
 
     init(id: Int64) { self.id = id }
-
-    var isBidirectional: Bool { id & 0x2 == 0 }
-    var isClientInitiated: Bool { id & 0x1 == 0 }
 }
