@@ -245,4 +245,32 @@ struct QUICConnectionCoreTests {
         #expect(received == 64 * 16 * 1024)
         #expect(completed() == 64)
     }
+
+    @Test func aStatelessResetFromTheServerEndsTheClient() throws {
+        let pair = try InMemoryPair()
+        try pair.run(until: { pair.client.isHandshakeCompleted })
+        pair.advance(by: 100_000_000)
+        // The server's first connection ID is the client's destination; its token was in the handshake.
+        guard case .connectionIDIssued(let serverID)? = pair.serverEvents.first else {
+            Issue.record("no server connection ID")
+            return
+        }
+        let token = pair.server.idFactory.statelessResetToken(for: serverID)
+        var packet = [UInt8](repeating: 0, count: 64)
+        var random = [UInt8](repeating: 0x5c, count: 24)
+        let length = ngtcp2_pkt_write_stateless_reset(&packet, packet.count, token, &random, random.count)
+        #expect(length == random.count + token.count)  // ngtcp2 turns the first random byte into the header byte.
+        Array(packet.prefix(length)).withUnsafeBytes {
+            pair.client.receive(datagram: $0, path: QUICPath(local: InMemoryPair.clientAddress, remote: InMemoryPair.serverAddress), now: pair.now)
+        }
+        #expect(pair.client.closeReason == .statelessReset)
+    }
+
+    @Test func aPeerClosingWithNoErrorIsNotTakenForAStatelessReset() throws {
+        let pair = try InMemoryPair()
+        try pair.run(until: { pair.client.isHandshakeCompleted })
+        pair.serverConnection?.close(applicationErrorCode: 0, reason: "", now: pair.now)
+        try pair.run(until: { pair.client.closeReason != nil })
+        #expect(pair.client.closeReason != .statelessReset)
+    }
 }

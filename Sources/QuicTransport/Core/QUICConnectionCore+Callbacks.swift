@@ -80,6 +80,12 @@ extension QUICConnectionCore {
                 return 0
             }
         }
+        callbacks.recv_stateless_reset = { _, _, userData in
+            QUICConnectionCore.withCore(userData) { core in
+                core.receivedStatelessReset = true
+                return 0
+            }
+        }
         callbacks.handshake_completed = { _, userData in
             QUICConnectionCore.withCore(userData) { core in
                 core.didCompleteHandshake()
@@ -205,9 +211,8 @@ extension QUICConnectionCore {
 
     /// A closed peer-initiated stream frees a slot in the peer's stream limit (RFC 9000 §4.6).
     func replenishPeerStreamCredit(closed streamID: Int64) {
-        let isPeerInitiated = (streamID & 0x1 == 0) != (role == .client)
-        guard isPeerInitiated else { return }
-        if streamID & 0x2 == 0 {
+        guard !isLocallyInitiated(streamID) else { return }
+        if Self.isBidirectional(streamID) {
             ngtcp2_conn_extend_max_streams_bidi(conn, 1)
         } else {
             ngtcp2_conn_extend_max_streams_uni(conn, 1)

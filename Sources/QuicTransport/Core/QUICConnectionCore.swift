@@ -50,10 +50,10 @@ package final class QUICConnectionCore {
     var pendingDatagrams: [[UInt8]] = []
     var events: [QUICConnectionEvent] = []
     var verificationFailure: TLSVerificationFailure?
-    /// Set from inside callbacks that cannot return an error to ngtcp2 directly.
-    var callbackFailure: String?
     /// The application protocol running inside the read and write loops, if any (HTTP/3).
     package var applicationCodec: (any QUICApplicationCodec)?
+    /// The peer's stateless reset arrived (ngtcp2's `recv_stateless_reset`, RFC 9000 §10.3).
+    var receivedStatelessReset = false
     /// What a codec threw inside a callback; closes the connection after the ngtcp2 call returns.
     var codecFailure: (any Error)?
     private var lastError = ngtcp2_connection_close_error()
@@ -280,10 +280,6 @@ package final class QUICConnectionCore {
                 local: QUICSocketAddress(current.local.addr, length: current.local.addrlen),
                 remote: QUICSocketAddress(current.remote.addr, length: current.remote.addrlen)
             )
-        }
-        if let failure = callbackFailure {
-            callbackFailure = nil
-            closeWithTransportError(NGTCP2_ERR_INTERNAL, reason: failure, now: now)
         }
     }
 
@@ -704,10 +700,8 @@ package final class QUICConnectionCore {
         case NGTCP2_CONNECTION_CLOSE_ERROR_CODE_TYPE_TRANSPORT_IDLE_CLOSE:
             return .idleTimeout
         default:
-            if error.error_code == 0 && reason.isEmpty && !isHandshakeCompleted && verificationFailure == nil {
-                // ngtcp2 reports a received stateless reset as a transport NO_ERROR close.
-                return .statelessReset
-            }
+            // ngtcp2 reports a stateless reset as draining with no close error; its callback says which.
+            if receivedStatelessReset { return .statelessReset }
             return .peerTransportClose(code: error.error_code, reason: reason)
         }
     }
