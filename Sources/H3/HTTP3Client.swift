@@ -80,7 +80,7 @@ public final class HTTP3Client: Sendable {
             (":method", request.method.rawValue), (":scheme", "https"), (":authority", authority),
             (":path", request.path ?? "/"),
         ]
-        for field in request.headerFields { fields.append((field.name.canonicalName, field.value)) }
+        fields += request.headerFields.pairs
         if let priority, request.headerFields[HTTPField.Name.priority] == nil { fields.append(("priority", priority.fieldValue)) }
         if let body, request.headerFields[.contentLength] == nil { fields.append(("content-length", "\(body.count)")) }
 
@@ -322,9 +322,7 @@ final class HTTP3Exchange: Sendable {
 
     func receive(fields: [(name: String, value: String)], isTrailers: Bool) {
         if isTrailers {
-            var trailers = HTTPFields()
-            for (name, value) in fields { if let field = HTTPField.Name(name) { trailers.append(HTTPField(name: field, value: value)) } }
-            state.withLockedValue { $0.trailers = trailers }
+            state.withLockedValue { $0.trailers = HTTPFields(pairs: fields) }
             return
         }
         guard let statusText = fields.first(where: { $0.name == ":status" })?.value, let code = Int(statusText) else {
@@ -333,9 +331,7 @@ final class HTTP3Exchange: Sendable {
         }
         if (100..<200).contains(code) { return }  // Interim responses (RFC 9114 §4.1) carry no body.
         var response = HTTPResponse(status: .init(code: code))
-        for (name, value) in fields where !name.hasPrefix(":") {
-            if let field = HTTPField.Name(name) { response.headerFields.append(HTTPField(name: field, value: value)) }
-        }
+        response.headerFields = HTTPFields(pairs: fields.filter { !$0.name.hasPrefix(":") })
         resolveHead(.success(response))
     }
 

@@ -383,9 +383,7 @@ package final class HTTP3Codec: QUICApplicationCodec {
         }
         callbacks.end_headers = { _, streamID, _, userData, _ in
             HTTP3Codec.withCodec(userData) { codec in
-                let fields = codec.fields.removeValue(forKey: streamID) ?? []
-                codec.core?.appendQLogEvent(name: "http:frame_parsed", data: HTTP3QLog.headers(streamID: streamID, length: nil, fields: fields))
-                codec.append(.headers(streamID: streamID, fields: fields, isTrailers: false), streamID: streamID)
+                codec.fieldSectionEnded(streamID: streamID, isTrailers: false)
                 return 0
             }
         }
@@ -393,9 +391,7 @@ package final class HTTP3Codec: QUICApplicationCodec {
         callbacks.recv_trailer = callbacks.recv_header
         callbacks.end_trailers = { _, streamID, _, userData, _ in
             HTTP3Codec.withCodec(userData) { codec in
-                let fields = codec.fields.removeValue(forKey: streamID) ?? []
-                codec.core?.appendQLogEvent(name: "http:frame_parsed", data: HTTP3QLog.headers(streamID: streamID, length: nil, fields: fields))
-                codec.append(.headers(streamID: streamID, fields: fields, isTrailers: true), streamID: streamID)
+                codec.fieldSectionEnded(streamID: streamID, isTrailers: true)
                 return 0
             }
         }
@@ -425,6 +421,13 @@ package final class HTTP3Codec: QUICApplicationCodec {
             }
         }
         return callbacks
+    }
+
+    /// A decoded HEADERS frame (headers or trailers) is complete: log it and report it.
+    private func fieldSectionEnded(streamID: Int64, isTrailers: Bool) {
+        let fields = self.fields.removeValue(forKey: streamID) ?? []
+        core?.appendQLogEvent(name: "http:frame_parsed", data: HTTP3QLog.headers(streamID: streamID, length: nil, fields: fields))
+        append(.headers(streamID: streamID, fields: fields, isTrailers: isTrailers), streamID: streamID)
     }
 
     /// Writes qlog events for the frames that start in `bytes` (RFC 9114 §7.2 frame types).

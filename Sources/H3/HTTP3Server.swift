@@ -361,8 +361,7 @@ final class HTTP3ServerConnection: @unchecked Sendable {
 
     private func respond(streamID: Int64, _ response: HTTP3ServerResponse) {
         guard let codec else { return }
-        var fields: [(name: String, value: String)] = [(":status", "\(response.head.status.code)")]
-        for field in response.head.headerFields { fields.append((field.name.canonicalName, field.value)) }
+        let fields = [(name: ":status", value: "\(response.head.status.code)")] + response.head.headerFields.pairs
         do {
             if let priority = response.priority { try codec.setPriority(streamID: streamID, priority) }
             let streaming = response.bodyStream != nil
@@ -386,21 +385,7 @@ final class HTTP3ServerConnection: @unchecked Sendable {
         func pseudo(_ name: String) -> String? { fields.first { $0.name == name }?.value }
         guard let methodText = pseudo(":method"), let method = HTTPRequest.Method(methodText) else { return nil }
         var request = HTTPRequest(method: method, scheme: pseudo(":scheme"), authority: pseudo(":authority"), path: pseudo(":path"))
-        for (name, value) in fields where !name.hasPrefix(":") {
-            if let fieldName = HTTPField.Name(name) { request.headerFields.append(HTTPField(name: fieldName, value: value)) }
-        }
+        request.headerFields = HTTPFields(pairs: fields.filter { !$0.name.hasPrefix(":") })
         return request
-    }
-}
-
-extension HTTPFields {
-    /// The fields as lower-case name and value pairs, the form HTTP/3 carries (RFC 9114 §4.2).
-    var pairs: [(name: String, value: String)] { map { ($0.name.canonicalName, $0.value) } }
-
-    init(pairs: [(name: String, value: String)]) {
-        self.init()
-        for (name, value) in pairs {
-            if let fieldName = HTTPField.Name(name) { append(HTTPField(name: fieldName, value: value)) }
-        }
     }
 }
