@@ -17,8 +17,7 @@ struct NWConnectionGroupLoopbackTests {
         let states = Recorder<NWConnectionGroup.State>()
         group.stateUpdateHandler = { states.append($0) }
         let stream = group.states
-        group.start(queue: DispatchQueue(label: "test"))
-        try await within(5) { try await group.waitUntilReady() }
+        try await startAndWaitUntilReady(group)
         group.cancel()
         _ = try await within(5) { for await state in stream where state == .cancelled { return true }; return false }
         try await Task.sleep(for: .milliseconds(50))
@@ -29,8 +28,7 @@ struct NWConnectionGroupLoopbackTests {
         let server = try await LoopbackServer()
         server.echo()
         let group = server.makeClient()
-        group.start(queue: DispatchQueue(label: "test"))
-        try await within(5) { try await group.waitUntilReady() }
+        try await startAndWaitUntilReady(group)
         let stream = NWConnection(from: group)
         stream.start(queue: DispatchQueue(label: "test.stream"))
         let payload = Data((0..<200_000).map { UInt8(truncatingIfNeeded: $0 &* 7) })
@@ -65,8 +63,7 @@ struct NWConnectionGroupLoopbackTests {
         let group = server.makeClient()
         let clientSeen = Recorder<UInt64>()
         group.newConnectionHandler = { clientSeen.append(quicMetadata($0).streamIdentifier) }
-        group.start(queue: DispatchQueue(label: "test"))
-        try await within(5) { try await group.waitUntilReady() }
+        try await startAndWaitUntilReady(group)
         let uniOptions = NWProtocolQUIC.Options()
         uniOptions.direction = .unidirectional
         var opened: [NWConnection] = []
@@ -103,8 +100,7 @@ struct NWConnectionGroupLoopbackTests {
             }
         }
         let group = server.makeClient()
-        group.start(queue: DispatchQueue(label: "test"))
-        try await within(5) { try await group.waitUntilReady() }
+        try await startAndWaitUntilReady(group)
         let stream = NWConnection(from: group)
         stream.start(queue: DispatchQueue(label: "test.stream"))
         try await stream.send(content: Data("about to reset".utf8), isComplete: false)
@@ -130,8 +126,7 @@ struct NWConnectionGroupLoopbackTests {
             return nil
         }
         let group = server.makeClient()
-        group.start(queue: DispatchQueue(label: "test"))
-        try await within(5) { try await group.waitUntilReady() }
+        try await startAndWaitUntilReady(group)
         try await Task.sleep(for: .milliseconds(50))  // Let the handshake be confirmed.
         group.cancel(applicationError: 0x2a, reason: "done here")
         let state = try await within(5) { await serverState.value }
@@ -149,8 +144,7 @@ struct NWConnectionGroupLoopbackTests {
         server.echo()
         let group = server.makeClient { $0.isDatagram = true }
         let received = group.datagrams
-        group.start(queue: DispatchQueue(label: "test"))
-        try await within(5) { try await group.waitUntilReady() }
+        try await startAndWaitUntilReady(group)
         let sent = Set((0..<10).map { Data("datagram \($0)".utf8) })
         for datagram in sent { try await group.send(datagram: datagram) }
         let echoed = try await within(5) {
@@ -169,8 +163,7 @@ struct NWConnectionGroupLoopbackTests {
         let server = try await LoopbackServer()
         server.echo()
         let group = server.makeClient { $0.isDatagram = true }
-        group.start(queue: DispatchQueue(label: "test"))
-        try await within(5) { try await group.waitUntilReady() }
+        try await startAndWaitUntilReady(group)
         await #expect(throws: NWError.self) { try await group.send(datagram: Data("x".utf8)) }
         group.cancel()
     }
@@ -199,12 +192,8 @@ struct NWConnectionGroupLoopbackTests {
         let server = try await LoopbackServer { $0.requiresAddressValidation = true }
         server.echo()
         let group = server.makeClient { $0.qlogDirectory = directory }
-        group.start(queue: DispatchQueue(label: "test"))
-        try await within(5) { try await group.waitUntilReady() }
-        let stream = NWConnection(from: group)
-        stream.start(queue: DispatchQueue(label: "test.stream"))
-        try await stream.send(content: Data("after retry".utf8), isComplete: true)
-        let echoed = try await within(5) { try await stream.receiveMessage() }
+        try await startAndWaitUntilReady(group)
+        let echoed = try await roundTrip(Data("after retry".utf8), on: group)
         #expect(echoed == Data("after retry".utf8))
         let qlogPath = try #require(await group.qlogFilePath)
         group.cancel()
@@ -217,8 +206,7 @@ struct NWConnectionGroupLoopbackTests {
         let server = try await LoopbackServer()
         server.echo()
         let group = server.makeClient()
-        group.start(queue: DispatchQueue(label: "test"))
-        try await within(5) { try await group.waitUntilReady() }
+        try await startAndWaitUntilReady(group)
         let results = try await within(30) {
             try await withThrowingTaskGroup(of: Bool.self) { tasks in
                 for index in 0..<100 {
@@ -246,8 +234,7 @@ struct NWConnectionGroupLoopbackTests {
         server.echo()
         // localhost may resolve to ::1 first, where nothing listens: the client must move on.
         let group = server.makeClient(host: "localhost")
-        group.start(queue: DispatchQueue(label: "test"))
-        try await within(5) { try await group.waitUntilReady() }
+        try await startAndWaitUntilReady(group)
         group.cancel()
     }
 
@@ -322,8 +309,7 @@ struct NWConnectionGroupLoopbackTests {
             default: options.tls.certificateVerification = .insecure
             }
         }
-        group.start(queue: DispatchQueue(label: "test"))
-        try await within(5) { try await group.waitUntilReady() }
+        try await startAndWaitUntilReady(group)
         group.cancel()
     }
 
@@ -375,8 +361,7 @@ struct NWConnectionGroupLoopbackTests {
         server.echo()
         let group = server.makeClient()
         #expect(await group.establishmentReport() == nil, "no report before the handshake")
-        group.start(queue: DispatchQueue(label: "test"))
-        try await within(5) { try await group.waitUntilReady() }
+        try await startAndWaitUntilReady(group)
         let report = try #require(await group.establishmentReport())
         #expect(report.alpn == "quic-echo")
         #expect(report.cipherSuite == "AES-256-GCM")
@@ -435,12 +420,8 @@ struct NWConnectionGroupLoopbackTests {
             with: NWMultiplexGroup(to: .hostPort(host: "::1", port: try #require(listener.port))),
             using: NWParameters(quic: clientOptions)
         )
-        group.start(queue: DispatchQueue(label: "test"))
-        try await within(5) { try await group.waitUntilReady() }
-        let stream = NWConnection(from: group)
-        stream.start(queue: DispatchQueue(label: "test.stream"))
-        try await stream.send(content: Data("v6".utf8), isComplete: true)
-        #expect(try await within(5) { try await stream.receiveMessage() } == Data("v6".utf8))
+        try await startAndWaitUntilReady(group)
+        #expect(try await roundTrip(Data("v6".utf8), on: group) == Data("v6".utf8))
         #expect(group.remoteEndpoint?.description.hasPrefix("[::1]") == true)
         group.cancel()
         listener.cancel()

@@ -16,12 +16,8 @@ struct QLogCheckTests {
         let server = try await LoopbackServer { $0.qlogDirectory = directory }
         server.echo()
         let group = server.makeClient { $0.qlogDirectory = directory }
-        group.start(queue: DispatchQueue(label: "test"))
-        try await within(5) { try await group.waitUntilReady() }
-        let stream = NWConnection(from: group)
-        stream.start(queue: DispatchQueue(label: "test.stream"))
-        try await stream.send(content: Data("check me".utf8), isComplete: true)
-        _ = try await within(5) { try await stream.receiveMessage() }
+        try await startAndWaitUntilReady(group)
+        _ = try await roundTrip(Data("check me".utf8), on: group)
         let clientPath = try #require(await group.qlogFilePath)
         group.cancel()
         server.listener.cancel()
