@@ -103,20 +103,7 @@ public final class HTTP3Client: Sendable {
     ) async throws -> HTTP3Response {
         let exchange = HTTP3Exchange()
         let connection = try await eventLoop.submit { () -> HTTP3ClientConnection in
-            let key = "\(host):\(port)"
-            let connection = self.connections.withLockedValue { pool in
-                if let existing = pool[key], !existing.isFinished { return existing }
-                let created = HTTP3ClientConnection(
-                    host: host, port: port, configuration: self.configuration, eventLoop: self.eventLoop, logger: self.logger
-                )
-                created.onClosed = { [weak self, weak created] in
-                    self?.connections.withLockedValue { pool in
-                        if pool[key] === created { pool[key] = nil }
-                    }
-                }
-                pool[key] = created
-                return created
-            }
+            let connection = self.connection(host: host, port: port)
             connection.submit(fields: fields, body: body, bodyStream: bodyStream, trailers: trailers, exchange: exchange)
             return connection
         }.get()
@@ -133,6 +120,35 @@ public final class HTTP3Client: Sendable {
             )
         } onCancel: {
             self.eventLoop.execute { connection.cancel(exchange) }
+        }
+    }
+
+    /// Opens (or reuses) the connection for `host:port` and waits for its handshake, without
+    /// sending a request: this is how a caller races HTTP/3 against TCP before committing a
+    /// request to either (the Happy Eyeballs step of `HTTPSession`).
+    public func connect(host: String, port: UInt16) async throws -> HTTP3ConnectionInfo {
+        let ready = try await eventLoop.submit { () -> EventLoopFuture<HTTP3ConnectionInfo> in
+            self.connection(host: host, port: port).whenReady()
+        }.get()
+        return try await ready.get()
+    }
+
+    /// The live pooled connection for `host:port`, created when there is none. On the loop.
+    private func connection(host: String, port: UInt16) -> HTTP3ClientConnection {
+        eventLoop.assertInEventLoop()
+        let key = "\(host):\(port)"
+        return connections.withLockedValue { pool in
+            if let existing = pool[key], !existing.isFinished { return existing }
+            let created = HTTP3ClientConnection(
+                host: host, port: port, configuration: self.configuration, eventLoop: self.eventLoop, logger: self.logger
+            )
+            created.onClosed = { [weak self, weak created] in
+                self?.connections.withLockedValue { pool in
+                    if pool[key] === created { pool[key] = nil }
+                }
+            }
+            pool[key] = created
+            return created
         }
     }
 

@@ -37,6 +37,8 @@ final class HTTP3ClientConnection: @unchecked Sendable {
     private var pump: HTTP3BodyPump?
     private var pending: [Pending] = []
     private var exchanges: [Int64: HTTP3Exchange] = [:]
+    /// Callers of `whenReady()` waiting for the handshake.
+    private var readyWaiters: [EventLoopPromise<HTTP3ConnectionInfo>] = []
     /// Runs once the connection is over, so the client can forget it.
     var onClosed: (() -> Void)?
     /// Handshake figures for `-v` and `-w`.
@@ -104,6 +106,19 @@ final class HTTP3ClientConnection: @unchecked Sendable {
         }
     }
 
+    /// Succeeds once the handshake completes, fails when the connection does.
+    func whenReady() -> EventLoopFuture<HTTP3ConnectionInfo> {
+        eventLoop.assertInEventLoop()
+        switch state {
+        case .ready, .draining: return eventLoop.makeSucceededFuture(info)
+        case .failed(let error): return eventLoop.makeFailedFuture(error)
+        case .connecting:
+            let promise = eventLoop.makePromise(of: HTTP3ConnectionInfo.self)
+            readyWaiters.append(promise)
+            return promise.futureResult
+        }
+    }
+
     /// Cancels one request with H3_REQUEST_CANCELLED (RFC 9114 §4.1.1).
     func cancel(_ exchange: HTTP3Exchange) {
         eventLoop.assertInEventLoop()
@@ -142,6 +157,8 @@ final class HTTP3ClientConnection: @unchecked Sendable {
                 connectedAt = .now
                 negotiatedALPN = driver?.core.negotiatedALPN
                 qlogPath = driver?.core.qlogPath
+                for waiter in readyWaiters { waiter.succeed(info) }
+                readyWaiters.removeAll()
                 sendPending()
             case .streamCreditAvailable:
                 sendPending()
@@ -237,6 +254,8 @@ final class HTTP3ClientConnection: @unchecked Sendable {
     private func fail(_ error: HTTP3ClientError) {
         if case .failed = state { return }
         state = .failed(error)
+        for waiter in readyWaiters { waiter.fail(error) }
+        readyWaiters.removeAll()
         for request in pending { request.exchange.fail(error) }
         pending.removeAll()
         for exchange in exchanges.values { exchange.fail(error) }
