@@ -3,6 +3,7 @@ import Foundation
 import H3
 import HTTPTypes
 import Logging
+import NIOConcurrencyHelpers
 import QuicTransport
 
 /// `h3serve`: serves a directory over HTTP/3 and logs one line per request.
@@ -10,13 +11,17 @@ import QuicTransport
 struct H3Serve: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "h3serve",
-        abstract: "Serve a directory over HTTP/3."
+        abstract: "Serve a directory over HTTP/3, and over HTTP/2 and HTTP/1.1 on TCP with Alt-Svc.",
+        discussion: """
+            UDP and TCP listen on the same port number. Every response carries
+            Alt-Svc: h3=":PORT"; ma=86400 unless --alt-svc changes it or --no-alt-svc drops it.
+            """
     )
 
     @Option(help: "Address to bind.")
     var host = "127.0.0.1"
 
-    @Option(help: "UDP port (0 picks a free one).")
+    @Option(help: "UDP and TCP port (0 picks a free one).")
     var port: UInt16 = 4433
 
     @Option(help: "Directory to serve.")
@@ -31,15 +36,41 @@ struct H3Serve: AsyncParsableCommand {
     @Option(name: .customLong("qlog-dir"), help: "Write one qlog trace per connection here (default: $QLOGDIR).")
     var qlogDirectory: String?
 
+    @Option(name: .customLong("alt-svc"), help: "The Alt-Svc value to send (default: h3=\":PORT\"; ma=86400), e.g. clear.")
+    var altSvc: String?
+
+    @Flag(name: .customLong("no-alt-svc"), help: "Send no Alt-Svc field.")
+    var noAltSvc = false
+
+    @Flag(name: .customLong("no-quic"), help: "Do not listen on UDP: HTTP/2 and HTTP/1.1 over TCP only (as if UDP were blocked).")
+    var noQUIC = false
+
+    @Flag(name: .customLong("no-tcp"), help: "Do not listen on TCP: HTTP/3 only.")
+    var noTCP = false
+
     @Flag(name: .shortAndLong, help: "Verbose logging.")
     var verbose = false
 
     func validate() throws {
         if (cert == nil) != (key == nil) { throw ValidationError("--cert and --key go together") }
+        if noQUIC && noTCP { throw ValidationError("--no-quic and --no-tcp together leave nothing to serve") }
+        if noAltSvc && altSvc != nil { throw ValidationError("--alt-svc and --no-alt-svc contradict each other") }
+        if let altSvc {
+            do { _ = try AltServiceFieldValue(parsing: altSvc) } catch { throw ValidationError("--alt-svc '\(altSvc)': \(error)") }
+        }
+        for path in [cert, key].compactMap({ $0 }) where !FileManager.default.isReadableFile(atPath: path) {
+            throw ValidationError("cannot read \(path)")
+        }
         var isDirectory: ObjCBool = false
         guard FileManager.default.fileExists(atPath: root, isDirectory: &isDirectory), isDirectory.boolValue else {
             throw ValidationError("--root \(root) is not a directory")
         }
+    }
+
+    /// Reports a startup failure on stderr; the result is the exit status to throw.
+    private func fail(_ message: String) -> ExitCode {
+        FileHandle.standardError.write(Data("error: \(message)\n".utf8))
+        return ExitCode(1)
     }
 
     /// Writes a line to stdout at once; scripts wait for these lines.
@@ -54,41 +85,77 @@ struct H3Serve: AsyncParsableCommand {
             handler.logLevel = verbose ? .debug : .notice
             return handler
         }
-        var configuration = HTTP3Server.Configuration()
-        configuration.host = host
-        configuration.port = port
-        configuration.certificateChainFile = cert
-        configuration.privateKeyFile = key
-        if let qlogDirectory { configuration.qlogDirectory = qlogDirectory }
-        let files = HTTP3FileHandler(root: root)
-        let server: HTTP3Server
+        // One identity for both listeners, so TCP and QUIC present the same certificate.
+        let certificatePEM: String
+        let privateKeyPEM: String
+        var generated: SelfSignedCertificate?
         do {
-            server = try HTTP3Server(configuration: configuration) { request in
-                let started = ContinuousClock.now
-                let response = files.respond(to: request)
-                let elapsed = ContinuousClock.now - started
-                let priority = request.head.headerFields[HTTPField.Name("priority")!] ?? "-"
-                // Streamed bodies are counted by their content-length.
-                let bytes = response.bodyStream == nil ? "\(response.body.count)" : response.head.headerFields[.contentLength] ?? "?"
-                let line = "\(request.head.method) \(request.head.path ?? "/") \(response.head.status.code) \(bytes) priority=\(priority) \(elapsed)\n"
-                FileHandle.standardError.write(Data(line.utf8))
-                return response
+            if let cert, let key {
+                certificatePEM = try String(contentsOfFile: cert, encoding: .utf8)
+                privateKeyPEM = try String(contentsOfFile: key, encoding: .utf8)
+            } else {
+                let identity = try SelfSignedCertificate.generate()
+                (certificatePEM, privateKeyPEM, generated) = (identity.certificatePEM, identity.privateKeyPEM, identity)
             }
         } catch {
-            FileHandle.standardError.write(Data("error: \(error)\n".utf8))
-            throw ExitCode(1)
+            throw fail("\(error)")
         }
-        if let generated = server.generatedCertificate {
+        let files = HTTP3FileHandler(root: root)
+        let advertised = NIOLockedValueBox<String?>(nil)
+        let handler: HTTP3Server.Handler = { request in
+            let started = ContinuousClock.now
+            var response = files.respond(to: request)
+            if let value = advertised.withLockedValue({ $0 }), response.head.headerFields[.altSvc] == nil {
+                response.head.headerFields[.altSvc] = value
+            }
+            let elapsed = ContinuousClock.now - started
+            let priority = request.head.headerFields[HTTPField.Name("priority")!] ?? "-"
+            // Streamed bodies are counted by their content-length.
+            let bytes = response.bodyStream == nil ? "\(response.body.count)" : response.head.headerFields[.contentLength] ?? "?"
+            let line = "\(request.head.method) \(request.head.path ?? "/") \(response.head.status.code) \(bytes) priority=\(priority) \(elapsed)\n"
+            FileHandle.standardError.write(Data(line.utf8))
+            return response
+        }
+        if let generated {
             say("certificate: self-signed for localhost, 127.0.0.1, ::1; sha256 \(generated.sha256FingerprintHex)")
         }
-        let boundPort: UInt16
-        do {
-            boundPort = try await server.start()
-        } catch {
-            FileHandle.standardError.write(Data("error: cannot listen on \(host):\(port): \(error)\n".utf8))
-            throw ExitCode(1)
+
+        var quicServer: HTTP3Server?
+        var boundPort = port
+        if !noQUIC {
+            var configuration = HTTP3Server.Configuration()
+            configuration.host = host
+            configuration.port = port
+            configuration.certificateChainFile = cert
+            configuration.privateKeyFile = key
+            configuration.identity = generated
+            if let qlogDirectory { configuration.qlogDirectory = qlogDirectory }
+            do {
+                let server = try HTTP3Server(configuration: configuration, handler: handler)
+                boundPort = try await server.start()
+                quicServer = server
+            } catch {
+                throw fail("cannot serve HTTP/3 on \(host):\(port) (UDP): \(error)")
+            }
         }
-        say("serving \(root) on https://\(host):\(boundPort)/ (HTTP/3)")
+        var tcpServer: HTTPTCPServer?
+        if !noTCP {
+            do {
+                var configuration = HTTPTCPServer.Configuration(certificateChainPEM: certificatePEM, privateKeyPEM: privateKeyPEM)
+                configuration.host = host
+                configuration.port = boundPort
+                let server = try HTTPTCPServer(configuration: configuration, handler: handler)
+                boundPort = try await server.start()
+                tcpServer = server
+            } catch {
+                throw fail("cannot serve HTTP/2 and HTTP/1.1 on \(host):\(boundPort) (TCP): \(error)")
+            }
+        }
+        if !noAltSvc && !noQUIC || altSvc != nil {
+            advertised.withLockedValue { $0 = altSvc ?? "h3=\":\(boundPort)\"; ma=86400" }
+        }
+        let versions = [noQUIC ? nil : "HTTP/3", noTCP ? nil : "HTTP/2", noTCP ? nil : "HTTP/1.1"].compactMap { $0 }
+        say("serving \(root) on https://\(host):\(boundPort)/ (\(versions.joined(separator: ", ")))")
         signal(SIGINT, SIG_IGN)
         signal(SIGTERM, SIG_IGN)
         let (stopped, stop) = AsyncStream<Void>.makeStream()
@@ -99,7 +166,8 @@ struct H3Serve: AsyncParsableCommand {
         }
         for await _ in stopped { break }
         say("shutting down: GOAWAY sent, finishing requests in flight")
-        await server.shutdownGracefully()
+        await tcpServer?.shutdown()
+        await quicServer?.shutdownGracefully()
         _ = sources
     }
 }

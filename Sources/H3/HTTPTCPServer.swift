@@ -1,0 +1,236 @@
+import Foundation
+import HTTPTypes
+import Logging
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOHTTP1
+import NIOHTTP2
+import NIOHTTPTypes
+import NIOHTTPTypesHTTP1
+import NIOHTTPTypesHTTP2
+import NIOPosix
+import NIOSSL
+
+/// Serves HTTP/2 and HTTP/1.1 over TLS on TCP with the same handler as `HTTP3Server`, so one
+/// application answers on every version; ALPN picks the version (RFC 9113 §3.2, RFC 7301).
+///
+/// This is the server half of HTTP/3 discovery: every response can carry an `Alt-Svc` field
+/// (RFC 7838 §3) that tells clients the same origin also speaks HTTP/3.
+public final class HTTPTCPServer: Sendable {
+    public struct Configuration: Sendable {
+        public var host = "127.0.0.1"
+        public var port: UInt16 = 4433
+        /// The certificate chain and key, PEM.
+        public var certificateChainPEM: String
+        public var privateKeyPEM: String
+        /// Added to every response that has none, e.g. `h3=":4433"; ma=86400`; nil sends none.
+        public var altSvc: String?
+        /// Request bodies larger than this are refused with 413.
+        public var maximumRequestBodySize = 64 << 20
+
+        public init(certificateChainPEM: String, privateKeyPEM: String) {
+            self.certificateChainPEM = certificateChainPEM
+            self.privateKeyPEM = privateKeyPEM
+        }
+    }
+
+    public let configuration: Configuration
+    private let handler: HTTP3Server.Handler
+    private let sslContext: NIOSSLContext
+    private let logger = Logger(label: "h3.tcp-server")
+    private let channel = NIOLockedValueBox<(any Channel)?>(nil)
+
+    /// Fails with a clear error when the certificate or key does not parse.
+    public init(configuration: Configuration, handler: @escaping HTTP3Server.Handler) throws {
+        self.configuration = configuration
+        self.handler = handler
+        let chain = try NIOSSLCertificate.fromPEMBytes(Array(configuration.certificateChainPEM.utf8))
+        let key = try NIOSSLPrivateKey(bytes: Array(configuration.privateKeyPEM.utf8), format: .pem)
+        var tls = TLSConfiguration.makeServerConfiguration(
+            certificateChain: chain.map { .certificate($0) },
+            privateKey: .privateKey(key)
+        )
+        tls.minimumTLSVersion = .tlsv12
+        tls.applicationProtocols = ["h2", "http/1.1"]
+        sslContext = try NIOSSLContext(configuration: tls)
+    }
+
+    /// Binds the TCP port and starts serving; returns the bound port.
+    @discardableResult
+    public func start() async throws -> UInt16 {
+        let sslContext = self.sslContext
+        let handler = self.handler
+        let altSvc = configuration.altSvc
+        let limit = configuration.maximumRequestBodySize
+        let logger = self.logger
+        let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .serverChannelOption(.backlog, value: 256)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
+            .childChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(NIOSSLServerHandler(context: sslContext))
+                }.flatMap {
+                    channel.configureHTTP2SecureUpgrade(
+                        h2ChannelConfigurator: { channel in
+                            channel.configureHTTP2Pipeline(mode: .server) { stream in
+                                stream.eventLoop.makeCompletedFuture {
+                                    try stream.pipeline.syncOperations.addHandlers(
+                                        HTTP2FramePayloadToHTTPServerCodec(),
+                                        HTTPTCPRequestHandler(handler: handler, altSvc: altSvc, bodyLimit: limit, logger: logger)
+                                    )
+                                }
+                            }.map { _ in }
+                        },
+                        http1ChannelConfigurator: { channel in
+                            channel.eventLoop.makeCompletedFuture {
+                                try channel.pipeline.syncOperations.configureHTTPServerPipeline(withErrorHandling: true)
+                                try channel.pipeline.syncOperations.addHandlers(
+                                    HTTP1ToHTTPServerCodec(secure: true),
+                                    HTTPTCPRequestHandler(handler: handler, altSvc: altSvc, bodyLimit: limit, logger: logger)
+                                )
+                            }
+                        }
+                    )
+                }
+            }
+            .bind(host: configuration.host, port: Int(configuration.port))
+            .get()
+        self.channel.withLockedValue { $0 = channel }
+        return UInt16(channel.localAddress?.port ?? 0)
+    }
+
+    /// Stops accepting connections; open ones finish on their own.
+    public func shutdown() async {
+        let channel = self.channel.withLockedValue { channel in defer { channel = nil }; return channel }
+        try? await channel?.close()
+    }
+}
+
+/// One HTTP/1.1 connection or one HTTP/2 stream: gathers a request, runs the handler and writes
+/// its response. HTTP/1.1 requests on one connection are answered in order (RFC 9112 §9.3.2).
+final class HTTPTCPRequestHandler: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = HTTPRequestPart
+    typealias OutboundOut = HTTPResponsePart
+
+    private let handler: HTTP3Server.Handler
+    private let altSvc: String?
+    private let bodyLimit: Int
+    private let logger: Logger
+    private var head: HTTPRequest?
+    private var body: [UInt8] = []
+    private var tooLarge = false
+    /// Complete requests, answered one after another by `serve(channel:)`.
+    private var requests: AsyncStream<HTTP3ServerRequest>.Continuation?
+
+    init(handler: @escaping HTTP3Server.Handler, altSvc: String?, bodyLimit: Int, logger: Logger) {
+        self.handler = handler
+        self.altSvc = altSvc
+        self.bodyLimit = bodyLimit
+        self.logger = logger
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        let (stream, continuation) = AsyncStream<HTTP3ServerRequest>.makeStream()
+        requests = continuation
+        let channel = context.channel
+        let handler = self.handler
+        let altSvc = self.altSvc
+        let logger = self.logger
+        Task {
+            await answerInOrder(stream, handler: handler, altSvc: altSvc, channel: channel, logger: logger)
+        }
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        requests?.finish()
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        requests?.finish()
+        context.fireChannelInactive()
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        switch unwrapInboundIn(data) {
+        case .head(let request):
+            head = request
+            body = []
+            tooLarge = false
+        case .body(var buffer):
+            guard !tooLarge else { return }
+            if body.count + buffer.readableBytes > bodyLimit {
+                tooLarge = true
+                body = []
+            } else {
+                body += buffer.readBytes(length: buffer.readableBytes) ?? []
+            }
+        case .end(let trailers):
+            guard let request = head else { return }
+            head = nil
+            if tooLarge {
+                var response = HTTPResponse(status: .contentTooLarge)
+                response.headerFields[.contentLength] = "0"
+                response.headerFields[.connection] = "close"
+                context.write(wrapOutboundOut(.head(response)), promise: nil)
+                context.writeAndFlush(wrapOutboundOut(.end(nil))).whenComplete { _ in context.close(promise: nil) }
+                return
+            }
+            requests?.yield(HTTP3ServerRequest(head: request, body: body, trailers: trailers))
+            body = []
+        }
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        logger.debug("TCP connection error: \(error)")
+        context.close(promise: nil)
+    }
+}
+
+/// Answers each request of `requests` in turn on `channel`.
+private func answerInOrder(
+    _ requests: AsyncStream<HTTP3ServerRequest>, handler: HTTP3Server.Handler, altSvc: String?, channel: any Channel, logger: Logger
+) async {
+    for await request in requests {
+        await answer(request, handler: handler, altSvc: altSvc, channel: channel, logger: logger)
+    }
+}
+
+/// Runs the handler and writes head, body and end, waiting for each write so a large file
+/// streams at the pace of the socket.
+private func answer(
+    _ request: HTTP3ServerRequest, handler: HTTP3Server.Handler, altSvc: String?, channel: any Channel, logger: Logger
+) async {
+    var response: HTTP3ServerResponse
+    do {
+        response = try await handler(request)
+    } catch {
+        logger.warning("handler failed for \(request.head.path ?? "/"): \(error)")
+        response = HTTP3ServerResponse(status: .internalServerError)
+    }
+    if let altSvc, response.head.headerFields[.altSvc] == nil { response.head.headerFields[.altSvc] = altSvc }
+    if response.bodyStream == nil, response.head.headerFields[.contentLength] == nil, request.head.method != .head {
+        response.head.headerFields[.contentLength] = "\(response.body.count)"
+    }
+    do {
+        try await channel.writeAndFlush(HTTPResponsePart.head(response.head))
+        if request.head.method != .head {
+            if let stream = response.bodyStream {
+                for try await chunk in stream where !chunk.isEmpty {
+                    try await channel.writeAndFlush(HTTPResponsePart.body(ByteBuffer(bytes: chunk)))
+                }
+            } else if !response.body.isEmpty {
+                try await channel.writeAndFlush(HTTPResponsePart.body(ByteBuffer(bytes: response.body)))
+            }
+        }
+        try await channel.writeAndFlush(HTTPResponsePart.end(response.trailers))
+    } catch {
+        logger.debug("response to \(request.head.path ?? "/") not completed: \(error)")
+        try? await channel.close()
+    }
+}
+
+extension HTTPField.Name {
+    /// `Alt-Svc` (RFC 7838 §3).
+    public static var altSvc: HTTPField.Name { HTTPField.Name("alt-svc")! }
+}
