@@ -5,13 +5,21 @@ import HTTPTypes
 import Logging
 import QuicTransport
 
-/// `h3get`: fetches URLs over HTTP/3 with curl's flags. URLs to one authority share one
-/// connection and run concurrently; bodies are written in the order the URLs were given.
+/// `h3get`: fetches URLs with curl's flags, over HTTP/3 where it is discovered (Alt-Svc, DNS
+/// HTTPS records) or assumed, and over HTTP/2 or HTTP/1.1 on TCP otherwise. URLs to one
+/// authority share one connection and run concurrently; bodies are written in the order the
+/// URLs were given.
 @main
 struct H3Get: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "h3get",
-        abstract: "Fetch URLs over HTTP/3, in the manner of curl --http3-only."
+        abstract: "Fetch URLs over HTTP/3 with discovery and a TCP fallback, in the manner of curl.",
+        discussion: """
+            --http3 (the default) uses HTTP/3 once an Alt-Svc cache entry or a DNS HTTPS record
+            says the server has it, and TCP otherwise, learning Alt-Svc for the next run.
+            --assume-h3 tries HTTP/3 first and races TCP if the handshake is slow or fails.
+            --http3-only never uses TCP.
+            """
     )
 
     @Argument(help: "https:// URLs.")
@@ -55,6 +63,21 @@ struct H3Get: AsyncParsableCommand {
 
     @Option(help: "RFC 9218 priority for every URL, \"u=N[, i]\" (urgency 0-7, default 3; i = incremental).")
     var priority: String?
+
+    @Flag(name: .customLong("http3"), help: "Use HTTP/3 where discovered (Alt-Svc cache, HTTPS record), else TCP (the default).")
+    var http3Discovery = false
+
+    @Flag(name: .customLong("http3-only"), help: "Use HTTP/3 only; fail rather than fall back to TCP.")
+    var http3Only = false
+
+    @Flag(name: .customLong("assume-h3"), help: "Try HTTP/3 first and race TCP if its handshake is slow or fails (URLSession's assumesHTTP3Capable).")
+    var assumeHTTP3 = false
+
+    @Option(name: .customLong("alt-svc"), help: "Read and write the Alt-Svc cache in this file, in curl's format (\"\" keeps it in memory).")
+    var altSvcFile: String?
+
+    @Option(name: .customLong("dns-server"), help: "HOST:PORT of the DNS server for HTTPS-record look-ups (default: /etc/resolv.conf).")
+    var dnsServer: String?
 
     @Option(name: .customLong("qlog-dir"), help: "Write a qlog trace per connection here (default: $QLOGDIR).")
     var qlogDirectory: String?
@@ -102,6 +125,12 @@ struct H3Get: AsyncParsableCommand {
             let parts = connectTo.split(separator: ":", omittingEmptySubsequences: false)
             guard parts.count == 4, UInt16(parts[3]) != nil else { throw ValidationError("--connect-to takes HOST1:PORT1:HOST2:PORT2") }
         }
+        if [http3Discovery, http3Only, assumeHTTP3].filter({ $0 }).count > 1 {
+            throw ValidationError("use only one of --http3, --http3-only and --assume-h3")
+        }
+        if let dnsServer, Self.hostPort(dnsServer) == nil {
+            throw ValidationError("--dns-server takes HOST:PORT, e.g. 127.0.0.1:53 or [::1]:53")
+        }
         if let priority, HTTPPriority(fieldValue: priority) == .default, !["u=3", "u=3, i=?0", ""].contains(priority) {
             throw ValidationError("--priority '\(priority)' is not an RFC 9218 priority like \"u=2\" or \"u=5, i\"")
         }
@@ -113,7 +142,12 @@ struct H3Get: AsyncParsableCommand {
             handler.logLevel = .critical
             return handler
         }
-        var configuration = HTTP3Client.Configuration()
+        var configuration = HTTPSession.Configuration()
+        configuration.policy = http3Only ? .http3Only : assumeHTTP3 ? .assumesHTTP3Capable : .discovery
+        configuration.altServiceCache = AltServiceCache(path: altSvcFile.flatMap { $0.isEmpty ? nil : $0 })
+        if let dnsServer, let server = Self.hostPort(dnsServer) {
+            configuration.httpsRecordResolver = HTTPSRecordResolver(server: server)
+        }
         if let qlogDirectory { configuration.qlogDirectory = qlogDirectory }
         if let cacert {
             guard FileManager.default.isReadableFile(atPath: cacert) else { throw die("cannot read CA file \(cacert)", .tlsError) }
@@ -132,7 +166,7 @@ struct H3Get: AsyncParsableCommand {
             configuration.connectTo = (parts[2], UInt16(parts[3])!)
         }
         let body = try loadBody()
-        let client = HTTP3Client(configuration: configuration)
+        let client = HTTPSession(configuration: configuration)
         let started = ContinuousClock.now
         let results = await withTaskGroup(of: (Int, Result<Transfer, any Error>).self) { tasks in
             for (index, url) in urls.enumerated() {
@@ -142,7 +176,7 @@ struct H3Get: AsyncParsableCommand {
             for await (index, result) in tasks { results[index] = result }
             return results.map { $0! }
         }
-        client.shutdown()
+        await client.shutdown()
         var exit: Exit?
         for (index, result) in results.enumerated() {
             switch result {
@@ -159,7 +193,7 @@ struct H3Get: AsyncParsableCommand {
 
     struct Transfer: Sendable {
         let url: String
-        let response: HTTP3Response
+        let response: HTTPSessionResponse
         /// The body, when it waits to be written to stdout in URL order; nil when streamed out.
         let buffered: [UInt8]?
         let size: Int
@@ -168,7 +202,7 @@ struct H3Get: AsyncParsableCommand {
         let timeTotal: Duration
     }
 
-    private func fetch(_ url: String, index: Int, body: [UInt8]?, client: HTTP3Client, started: ContinuousClock.Instant) async throws -> Transfer {
+    private func fetch(_ url: String, index: Int, body: [UInt8]?, client: HTTPSession, started: ContinuousClock.Instant) async throws -> Transfer {
         let components = URLComponents(string: url)!
         var path = components.percentEncodedPath.isEmpty ? "/" : components.percentEncodedPath
         if let query = components.percentEncodedQuery { path += "?" + query }
@@ -182,7 +216,7 @@ struct H3Get: AsyncParsableCommand {
             request.headerFields[fieldName] = value
         }
         if verbose {
-            var lines = ["> \(request.method) \(path) HTTP/3", "> :authority: \(authority)"]
+            var lines = ["> \(request.method) \(path)", "> :authority: \(authority)"]
             lines += request.headerFields.map { "> \($0.name): \($0.value)" }
             if let priority { lines.append("> priority: \(HTTPPriority(fieldValue: priority).fieldValue)") }
             log(lines.joined(separator: "\n"))
@@ -190,8 +224,17 @@ struct H3Get: AsyncParsableCommand {
         let response = try await client.execute(request, body: body, priority: priority.map(HTTPPriority.init(fieldValue:)))
         let connected = ContinuousClock.now - started
         if verbose {
-            log("* ALPN: \(response.connection.alpn ?? "?")" + (response.connection.qlogPath.map { "\n* qlog: \($0)" } ?? ""))
-            log("< HTTP/3 \(response.head.status.code)\n" + response.head.headerFields.map { "< \($0.name): \($0.value)" }.joined(separator: "\n"))
+            var lines = response.notes.map { "* \($0)" }
+            if let discovery = response.discovery { lines.append("* HTTP/3 tried because: \(discovery.rawValue)") }
+            if let reason = response.fallbackReason { lines.append("* fell back to TCP: \(reason)") }
+            lines.append("* using HTTP/\(response.version.rawValue)")
+            if let http3 = response.http3 {
+                lines.append("* ALPN: \(http3.alpn ?? "?")")
+                if let qlog = http3.qlogPath { lines.append("* qlog: \(qlog)") }
+            }
+            lines.append("< HTTP/\(response.version.rawValue) \(response.head.status.code)")
+            lines += response.head.headerFields.map { "< \($0.name): \($0.value)" }
+            log(lines.joined(separator: "\n"))
         }
         let finish = { (buffered: [UInt8]?, size: Int, failure: String?) in
             Transfer(
@@ -241,7 +284,7 @@ struct H3Get: AsyncParsableCommand {
             return .writeError
         }
         if head {
-            var text = "HTTP/3 \(status)\r\n"
+            var text = "HTTP/\(transfer.response.version.rawValue) \(status)\r\n"
             for field in transfer.response.head.headerFields { text += "\(field.name): \(field.value)\r\n" }
             FileHandle.standardOutput.write(Data((text + "\r\n").utf8))
         } else if let buffered = transfer.buffered {
@@ -306,7 +349,7 @@ struct H3Get: AsyncParsableCommand {
             return String(format: "%.6f", Double(whole) + Double(attoseconds) / 1e18)
         }
         let values: [String: String] = [
-            "http_version": "3",
+            "http_version": transfer.response.version.rawValue,
             "response_code": "\(transfer.response.head.status.code)",
             "size_download": "\(transfer.size)",
             "time_connect": seconds(transfer.timeConnect),
@@ -329,12 +372,28 @@ struct H3Get: AsyncParsableCommand {
         return Array(data.utf8)
     }
 
+    /// Maps a failure to curl's exit code: by its type, then by whether TLS refused the peer.
     private func classify(_ error: any Error) -> Exit {
         let text = "\(error)"
-        if text.contains("cannot resolve") { return .couldNotResolve }
-        if text.contains("TLS") || text.contains("certificate") || text.contains("CRYPTO_ERROR") { return .tlsError }
-        if text.contains("cannot connect") || text.contains("handshake") { return .couldNotConnect }
-        return .receiveError
+        let isTLS = text.contains("TLS") || text.contains("certificate") || text.contains("CRYPTO_ERROR")
+        switch error {
+        case HTTP3ClientError.connect(let reason) where reason.contains("cannot resolve"):
+            return .couldNotResolve
+        case HTTP3ClientError.connect, HTTP3ClientError.connectionFailed, HTTPSessionError.tcp, HTTPSessionError.bothFailed:
+            if isTLS { return .tlsError }
+            return text.contains("cannot connect") || text.contains("handshake") ? .couldNotConnect : .receiveError
+        case HTTPSessionError.tcpUnavailable:
+            return .couldNotConnect
+        default:
+            return .receiveError
+        }
+    }
+
+    /// "host:port" or "[v6]:port".
+    static func hostPort(_ text: String) -> (host: String, port: UInt16)? {
+        guard let colon = text.lastIndex(of: ":"), let port = UInt16(text[text.index(after: colon)...]) else { return nil }
+        let host = text[..<colon].trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
+        return host.isEmpty ? nil : (host, port)
     }
 
     private func log(_ text: String) {

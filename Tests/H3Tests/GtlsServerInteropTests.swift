@@ -88,7 +88,7 @@ struct GtlsServerInteropTests {
         defer { server.process.stop() }
         let output = server.directory.appendingPathComponent("downloaded.bin").path
         let h3get = try ChildProcess(try TestEnvironment.executable("h3get"), [
-            "--cacert", server.caFile, "-o", output,
+            "--http3-only", "--cacert", server.caFile, "-o", output,
             "-w", "%{http_version} %{response_code} %{size_download}\\n",
             "https://localhost:\(server.port)/1mb.bin",
         ])
@@ -97,12 +97,12 @@ struct GtlsServerInteropTests {
         #expect(try SHA256.hash(Array(Data(contentsOf: URL(fileURLWithPath: output)))) == (try server.sha256(of: "1mb.bin")))
 
         let missing = try ChildProcess(try TestEnvironment.executable("h3get"), [
-            "--cacert", server.caFile, "--fail", "-w", "%{response_code}", "https://localhost:\(server.port)/absent",
+            "--http3-only", "--cacert", server.caFile, "--fail", "-w", "%{response_code}", "https://localhost:\(server.port)/absent",
         ])
         #expect(try await missing.waitForExit() == 22)
         #expect(missing.standardOutput == "404")
 
-        let untrusted = try ChildProcess(try TestEnvironment.executable("h3get"), ["https://localhost:\(server.port)/"])
+        let untrusted = try ChildProcess(try TestEnvironment.executable("h3get"), ["--http3-only", "https://localhost:\(server.port)/"])
         #expect(try await untrusted.waitForExit() == 35)
         #expect(untrusted.standardError.contains("unknown issuer"), "\(untrusted.standardError)")
     }

@@ -112,7 +112,7 @@ struct HTTP3LoopbackTests {
         #expect(try await range.waitForExit() == 0)
         #expect(range.standardOutput == "345 206")
 
-        let head = try ChildProcess(h3get, ["-k", "-I", "\(base)/ten.txt"])
+        let head = try ChildProcess(h3get, ["-k", "--http3-only", "-I", "\(base)/ten.txt"])
         #expect(try await head.waitForExit() == 0)
         #expect(head.standardOutput.hasPrefix("HTTP/3 200\r\n"))
         #expect(head.standardOutput.contains("content-length: 10\r\n"))
@@ -128,7 +128,7 @@ struct HTTP3LoopbackTests {
         #expect(nullType == .typeCharacterSpecial, "-o /dev/null replaced the device")
 
         // --connect-to keeps the URL's name for TLS and sends the packets elsewhere.
-        let moved = try ChildProcess(h3get, ["-k", "--connect-to", "files.example:443:127.0.0.1:\(port)", "https://files.example/ten.txt"])
+        let moved = try ChildProcess(h3get, ["-k", "--http3-only", "--connect-to", "files.example:443:127.0.0.1:\(port)", "https://files.example/ten.txt"])
         #expect(try await moved.waitForExit() == 0, "\(moved.standardError)")
         #expect(moved.standardOutput == "0123456789")
 
@@ -139,7 +139,7 @@ struct HTTP3LoopbackTests {
 
         // A client that rejects the certificate leaves a connection without HTTP/3 behind;
         // the graceful shutdown on SIGTERM must cope with it and exit cleanly.
-        let untrusted = try ChildProcess(h3get, ["\(base)/ten.txt"])
+        let untrusted = try ChildProcess(h3get, ["--http3-only", "\(base)/ten.txt"])
         #expect(try await untrusted.waitForExit() == 35)
         server.terminate()
         #expect(try await server.waitForExit() == 0, "\(server.standardError)")

@@ -1,0 +1,413 @@
+import AsyncHTTPClient
+import Foundation
+import HTTPTypes
+import NIOConcurrencyHelpers
+import NIOCore
+import QuicTransport
+
+/// How a session chooses between HTTP/3 and TCP, with URLSession's and curl's meanings.
+public enum HTTPVersionPolicy: String, Sendable, CaseIterable {
+    /// Use HTTP/3 once it is known to work for the origin: an `Alt-Svc` cache entry (RFC 7838)
+    /// or a DNS HTTPS record with `alpn=h3` (RFC 9460). Otherwise use TCP and learn from the
+    /// response's `Alt-Svc`, so the next request goes over HTTP/3 (curl's `--http3`).
+    case discovery
+    /// Try HTTP/3 first; if its handshake has not finished after a short delay, race TCP and
+    /// take whichever is ready first (URLRequest's `assumesHTTP3Capable`, Happy Eyeballs).
+    case assumesHTTP3Capable
+    /// HTTP/3 or a clear failure, never TCP (curl's `--http3-only`).
+    case http3Only
+}
+
+/// The HTTP version a response came over, spelled as curl's `%{http_version}` prints it.
+public enum HTTPVersionUsed: String, Sendable {
+    case http1_1 = "1.1"
+    case http2 = "2"
+    case http3 = "3"
+}
+
+/// Why a session tried HTTP/3 for a request.
+public enum HTTP3Discovery: String, Sendable {
+    /// A live `Alt-Svc` cache entry named `h3` (RFC 7838 §2.2).
+    case altSvcCache = "Alt-Svc cache"
+    /// A DNS HTTPS record listed `h3` in its `alpn` (RFC 9460 §7.1).
+    case httpsRecord = "HTTPS record"
+    /// The policy assumed it (`assumesHTTP3Capable`).
+    case assumed
+    /// The policy demands it (`http3Only`).
+    case required = "HTTP/3 only"
+}
+
+/// Failures that are the session's own, as opposed to HTTP/3's (`HTTP3ClientError`).
+public enum HTTPSessionError: Error, Sendable, CustomStringConvertible {
+    /// The TCP request failed.
+    case tcp(String)
+    /// TCP cannot be used for this request at all.
+    case tcpUnavailable(String)
+    /// HTTP/3 was tried and failed, and so did TCP.
+    case bothFailed(http3: String, tcp: String)
+
+    public var description: String {
+        switch self {
+        case .tcp(let reason): return reason
+        case .tcpUnavailable(let reason): return "no TCP fallback: \(reason)"
+        case .bothFailed(let http3, let tcp): return "HTTP/3 failed (\(http3)) and TCP failed (\(tcp))"
+        }
+    }
+}
+
+/// A response from `HTTPSession`, with the story of how it was fetched.
+public struct HTTPSessionResponse: Sendable {
+    public let head: HTTPResponse
+    public let body: Body
+    public let version: HTTPVersionUsed
+    /// Why HTTP/3 was tried, when it was.
+    public let discovery: HTTP3Discovery?
+    /// Why TCP carried the response although HTTP/3 was tried.
+    public let fallbackReason: String?
+    /// Things worth telling a verbose user: Alt-Svc learnt or ignored, DNS look-ups.
+    public let notes: [String]
+    /// The HTTP/3 connection, when the response came over one.
+    public let http3: HTTP3ConnectionInfo?
+    let reprioritize: (@Sendable (HTTPPriority) async throws -> Void)?
+
+    /// Sends PRIORITY_UPDATE over HTTP/3 (RFC 9218 §7); over TCP the priority set with the
+    /// request stays, since async-http-client has no reprioritisation.
+    public func updatePriority(_ priority: HTTPPriority) async throws {
+        try await reprioritize?(priority)
+    }
+
+    /// The body as byte chunks, whichever version carried it.
+    public struct Body: AsyncSequence, Sendable {
+        public typealias Element = [UInt8]
+        enum Source: Sendable {
+            case http3(HTTP3ResponseBody)
+            case tcp(HTTPClientResponse.Body)
+        }
+        let source: Source
+
+        public func makeAsyncIterator() -> Iterator {
+            switch source {
+            case .http3(let body): return Iterator(base: .http3(body.makeAsyncIterator()))
+            case .tcp(let body): return Iterator(base: .tcp(body.makeAsyncIterator()))
+            }
+        }
+
+        public struct Iterator: AsyncIteratorProtocol {
+            enum Base {
+                case http3(HTTP3ResponseBody.Iterator)
+                case tcp(HTTPClientResponse.Body.AsyncIterator)
+            }
+            var base: Base
+
+            public mutating func next() async throws -> [UInt8]? {
+                switch base {
+                case .http3(var iterator):
+                    defer { base = .http3(iterator) }
+                    return try await iterator.next()
+                case .tcp(var iterator):
+                    defer { base = .tcp(iterator) }
+                    return try await iterator.next().map { Array($0.readableBytesView) }
+                }
+            }
+        }
+
+        public func collect() async throws -> [UInt8] {
+            var all: [UInt8] = []
+            for try await chunk in self { all += chunk }
+            return all
+        }
+    }
+}
+
+/// An HTTP client that uses HTTP/3 where it is known or assumed to work and falls back to
+/// HTTP/2 or HTTP/1.1 over TCP otherwise, in the way URLSession does (RFC 7838, RFC 9460).
+///
+/// HTTP/3 is raced before any request is committed to it: the QUIC handshake must complete
+/// before `happyEyeballsDelay` runs out or TCP starts too, and a request is only ever sent
+/// once. An alternative whose handshake fails is marked broken for `brokenAlternativeDuration`
+/// and skipped meanwhile (RFC 7838 §2.4).
+public final class HTTPSession: Sendable {
+    public struct Configuration: Sendable {
+        public var policy: HTTPVersionPolicy = .discovery
+        public var certificateVerification: CertificateVerification = .systemTrustStore
+        /// Connect here for the request's origin (curl's `--resolve`/`--connect-to`).
+        public var connectTo: (host: String, port: UInt16)?
+        public var qlogDirectory: String? = ProcessInfo.processInfo.environment["QLOGDIR"]
+        /// Where `Alt-Svc` is remembered; nil ignores `Alt-Svc` altogether.
+        public var altServiceCache: AltServiceCache? = AltServiceCache()
+        /// The DNS server for HTTPS records; nil uses the system's (`/etc/resolv.conf`).
+        public var httpsRecordResolver: HTTPSRecordResolver?
+        /// Look up HTTPS records in `discovery`. IP literals and `localhost` are never looked up.
+        public var looksUpHTTPSRecords = true
+        /// How long the HTTP/3 handshake runs alone before TCP joins the race.
+        public var happyEyeballsDelay: Duration = .milliseconds(300)
+        public var brokenAlternativeDuration: Duration = .seconds(300)
+
+        public init() {}
+    }
+
+    public let configuration: Configuration
+    private let http3Clients = NIOLockedValueBox([String: HTTP3Client]())
+    private let tcpTransports = NIOLockedValueBox([String: HTTPTCPTransport]())
+    private let brokenUntil = NIOLockedValueBox([String: ContinuousClock.Instant]())
+
+    public init(configuration: Configuration = Configuration()) {
+        self.configuration = configuration
+    }
+
+    /// Where an HTTP/3 attempt goes: the server to connect to, and why.
+    struct HTTP3Target: Sendable {
+        let connectHost: String
+        let connectPort: UInt16
+        let discovery: HTTP3Discovery
+        var key: String { "\(connectHost):\(connectPort)" }
+    }
+
+    /// Sends `request` over the version the policy picks and returns once the head is in.
+    public func execute(_ request: HTTPRequest, body: [UInt8]? = nil, priority: HTTPPriority? = nil) async throws -> HTTPSessionResponse {
+        guard request.scheme == "https", let authority = request.authority, let (host, port) = HTTP3Client.split(authority: authority) else {
+            throw HTTP3ClientError.invalidRequest("the request needs an https:// scheme and a host")
+        }
+        var request = request
+        if let priority, request.headerFields[.priority] == nil { request.headerFields[.priority] = priority.fieldValue }
+        let origin = AltServiceCache.Origin(scheme: "https", host: host, port: port)
+        var notes: [String] = []
+        let direct = HTTP3Target(
+            connectHost: configuration.connectTo?.host ?? host, connectPort: configuration.connectTo?.port ?? port,
+            discovery: configuration.policy == .http3Only ? .required : .assumed
+        )
+
+        let target: HTTP3Target?
+        switch configuration.policy {
+        case .http3Only:
+            let response = try await viaHTTP3(request, body: body, target: direct, host: host, port: port, notes: notes)
+            return learn(from: response, origin: origin)
+        case .assumesHTTP3Capable:
+            target = direct
+        case .discovery:
+            target = await discover(origin: origin, notes: &notes)
+        }
+        guard let target else {
+            let response = try await viaTCP(request, body: body, host: host, port: port, discovery: nil, reason: nil, notes: notes)
+            return learn(from: response, origin: origin)
+        }
+        let response = try await race(request, body: body, target: target, host: host, port: port, notes: notes)
+        return learn(from: response, origin: origin)
+    }
+
+    /// Closes every connection.
+    public func shutdown() async {
+        let clients = http3Clients.withLockedValue { clients in defer { clients.removeAll() }; return Array(clients.values) }
+        for client in clients { client.shutdown() }
+        let transports = tcpTransports.withLockedValue { all in defer { all.removeAll() }; return Array(all.values) }
+        for transport in transports { await transport.shutdown() }
+    }
+
+    // MARK: Discovery
+
+    /// An HTTP/3 alternative from the Alt-Svc cache, else from an HTTPS record; nil for TCP.
+    private func discover(origin: AltServiceCache.Origin, notes: inout [String]) async -> HTTP3Target? {
+        if let cache = configuration.altServiceCache {
+            for warning in cache.warnings where !notes.contains(warning) { notes.append(warning) }
+            for alternative in cache.alternatives(for: origin) {
+                // An alternative on the origin's own host keeps any --resolve/--connect-to address.
+                let host = alternative.host ?? configuration.connectTo?.host ?? origin.host
+                let target = HTTP3Target(connectHost: host, connectPort: alternative.port, discovery: .altSvcCache)
+                if isBroken(target) {
+                    notes.append("Alt-Svc alternative \(alternative) is marked broken; skipped")
+                    continue
+                }
+                notes.append("Alt-Svc cache: \(origin) has \(alternative)")
+                return target
+            }
+        }
+        guard configuration.looksUpHTTPSRecords, !Self.isLiteralOrLocal(origin.host) || configuration.httpsRecordResolver != nil else {
+            return nil
+        }
+        do {
+            let resolver = try configuration.httpsRecordResolver ?? HTTPSRecordResolver.system()
+            let records = try await resolver.lookup(host: origin.host, port: origin.port)
+            guard let record = records.first(where: { $0.alpn.contains(HTTP3.alpn) }) else {
+                notes.append("HTTPS record for \(origin.host): " + (records.isEmpty ? "none" : "no h3 in alpn"))
+                return nil
+            }
+            let named = record.target == "." || record.target.isEmpty ? origin.host : record.target
+            let host = configuration.connectTo?.host ?? record.ipv4Hints.first ?? record.ipv6Hints.first ?? named
+            let target = HTTP3Target(connectHost: host, connectPort: record.port ?? origin.port, discovery: .httpsRecord)
+            if isBroken(target) {
+                notes.append("HTTPS record alternative \(target.key) is marked broken; skipped")
+                return nil
+            }
+            notes.append("HTTPS record for \(origin.host): alpn \(record.alpn.joined(separator: ",")), connecting to \(target.key)")
+            return target
+        } catch {
+            notes.append("HTTPS record look-up failed: \(error)")
+            return nil
+        }
+    }
+
+    private static func isLiteralOrLocal(_ host: String) -> Bool {
+        host == "localhost" || host.hasSuffix(".localhost") || host.contains(":")
+            || host.split(separator: ".").allSatisfy { UInt8($0) != nil }
+    }
+
+    private func isBroken(_ target: HTTP3Target) -> Bool {
+        brokenUntil.withLockedValue { broken in
+            guard let until = broken[target.key] else { return false }
+            if until > .now { return true }
+            broken[target.key] = nil
+            return false
+        }
+    }
+
+    private func markBroken(_ target: HTTP3Target) {
+        let until = ContinuousClock.now + configuration.brokenAlternativeDuration
+        brokenUntil.withLockedValue { $0[target.key] = until }
+    }
+
+    /// Records the response's `Alt-Svc` (RFC 7838 §3) and saves the cache file.
+    private func learn(from response: HTTPSessionResponse, origin: AltServiceCache.Origin) -> HTTPSessionResponse {
+        guard let cache = configuration.altServiceCache, let value = response.head.headerFields[.altSvc] else { return response }
+        var notes = response.notes
+        do {
+            let parsed = try AltServiceFieldValue(parsing: value)
+            let source = switch response.version {
+            case .http1_1: "http/1.1"
+            case .http2: "h2"
+            case .http3: "h3"
+            }
+            cache.update(origin: origin, sourceALPN: source, with: parsed)
+            switch parsed {
+            case .clear: notes.append("Alt-Svc: clear; forgot the alternatives of \(origin)")
+            case .alternatives(let services): notes.append("Alt-Svc learnt: \(services.map(\.description).joined(separator: ", "))")
+            }
+            do { try cache.save() } catch { notes.append("cannot save the Alt-Svc cache to \(cache.path ?? "?"): \(error)") }
+        } catch {
+            notes.append("Alt-Svc ignored: \(error)")
+        }
+        return HTTPSessionResponse(
+            head: response.head, body: response.body, version: response.version, discovery: response.discovery,
+            fallbackReason: response.fallbackReason, notes: notes, http3: response.http3, reprioritize: response.reprioritize
+        )
+    }
+
+    // MARK: Transports
+
+    private func http3Client(for target: HTTP3Target) -> HTTP3Client {
+        http3Clients.withLockedValue { clients in
+            if let existing = clients[target.key] { return existing }
+            var configuration = HTTP3Client.Configuration()
+            configuration.certificateVerification = self.configuration.certificateVerification
+            configuration.connectTo = (target.connectHost, target.connectPort)
+            configuration.qlogDirectory = self.configuration.qlogDirectory
+            let client = HTTP3Client(configuration: configuration)
+            clients[target.key] = client
+            return client
+        }
+    }
+
+    private func viaHTTP3(
+        _ request: HTTPRequest, body: [UInt8]?, target: HTTP3Target, host: String, port: UInt16,
+        fallbackReason: String? = nil, notes: [String]
+    ) async throws -> HTTPSessionResponse {
+        let response = try await http3Client(for: target).execute(request, body: body)
+        return HTTPSessionResponse(
+            head: response.head, body: .init(source: .http3(response.body)), version: .http3, discovery: target.discovery,
+            fallbackReason: fallbackReason, notes: notes, http3: response.connection, reprioritize: response.updatePriority
+        )
+    }
+
+    private func viaTCP(
+        _ request: HTTPRequest, body: [UInt8]?, host: String, port: UInt16, discovery: HTTP3Discovery?, reason: String?,
+        notes: [String]
+    ) async throws -> HTTPSessionResponse {
+        let transport = try tcpTransports.withLockedValue { transports in
+            if let existing = transports[host] { return existing }
+            let created = try HTTPTCPTransport(
+                verification: configuration.certificateVerification, host: host, connectTo: configuration.connectTo
+            )
+            transports[host] = created
+            return created
+        }
+        let response = try await transport.execute(request, body: body, host: host, port: port)
+        return HTTPSessionResponse(
+            head: response.head, body: .init(source: .tcp(response.body)), version: response.version, discovery: discovery,
+            fallbackReason: reason, notes: notes, http3: nil, reprioritize: nil
+        )
+    }
+
+    /// What ended one leg of the race.
+    private enum Outcome: Sendable {
+        case http3Ready
+        case http3Failed(String)
+        case tcpAnswered(HTTPSessionResponse)
+        case tcpFailed(any Error)
+    }
+
+    /// Happy Eyeballs between the HTTP/3 handshake and a TCP request (RFC 8305 §5 in spirit):
+    /// TCP starts after `happyEyeballsDelay`, or at once when HTTP/3 fails. The request is
+    /// sent over HTTP/3 only if its handshake finished before TCP started.
+    private func race(
+        _ request: HTTPRequest, body: [UInt8]?, target: HTTP3Target, host: String, port: UInt16, notes: [String]
+    ) async throws -> HTTPSessionResponse {
+        let client = http3Client(for: target)
+        let (outcomes, sink) = AsyncStream<Outcome>.makeStream()
+        let tcpStarted = NIOLockedValueBox(false)
+        let startTCP: @Sendable (String) -> Task<Void, Never> = { reason in
+            Task {
+                do {
+                    let response = try await self.viaTCP(
+                        request, body: body, host: host, port: port, discovery: target.discovery, reason: reason, notes: notes
+                    )
+                    sink.yield(.tcpAnswered(response))
+                } catch {
+                    sink.yield(.tcpFailed(error))
+                }
+            }
+        }
+        let delay = configuration.happyEyeballsDelay
+        let timer = Task {
+            try? await Task.sleep(for: delay)
+            guard !Task.isCancelled, tcpStarted.withLockedValue({ started in defer { started = true }; return !started }) else { return }
+            _ = startTCP("the HTTP/3 handshake with \(target.key) did not finish within \(delay)")
+        }
+        let handshake = Task {
+            do {
+                _ = try await client.connect(host: host, port: port)
+                sink.yield(.http3Ready)
+            } catch {
+                sink.yield(.http3Failed("\(error)"))
+            }
+        }
+        defer { timer.cancel() }
+        _ = handshake
+        var http3Failure: String?
+        var http3IsReady = false
+        var tcpFailure: (any Error)?
+        let claimTCP = { tcpStarted.withLockedValue { started in defer { started = true }; return !started } }
+        for await outcome in outcomes {
+            switch outcome {
+            case .http3Ready:
+                http3IsReady = true
+                // Once a TCP request is out, it is the one that answers, unless it failed.
+                if tcpFailure != nil || claimTCP() {
+                    return try await viaHTTP3(request, body: body, target: target, host: host, port: port, notes: notes)
+                }
+            case .http3Failed(let reason):
+                markBroken(target)
+                http3Failure = reason
+                if let tcpFailure { throw HTTPSessionError.bothFailed(http3: reason, tcp: "\(tcpFailure)") }
+                if claimTCP() { _ = startTCP("HTTP/3 to \(target.key) failed: \(reason)") }
+            case .tcpAnswered(let response):
+                return response
+            case .tcpFailed(let error):
+                if http3IsReady {
+                    return try await viaHTTP3(request, body: body, target: target, host: host, port: port, notes: notes)
+                }
+                if let http3Failure { throw HTTPSessionError.bothFailed(http3: http3Failure, tcp: "\(error)") }
+                tcpFailure = error
+            }
+        }
+        throw HTTPSessionError.tcp("the race ended without an answer")
+    }
+}
