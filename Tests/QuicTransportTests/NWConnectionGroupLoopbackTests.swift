@@ -376,6 +376,30 @@ struct NWConnectionGroupLoopbackTests {
         group.cancel()
     }
 
+    @Test func dataTransferReportCoversItsIntervalOnly() async throws {
+        let server = try await LoopbackServer()
+        server.echo()
+        let group = server.makeClient()
+        try await startAndWaitUntilReady(group)
+        let idle = group.startDataTransferReport()
+        let idleReport = try #require(await idle.collect())
+        #expect(idleReport.sentBytes < 1_000, "at most an ACK or two while nothing is sent")
+
+        let busy = group.startDataTransferReport()
+        let message = Data(repeating: 7, count: 200_000)
+        #expect(try await roundTrip(message, on: group) == message)
+        let report = try #require(await withCheckedContinuation { continuation in
+            busy.collect(queue: DispatchQueue(label: "report")) { continuation.resume(returning: $0) }
+        })
+        #expect(report.sentBytes > 200_000 && report.receivedBytes > 200_000, "the message went out and came back")
+        #expect(report.sentPackets > 100 && report.receivedPackets > 100)
+        #expect(report.lostPackets == 0 && report.retransmittedBytes == 0, "loopback loses nothing")
+        #expect(report.smoothedRTT > .zero && report.minimumRTT <= report.smoothedRTT)
+        #expect(report.peakCongestionWindow >= report.congestionWindow && report.congestionWindow > 0)
+        #expect(report.duration > .zero && report.duration < .seconds(10))
+        group.cancel()
+    }
+
     @Test func singleStreamConnectionOpensItsOwnTunnel() async throws {
         let server = try await LoopbackServer()
         server.echo()

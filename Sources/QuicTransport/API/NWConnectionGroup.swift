@@ -213,6 +213,14 @@ public final class NWConnectionGroup: @unchecked Sendable {
         try? await eventLoop.submit { self.driver?.core.establishmentReport }.get()
     }
 
+    /// Starts measuring what the tunnel carries, as Network.framework's
+    /// `startDataTransferReport()`; `collect` on the result ends the interval.
+    public func startDataTransferReport() -> PendingDataTransferReport {
+        let pending = PendingDataTransferReport(eventLoop: eventLoop)
+        eventLoop.execute { pending.begin(on: self.driver?.core) }
+        return pending
+    }
+
     /// Round-trip and congestion figures of the tunnel's path right now (RFC 9002 §5).
     public func pathStatistics() async -> QUICPathStatistics? {
         try? await eventLoop.submit { () -> QUICPathStatistics? in
@@ -401,5 +409,46 @@ public final class NWConnectionGroup: @unchecked Sendable {
     /// Drops a finished stream from the routing table.
     func forget(streamID: Int64) {
         streams[streamID] = nil
+    }
+}
+
+extension NWConnectionGroup {
+    public typealias EstablishmentReport = QUICEstablishmentReport
+    public typealias DataTransferReport = QUICDataTransferReport
+
+    /// A data-transfer report in progress (Network.framework's `PendingDataTransferReport`).
+    // @unchecked Sendable: `core` and `mark` are only touched on `eventLoop`.
+    public final class PendingDataTransferReport: @unchecked Sendable {
+        private let eventLoop: any EventLoop
+        private var core: QUICConnectionCore?
+        private var mark: QUICDataTransferMark?
+
+        init(eventLoop: any EventLoop) {
+            self.eventLoop = eventLoop
+        }
+
+        func begin(on core: QUICConnectionCore?) {
+            self.core = core
+            mark = core?.startDataTransferReport(now: QUICConnectionDriver.now())
+        }
+
+        /// Ends the interval and delivers its figures on `queue`; nil if the tunnel never started.
+        public func collect(queue: DispatchQueue, completion: @escaping @Sendable (QUICDataTransferReport?) -> Void) {
+            eventLoop.execute {
+                let report = self.finish()
+                queue.async { completion(report) }
+            }
+        }
+
+        /// Ends the interval and returns its figures.
+        public func collect() async -> QUICDataTransferReport? {
+            (try? await eventLoop.submit { self.finish() }.get()) ?? nil
+        }
+
+        private func finish() -> QUICDataTransferReport? {
+            defer { core = nil }
+            guard let core, let mark else { return nil }
+            return core.collectDataTransferReport(mark, now: QUICConnectionDriver.now())
+        }
     }
 }

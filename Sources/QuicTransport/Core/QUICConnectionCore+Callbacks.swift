@@ -16,10 +16,25 @@ extension QUICConnectionCore {
         QUICConnectionCore.withCore(ref!.pointee.user_data) { $0.conn }
     }
 
+    /// qlog's name for a key's encryption level.
+    static func keyLevelName(_ level: ngtcp2_crypto_level) -> String {
+        switch level {
+        case NGTCP2_CRYPTO_LEVEL_HANDSHAKE: return "handshake"
+        case NGTCP2_CRYPTO_LEVEL_EARLY: return "0rtt"
+        case NGTCP2_CRYPTO_LEVEL_INITIAL: return "initial"
+        default: return "1rtt"
+        }
+    }
+
     static let writeQLog: @convention(c) (UnsafeMutableRawPointer?, UInt32, UnsafeRawPointer?, Int) -> Void = {
         userData, flags, data, length in
         QUICConnectionCore.withCore(userData) { core in
-            core.qlog?.write(UnsafeRawBufferPointer(start: data, count: length), final: flags & UInt32(NGTCP2_QLOG_WRITE_FLAG_FIN) != 0)
+            let record = UnsafeRawBufferPointer(start: data, count: length)
+            if case .lost(let bytes) = core.lossLedger.observe(record) {
+                core.counters.lostPackets += 1
+                core.counters.lostBytes += UInt64(bytes)
+            }
+            core.qlog?.write(record, final: flags & UInt32(NGTCP2_QLOG_WRITE_FLAG_FIN) != 0)
         }
     }
 
@@ -54,7 +69,35 @@ extension QUICConnectionCore {
         callbacks.encrypt = ngtcp2_crypto_encrypt_cb
         callbacks.decrypt = ngtcp2_crypto_decrypt_cb
         callbacks.hp_mask = ngtcp2_crypto_hp_mask_cb
-        callbacks.update_key = ngtcp2_crypto_update_key_cb
+        // Key updates (RFC 9001 §6). ngtcp2 derives the next generation's keys ahead of time: once
+        // when the handshake is confirmed, then again each time a key update has completed. So
+        // derivation N (N >= 2) is where the library learns that generation N-1 is in use.
+        callbacks.update_key = { conn, rxSecret, txSecret, rxAEAD, rxIV, txAEAD, txIV, currentRx, currentTx, length, userData in
+            let rv = ngtcp2_crypto_update_key_cb(conn, rxSecret, txSecret, rxAEAD, rxIV, txAEAD, txIV, currentRx, currentTx, length, userData)
+            guard rv == 0 else { return rv }
+            QUICConnectionCore.withCore(userData) { core in
+                core.keyDerivations += 1
+                guard core.keyDerivations >= 2 else { return }
+                let trigger = core.localKeyUpdateRequested ? "local_update" : "remote_update"
+                core.localKeyUpdateRequested = false
+                core.logKeyUpdated(level: "1rtt", receiving: true, generation: core.keyDerivations - 1, trigger: trigger)
+                core.logKeyUpdated(level: "1rtt", receiving: false, generation: core.keyDerivations - 1, trigger: trigger)
+            }
+            return 0
+        }
+        // Handshake and 1-RTT keys as TLS hands them over (ngtcp2 0.12 writes no key events).
+        callbacks.recv_rx_key = { _, level, userData in
+            QUICConnectionCore.withCore(userData) { core in
+                core.logKeyUpdated(level: QUICConnectionCore.keyLevelName(level), receiving: true, trigger: "tls")
+                return 0
+            }
+        }
+        callbacks.recv_tx_key = { _, level, userData in
+            QUICConnectionCore.withCore(userData) { core in
+                core.logKeyUpdated(level: QUICConnectionCore.keyLevelName(level), receiving: false, trigger: "tls")
+                return 0
+            }
+        }
         callbacks.delete_crypto_aead_ctx = ngtcp2_crypto_delete_crypto_aead_ctx_cb
         callbacks.delete_crypto_cipher_ctx = ngtcp2_crypto_delete_crypto_cipher_ctx_cb
         callbacks.get_path_challenge_data = ngtcp2_crypto_get_path_challenge_data_cb

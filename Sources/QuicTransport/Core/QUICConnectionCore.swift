@@ -60,6 +60,15 @@ package final class QUICConnectionCore {
     private var closePacket: [UInt8] = []
     private var closePacketDue = false
     private var closePacketsSent = 0
+    /// Traffic and loss totals for data-transfer reports.
+    var counters = QUICTransferCounters()
+    var lossLedger = QUICLossLedger()
+    /// Reports started and not yet collected, and the largest congestion window so far.
+    var dataTransferMarks: [QUICDataTransferMark] = []
+    var peakCongestionWindow: UInt64 = 0
+    /// 1-RTT key derivations by ngtcp2 so far, and whether we asked for the next update (RFC 9001 §6).
+    var keyDerivations = 0
+    var localKeyUpdateRequested = false
 
     // MARK: Creation
 
@@ -200,6 +209,27 @@ package final class QUICConnectionCore {
         )
     }
 
+    /// `connectivity:path_updated` (qlog QUIC events §3.5): the peer's address changed (NAT
+    /// rebinding or migration, RFC 9000 §9) and ngtcp2 moved the connection to the new path.
+    func logPathUpdated(from previous: QUICPath) {
+        let (old, new) = (previous.remote, path.remote)
+        appendQLogEvent(
+            name: "connectivity:path_updated",
+            data: "{\"old\":{\"ip\":\"\(old.host)\",\"port\":\(old.port)},\"new\":{\"ip\":\"\(new.host)\",\"port\":\(new.port)}}"
+        )
+    }
+
+    /// `security:key_updated` (qlog QUIC events §5.2). `direction` is whose secret it is from our
+    /// side: receiving keys are the peer's, sending keys ours.
+    func logKeyUpdated(level: String, receiving: Bool, generation: Int? = nil, trigger: String) {
+        let owner = (role == .client) != receiving ? "client" : "server"
+        let generationField = generation.map { ",\"generation\":\($0)" } ?? ""
+        appendQLogEvent(
+            name: "security:key_updated",
+            data: "{\"key_type\":\"\(owner)_\(level)_secret\"\(generationField),\"trigger\":\"\(trigger)\"}"
+        )
+    }
+
     deinit {
         // ngtcp2 writes its last qlog record from inside ngtcp2_conn_del, so the writer must still exist.
         if let conn { ngtcp2_conn_del(conn) }
@@ -219,10 +249,10 @@ package final class QUICConnectionCore {
         settings.max_window = configuration.maxConnectionWindow
         settings.max_stream_window = configuration.maxStreamWindow
         settings.handshake_timeout = configuration.handshakeTimeoutMilliseconds * UInt64(NGTCP2_MILLISECONDS)
-        if qlog != nil {
-            settings.qlog.odcid = qlogID.ngtcp2
-            settings.qlog.write = Self.writeQLog
-        }
+        // Always on, file or not: ngtcp2 0.12 reports lost packets only as qlog events, and the
+        // data-transfer report counts them (`QUICLossLedger`).
+        settings.qlog.odcid = qlogID.ngtcp2
+        settings.qlog.write = Self.writeQLog
         if configuration.ngtcp2DebugLogging {
             cqs_ngtcp2_settings_set_log_printf(&settings)
         }
@@ -259,6 +289,8 @@ package final class QUICConnectionCore {
         case .handshaking, .established:
             break
         }
+        counters.receivedDatagrams += 1
+        counters.receivedBytes += UInt64(datagram.count)
         var info = ngtcp2_pkt_info()
         let rv = path.withNGTCP2Path { ngPath in
             cqs_ngtcp2_conn_read_pkt(
@@ -274,12 +306,15 @@ package final class QUICConnectionCore {
             handleReadError(rv, now: now)
             return
         }
+        notePeakCongestionWindow()
         if self.path.remote != path.remote, ngtcp2_conn_get_handshake_completed(conn) != 0 {
             let current = ngtcp2_conn_get_path(conn)!.pointee
+            let previous = self.path
             self.path = QUICPath(
                 local: QUICSocketAddress(current.local.addr, length: current.local.addrlen),
                 remote: QUICSocketAddress(current.remote.addr, length: current.remote.addrlen)
             )
+            if self.path != previous { logPathUpdated(from: previous) }
         }
     }
 
@@ -353,7 +388,7 @@ package final class QUICConnectionCore {
     /// The `initial_ts` ngtcp2's qlog times are relative to.
     private var qlogReferenceTime: UInt64 = 0
     /// The latest time the caller gave the core, for events written outside ngtcp2.
-    private(set) var latestTime: UInt64 = 0
+    var latestTime: UInt64 = 0
     /// When the connection was created and when its handshake completed, on the caller's clock.
     private(set) var startedAt: UInt64 = 0
     private(set) var handshakeCompletedAt: UInt64?
@@ -371,6 +406,8 @@ package final class QUICConnectionCore {
     }
 
     package var isQLogEnabled: Bool { qlog != nil }
+    /// Pushes buffered qlog records to the file, so the trace can be read while the connection lives.
+    package func flushQLog() { qlog?.flush() }
     package var isHandshakeCompleted: Bool { ngtcp2_conn_get_handshake_completed(conn) != 0 }
     package var negotiatedALPN: String? { tlsSession.negotiatedALPN }
     package var cipherName: String? { tlsSession.cipherName }
@@ -403,6 +440,8 @@ package final class QUICConnectionCore {
             closePacketDue = false
             closePacketsSent += 1
             closePacket.withUnsafeBytes { emit($0, $0.count, path.remote) }
+            counters.sentDatagrams += 1
+            counters.sentBytes += UInt64(closePacket.count)
             return false
         }
         guard state == .handshaking || state == .established else { return false }
@@ -462,6 +501,8 @@ package final class QUICConnectionCore {
                 if segmentSize == 0 { segmentSize = packetSize }
                 batchEnd += packetSize
                 written += 1
+                counters.sentDatagrams += 1
+                counters.sentBytes += UInt64(packetSize)
                 if packetSize < segmentSize { flushBatch() }
                 if written >= quantumPackets {
                     ngtcp2_conn_update_pkt_tx_time(conn, now)

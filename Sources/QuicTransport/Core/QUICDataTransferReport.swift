@@ -1,0 +1,87 @@
+import CQuicShims
+
+/// What a connection carried over an interval (Network.framework's data-transfer report, for
+/// QUIC): traffic, losses, RTT (RFC 9002 §5) and the congestion window (RFC 9002 §7).
+public struct QUICDataTransferReport: Sendable, Equatable {
+    public var duration: Duration
+    /// UDP payload bytes, and datagrams (IP packets) as Network.framework counts them.
+    public var sentBytes: UInt64
+    public var receivedBytes: UInt64
+    public var sentPackets: UInt64
+    public var receivedPackets: UInt64
+    /// Packets the loss detector declared lost (RFC 9002 §6.1).
+    public var lostPackets: UInt64
+    /// The bytes of those packets: what recovery had to send again.
+    public var retransmittedBytes: UInt64
+    public var smoothedRTT: Duration
+    public var minimumRTT: Duration
+    public var latestRTT: Duration
+    public var rttVariance: Duration
+    /// The congestion window at collection, and the largest it was during the interval.
+    public var congestionWindow: Int
+    public var peakCongestionWindow: Int
+}
+
+/// The start of a data-transfer report: counters at that moment, and the peak congestion window
+/// seen since. Lives in the core, which updates the peak as acknowledgements move the window.
+package final class QUICDataTransferMark {
+    let startedAt: UInt64
+    let counters: QUICTransferCounters
+    var peakCongestionWindow: UInt64
+
+    init(startedAt: UInt64, counters: QUICTransferCounters, congestionWindow: UInt64) {
+        self.startedAt = startedAt
+        self.counters = counters
+        self.peakCongestionWindow = congestionWindow
+    }
+}
+
+extension QUICConnectionCore {
+    /// Starts a report at `now` (`NWConnection.startDataTransferReport()`).
+    package func startDataTransferReport(now: UInt64) -> QUICDataTransferMark {
+        latestTime = max(latestTime, now)
+        let mark = QUICDataTransferMark(startedAt: latestTime, counters: counters, congestionWindow: statistics.cwnd)
+        dataTransferMarks.append(mark)
+        return mark
+    }
+
+    /// Ends the report begun at `mark` at `now` (`PendingDataTransferReport.collect`).
+    package func collectDataTransferReport(_ mark: QUICDataTransferMark, now: UInt64) -> QUICDataTransferReport {
+        latestTime = max(latestTime, now)
+        notePeakCongestionWindow()
+        dataTransferMarks.removeAll { $0 === mark }
+        return dataTransferReport(since: mark.counters, startedAt: mark.startedAt, peak: mark.peakCongestionWindow)
+    }
+
+    /// Everything since the connection began, for `--stats`.
+    package var lifetimeDataTransferReport: QUICDataTransferReport {
+        dataTransferReport(since: QUICTransferCounters(), startedAt: startedAt, peak: peakCongestionWindow)
+    }
+
+    private func dataTransferReport(since start: QUICTransferCounters, startedAt: UInt64, peak: UInt64) -> QUICDataTransferReport {
+        let stat = statistics
+        let interval = counters.since(start)
+        return QUICDataTransferReport(
+            duration: .nanoseconds(Int64(latestTime &- startedAt)),
+            sentBytes: interval.sentBytes,
+            receivedBytes: interval.receivedBytes,
+            sentPackets: interval.sentDatagrams,
+            receivedPackets: interval.receivedDatagrams,
+            lostPackets: interval.lostPackets,
+            retransmittedBytes: interval.lostBytes,
+            smoothedRTT: .nanoseconds(Int64(stat.smoothed_rtt)),
+            minimumRTT: .nanoseconds(Int64(stat.min_rtt == UInt64.max ? 0 : stat.min_rtt)),
+            latestRTT: .nanoseconds(Int64(stat.latest_rtt)),
+            rttVariance: .nanoseconds(Int64(stat.rttvar)),
+            congestionWindow: Int(stat.cwnd),
+            peakCongestionWindow: Int(max(peak, stat.cwnd))
+        )
+    }
+
+    /// Folds the current congestion window into the lifetime peak and every open report.
+    func notePeakCongestionWindow() {
+        let window = statistics.cwnd
+        if window > peakCongestionWindow { peakCongestionWindow = window }
+        for mark in dataTransferMarks where window > mark.peakCongestionWindow { mark.peakCongestionWindow = window }
+    }
+}

@@ -1,0 +1,59 @@
+/// The reports as the CLIs print them with `--stats` (one line each) and `--stats=json` (JSON
+/// members, times in milliseconds, sizes in bytes).
+extension QUICEstablishmentReport {
+    public var summary: String {
+        var parts = ["handshake \(Self.milliseconds(duration)) ms", "handshake RTT \(Self.milliseconds(handshakeRTT)) ms"]
+        parts.append("resumed \(resumed ? "yes" : "no")")
+        parts.append("0-RTT \(usedZeroRTT ? "yes" : "no")")
+        parts.append("ALPN \(alpn ?? "-")")
+        parts.append(cipherSuite ?? "cipher ?")
+        parts.append("QUIC version 0x\(String(quicVersion, radix: 16))")
+        return parts.joined(separator: ", ")
+    }
+
+    /// `"duration_ms":…,"handshake_rtt_ms":…,…` without the braces, so callers can add members.
+    public var jsonMembers: String {
+        [
+            "\"duration_ms\":\(Self.milliseconds(duration))",
+            "\"handshake_rtt_ms\":\(Self.milliseconds(handshakeRTT))",
+            "\"resumed\":\(resumed)",
+            "\"zero_rtt\":\(usedZeroRTT)",
+            "\"alpn\":\(alpn.map(QUICConnectionCore.json) ?? "null")",
+            "\"cipher\":\(cipherSuite.map(QUICConnectionCore.json) ?? "null")",
+            "\"quic_version\":\(quicVersion)",
+        ].joined(separator: ",")
+    }
+
+    static func milliseconds(_ duration: Duration) -> String {
+        let (seconds, attoseconds) = duration.components
+        let value = Double(seconds) * 1e3 + Double(attoseconds) / 1e15
+        return String(Double((value * 1000).rounded()) / 1000)
+    }
+}
+
+extension QUICDataTransferReport {
+    public var summary: String {
+        let ms = QUICEstablishmentReport.milliseconds
+        return [
+            "over \(ms(duration)) ms",
+            "sent \(sentBytes) B in \(sentPackets) packets",
+            "received \(receivedBytes) B in \(receivedPackets) packets",
+            "lost \(lostPackets) packets (\(retransmittedBytes) B retransmitted)",
+            "RTT smoothed \(ms(smoothedRTT)) ms, min \(ms(minimumRTT)) ms, latest \(ms(latestRTT)) ms, variance \(ms(rttVariance)) ms",
+            "cwnd \(congestionWindow) B (peak \(peakCongestionWindow) B)",
+        ].joined(separator: ", ")
+    }
+
+    public var jsonMembers: String {
+        let ms = QUICEstablishmentReport.milliseconds
+        return [
+            "\"duration_ms\":\(ms(duration))",
+            "\"sent_bytes\":\(sentBytes)", "\"sent_packets\":\(sentPackets)",
+            "\"received_bytes\":\(receivedBytes)", "\"received_packets\":\(receivedPackets)",
+            "\"lost_packets\":\(lostPackets)", "\"retransmitted_bytes\":\(retransmittedBytes)",
+            "\"smoothed_rtt_ms\":\(ms(smoothedRTT))", "\"min_rtt_ms\":\(ms(minimumRTT))",
+            "\"latest_rtt_ms\":\(ms(latestRTT))", "\"rtt_variance_ms\":\(ms(rttVariance))",
+            "\"congestion_window\":\(congestionWindow)", "\"peak_congestion_window\":\(peakCongestionWindow)",
+        ].joined(separator: ",")
+    }
+}
