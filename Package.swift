@@ -80,10 +80,16 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // What the command-line tools share: the --stats option.
+        .target(
+            name: "CommandLineSupport",
+            dependencies: [.product(name: "ArgumentParser", package: "swift-argument-parser")],
+            swiftSettings: swiftSettings
+        ),
         .executableTarget(
             name: "quic-echo",
             dependencies: [
-                "QuicTransport",
+                "QuicTransport", "CommandLineSupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -92,7 +98,7 @@ let package = Package(
         .executableTarget(
             name: "h3get",
             dependencies: [
-                "H3",
+                "H3", "CommandLineSupport",
                 "QuicTransport",
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Logging", package: "swift-log"),

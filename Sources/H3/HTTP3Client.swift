@@ -116,7 +116,8 @@ public final class HTTP3Client: Sendable {
                 connection: connection.info,
                 reprioritize: { priority in
                     try await self.eventLoop.submit { try connection.updatePriority(exchange, to: priority) }.get()
-                }
+                },
+                collectStatistics: { (try? await self.eventLoop.submit { connection.statistics }.get()) ?? nil }
             )
         } onCancel: {
             self.eventLoop.execute { connection.cancel(exchange) }
@@ -205,11 +206,23 @@ public struct HTTP3Response: Sendable {
     public let body: HTTP3ResponseBody
     public let connection: HTTP3ConnectionInfo
     let reprioritize: @Sendable (HTTPPriority) async throws -> Void
+    let collectStatistics: @Sendable () async -> HTTP3ConnectionStatistics?
 
     /// Changes the priority of the rest of this response (RFC 9218 §7: PRIORITY_UPDATE).
     public func updatePriority(_ priority: HTTPPriority) async throws {
         try await reprioritize(priority)
     }
+
+    /// The connection's establishment report and its data-transfer report since it began.
+    public func statistics() async -> HTTP3ConnectionStatistics? {
+        await collectStatistics()
+    }
+}
+
+/// A QUIC connection's reports, as Network.framework gives them (see `NWConnectionGroup`).
+public struct HTTP3ConnectionStatistics: Sendable {
+    public let establishment: QUICEstablishmentReport?
+    public let transfer: QUICDataTransferReport
 }
 
 extension HTTPField.Name {

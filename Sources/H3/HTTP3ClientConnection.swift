@@ -119,6 +119,12 @@ final class HTTP3ClientConnection: @unchecked Sendable {
         }
     }
 
+    /// The transport's reports for the whole connection so far; nil once it is gone.
+    var statistics: HTTP3ConnectionStatistics? {
+        guard let core = driver?.core else { return nil }
+        return HTTP3ConnectionStatistics(establishment: core.establishmentReport, transfer: core.lifetimeDataTransferReport)
+    }
+
     /// Cancels one request with H3_REQUEST_CANCELLED (RFC 9114 §4.1.1).
     func cancel(_ exchange: HTTP3Exchange) {
         eventLoop.assertInEventLoop()

@@ -34,7 +34,7 @@ public enum HTTP3Discovery: String, Sendable {
     /// The policy assumed it (`assumesHTTP3Capable`).
     case assumed
     /// The policy demands it (`http3Only`).
-    case required = "HTTP/3 only"
+    case required = "--http3-only"
 }
 
 /// Failures that are the session's own, as opposed to HTTP/3's (`HTTP3ClientError`).
@@ -69,6 +69,12 @@ public struct HTTPSessionResponse: Sendable {
     /// The HTTP/3 connection, when the response came over one.
     public let http3: HTTP3ConnectionInfo?
     let reprioritize: (@Sendable (HTTPPriority) async throws -> Void)?
+    let collectStatistics: (@Sendable () async -> HTTP3ConnectionStatistics?)?
+
+    /// The QUIC connection's reports when HTTP/3 carried the response; nil over TCP.
+    public func statistics() async -> HTTP3ConnectionStatistics? {
+        await collectStatistics?()
+    }
 
     /// Sends PRIORITY_UPDATE over HTTP/3 (RFC 9218 §7); over TCP the priority set with the
     /// request stays, since async-http-client has no reprioritisation.
@@ -287,7 +293,8 @@ public final class HTTPSession: Sendable {
         }
         return HTTPSessionResponse(
             head: response.head, body: response.body, version: response.version, discovery: response.discovery,
-            fallbackReason: response.fallbackReason, notes: notes, http3: response.http3, reprioritize: response.reprioritize
+            fallbackReason: response.fallbackReason, notes: notes, http3: response.http3, reprioritize: response.reprioritize,
+            collectStatistics: response.collectStatistics
         )
     }
 
@@ -313,7 +320,8 @@ public final class HTTPSession: Sendable {
         let response = try await http3Client(for: target).execute(request, body: body)
         return HTTPSessionResponse(
             head: response.head, body: .init(source: .http3(response.body)), version: .http3, discovery: target.discovery,
-            fallbackReason: fallbackReason, notes: notes, http3: response.connection, reprioritize: response.updatePriority
+            fallbackReason: fallbackReason, notes: notes, http3: response.connection, reprioritize: response.updatePriority,
+            collectStatistics: response.statistics
         )
     }
 
@@ -332,7 +340,7 @@ public final class HTTPSession: Sendable {
         let response = try await transport.execute(request, body: body, host: host, port: port)
         return HTTPSessionResponse(
             head: response.head, body: .init(source: .tcp(response.body)), version: response.version, discovery: discovery,
-            fallbackReason: reason, notes: notes, http3: nil, reprioritize: nil
+            fallbackReason: reason, notes: notes, http3: nil, reprioritize: nil, collectStatistics: nil
         )
     }
 

@@ -1,4 +1,5 @@
 import ArgumentParser
+import CommandLineSupport
 import Foundation
 import H3
 import HTTPTypes
@@ -93,6 +94,12 @@ struct H3Get: AsyncParsableCommand {
 
     @Option(name: [.customShort("w"), .customLong("write-out")], help: "Print this after each transfer: %{http_version} %{response_code} %{size_download} %{time_connect} %{time_total} %{url} %{content_type}.")
     var writeOut: String?
+
+    @Option(name: .customLong("stats"), help: "After each HTTP/3 transfer, print the connection's establishment and data-transfer reports on stderr: --stats (text) or --stats=json (one JSON object).")
+    var stats: ReportStyle?
+
+    /// `--stats` alone means `--stats=text`.
+    static func main() async { await mainAcceptingBareStats() }
 
     /// curl's exit codes, so scripts written for curl keep working.
     enum Exit: Int32 {
@@ -268,6 +275,7 @@ struct H3Get: AsyncParsableCommand {
         }
         progress?.finish(size)
         if let output, output !== FileHandle.standardOutput { try output.close() }
+        if let stats { await printStatistics(of: response, url: url, style: stats) }
         return finish(output == nil ? buffered : nil, size, nil)
     }
 
@@ -292,6 +300,29 @@ struct H3Get: AsyncParsableCommand {
         }
         printWriteOut(transfer)
         return nil
+    }
+
+    /// The reports of the connection `response` came on, on stderr (`--stats`).
+    private func printStatistics(of response: HTTPSessionResponse, url: String, style: ReportStyle) async {
+        let statistics = await response.statistics()
+        let discovery = response.discovery?.rawValue
+        switch style {
+        case .text:
+            var lines = ["* stats for \(url) (HTTP/\(response.version.rawValue)\(discovery.map { ", HTTP/3 chosen by: \($0)" } ?? ""))"]
+            if let statistics {
+                lines.append("* establishment: " + (statistics.establishment?.summary ?? "handshake not complete"))
+                lines.append("* transfer: " + statistics.transfer.summary)
+            } else {
+                lines.append("* no QUIC reports: the response came over TCP")
+            }
+            log(lines.joined(separator: "\n"))
+        case .json:
+            var members = ["\"url\":\(QUICConnectionCore.json(url))", "\"http_version\":\"\(response.version.rawValue)\""]
+            members.append("\"discovery\":" + (discovery.map(QUICConnectionCore.json) ?? "null"))
+            if let establishment = statistics?.establishment { members.append("\"establishment\":{\(establishment.jsonMembers)}") }
+            if let transfer = statistics?.transfer { members.append("\"transfer\":{\(transfer.jsonMembers)}") }
+            log("{" + members.joined(separator: ",") + "}")
+        }
     }
 
     private func showsProgress(writingToStdout: Bool) -> Bool {

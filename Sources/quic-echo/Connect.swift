@@ -1,4 +1,5 @@
 import ArgumentParser
+import CommandLineSupport
 import Foundation
 import Logging
 import QuicTransport
@@ -49,6 +50,9 @@ struct Connect: AsyncParsableCommand {
     @Option(help: "Give up after this many seconds.")
     var timeout: Double = 10
 
+    @Option(name: .customLong("stats"), help: "Print the establishment and data-transfer reports on stderr: --stats (text) or --stats=json (one JSON object).")
+    var stats: ReportStyle?
+
     @OptionGroup var common: CommonOptions
 
     func validate() throws {
@@ -94,6 +98,7 @@ struct Connect: AsyncParsableCommand {
 
         var errors: [String] = []
         var bytes = 0
+        let transferReport = group.startDataTransferReport()
         let transferStart = ContinuousClock.now
         do {
             bytes = try await withDeadline(seconds: timeout) {
@@ -122,6 +127,9 @@ struct Connect: AsyncParsableCommand {
         let transfer = ContinuousClock.now - transferStart
         let statistics = await group.pathStatistics()
         let qlog = await group.qlogFilePath
+        if let stats {
+            printStatistics(establishment: await group.establishmentReport(), transfer: await transferReport.collect(), style: stats)
+        }
         group.cancel()
         let rtt = statistics.map { String(format: "%.2f ms", Double($0.smoothedRTT.components.attoseconds) / 1e15 + Double($0.smoothedRTT.components.seconds) * 1e3) } ?? "?"
         print("""
@@ -135,6 +143,22 @@ struct Connect: AsyncParsableCommand {
             throw ExitCode(1)
         }
         print("ok")
+    }
+
+    /// The reports on stderr (`--stats`); the transfer report covers the echo, after the handshake.
+    private func printStatistics(establishment: QUICEstablishmentReport?, transfer: QUICDataTransferReport?, style: ReportStyle) {
+        let text: String
+        switch style {
+        case .text:
+            text = "establishment: \(establishment?.summary ?? "-")\ntransfer: \(transfer?.summary ?? "-")"
+        case .json:
+            let members = [
+                establishment.map { "\"establishment\":{\($0.jsonMembers)}" },
+                transfer.map { "\"transfer\":{\($0.jsonMembers)}" },
+            ].compactMap { $0 }
+            text = "{" + members.joined(separator: ",") + "}"
+        }
+        FileHandle.standardError.write(Data((text + "\n").utf8))
     }
 
     private func loadPayload() throws -> Data {

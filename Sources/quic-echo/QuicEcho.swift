@@ -1,4 +1,5 @@
 import ArgumentParser
+import CommandLineSupport
 import Foundation
 import Logging
 import QuicTransport
@@ -11,7 +12,11 @@ struct QuicEcho: AsyncParsableCommand {
         abstract: "A QUIC echo server and client on ngtcp2, with the Network.framework-style QuicTransport API.",
         subcommands: [Serve.self, Connect.self]
     )
+
+    /// `--stats` alone means `--stats=text`.
+    static func main() async { await mainAcceptingBareStats() }
 }
+
 
 /// Options both subcommands share.
 struct CommonOptions: ParsableArguments {

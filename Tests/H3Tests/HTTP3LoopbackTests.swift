@@ -132,6 +132,14 @@ struct HTTP3LoopbackTests {
         #expect(try await moved.waitForExit() == 0, "\(moved.standardError)")
         #expect(moved.standardOutput == "0123456789")
 
+        // --stats=json: the HTTP/3 connection's reports as one JSON object on stderr.
+        let stats = try ChildProcess(h3get, ["-k", "--http3-only", "--stats=json", "-o", "/dev/null", "\(base)/ten.txt"])
+        #expect(try await stats.waitForExit() == 0, "\(stats.standardError)")
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(stats.standardError.utf8)) as? [String: Any])
+        #expect(object["http_version"] as? String == "3")
+        #expect((object["establishment"] as? [String: Any])?["alpn"] as? String == "h3")
+        #expect(((object["transfer"] as? [String: Any])?["received_bytes"] as? Int ?? 0) > 10)
+
         // No terminal, no progress bar: stderr stays empty on success.
         let quiet = try ChildProcess(h3get, ["-k", "-o", root.appendingPathComponent("copy.txt").path, "\(base)/ten.txt"])
         #expect(try await quiet.waitForExit() == 0)

@@ -74,11 +74,26 @@ struct QuicEchoInteropTests {
         let client = try ChildProcess(try TestEnvironment.executable("quic-echo"), [
             "connect", "127.0.0.1", "\(server.port)", "--pin-sha256", server.fingerprint,
             "--streams", "8", "--uni", "4", "--reset-code", "7", "--datagrams", "4", "--qlog-dir", directory,
+            "--stats=json",
         ])
         #expect(try await client.waitForExit() == 0, "\(client.standardOutput) \(client.standardError)")
         let qlogLine = try #require(client.standardOutput.split(separator: "\n").first { $0.hasPrefix("qlog: ") })
         #expect(qlogLine.hasSuffix("_client.sqlog"))
         #expect(FileManager.default.fileExists(atPath: String(qlogLine.dropFirst("qlog: ".count))))
+        // --stats=json: one JSON object on stderr with both reports.
+        let statsLine = try #require(client.standardError.split(separator: "\n").last { $0.hasPrefix("{") })
+        let stats = try #require(try JSONSerialization.jsonObject(with: Data(statsLine.utf8)) as? [String: [String: Any]])
+        #expect(stats["establishment"]?["alpn"] as? String == "quic-echo")
+        #expect((stats["transfer"]?["sent_packets"] as? Int ?? 0) > 0)
+        #expect((stats["transfer"]?["received_bytes"] as? Int ?? 0) > 0)
+        #expect(stats["transfer"]?["lost_packets"] as? Int == 0)
+
+        let text = try ChildProcess(try TestEnvironment.executable("quic-echo"), [
+            "connect", "127.0.0.1", "\(server.port)", "--pin-sha256", server.fingerprint, "--stats",
+        ])
+        #expect(try await text.waitForExit() == 0, "\(text.standardError)")
+        #expect(text.standardError.contains("establishment: handshake "), "\(text.standardError)")
+        #expect(text.standardError.contains("transfer: over "), "\(text.standardError)")
         server.process.stop()
     }
 
