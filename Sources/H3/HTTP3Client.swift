@@ -153,6 +153,16 @@ public final class HTTP3Client: Sendable {
         }
     }
 
+    /// Closes every connection with H3_NO_ERROR and returns once each has queued its
+    /// CONNECTION_CLOSE and written its qlog record: call it before a process exits.
+    public func close() async {
+        let all = connections.withLockedValue { pool in
+            defer { pool.removeAll() }
+            return Array(pool.values)
+        }
+        try? await eventLoop.submit { for connection in all { connection.close() } }.get()
+    }
+
     /// Closes every connection with H3_NO_ERROR.
     public func shutdown() {
         let all = connections.withLockedValue { pool in

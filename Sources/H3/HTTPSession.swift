@@ -204,7 +204,7 @@ public final class HTTPSession: Sendable {
     /// Closes every connection.
     public func shutdown() async {
         let clients = http3Clients.withLockedValue { clients in defer { clients.removeAll() }; return Array(clients.values) }
-        for client in clients { client.shutdown() }
+        for client in clients { await client.close() }
         let transports = tcpTransports.withLockedValue { all in defer { all.removeAll() }; return Array(all.values) }
         for transport in transports { await transport.shutdown() }
     }

@@ -66,6 +66,7 @@ struct QLogCheckTests {
         ("time going backwards", "is earlier than the previous"),
         ("unknown event prefix", "has no known category prefix"),
         ("no title", "header has no title"),
+        ("truncated record inside", "record 3 is not JSON"),
     ])
     func brokenTracesAreRejected(breakage: String, message: String) async throws {
         let (directory, _) = try await Self.makeTraces()
@@ -77,13 +78,27 @@ struct QLogCheckTests {
         case "time going backwards": records[records.count - 1] = records[records.count - 1].replacingOccurrences(of: #"{"time":"#, with: #"{"time":-1,"was":"#)
         case "unknown event prefix": records[2] = records[2].replacingOccurrences(of: #""name":""#, with: #""name":"bogus_"#)
         case "no title": records[0] = records[0].replacingOccurrences(of: #""title":"#, with: #""untitled":"#)
+        case "truncated record inside": records[2] = String(records[2].prefix(20))
         default: break
         }
         let separator = breakage == "wrong separator" ? "\n" : "\u{1E}"
-        let broken = directory + "/broken.sqlog"
+        // ".broken.sqlog": scripts/test checks every other trace the suite leaves behind.
+        let broken = directory + "/deliberately.broken.sqlog"
         try (separator + records.joined(separator: separator)).write(toFile: broken, atomically: true, encoding: .utf8)
         let (status, output) = try await Self.runChecker([broken])
         #expect(status == 1)
         #expect(output.contains(message), "\(breakage): \(output)")
+    }
+
+    /// A writer killed mid-record leaves a last record without its LF; RFC 7464 §2.3 lets
+    /// parsers drop it, so the rest of the trace still loads.
+    @Test func aTruncatedLastRecordIsDroppedNotFatal() async throws {
+        let (directory, _) = try await Self.makeTraces()
+        let file = try #require(try FileManager.default.contentsOfDirectory(atPath: directory).first { $0.hasSuffix("_client.sqlog") })
+        let text = try String(contentsOfFile: directory + "/" + file, encoding: .utf8)
+        let cut = directory + "/killed-writer.sqlog"
+        try (text + "\u{1E}{\"time\":99,\"name\":\"transport:pac").write(toFile: cut, atomically: true, encoding: .utf8)
+        let (status, output) = try await Self.runChecker([cut])
+        #expect(status == 0, "\(output)")
     }
 }
