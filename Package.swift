@@ -15,6 +15,7 @@ let package = Package(
         .executable(name: "quic-echo", targets: ["quic-echo"]),
         .executable(name: "h3get", targets: ["h3get"]),
         .executable(name: "h3serve", targets: ["h3serve"]),
+        .executable(name: "quic-netem", targets: ["quic-netem"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
@@ -104,6 +105,12 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
+            swiftSettings: swiftSettings
+        ),
+        // A user-space impairment relay (this kernel has no netem); no dependency on the stack.
+        .executableTarget(
+            name: "quic-netem",
+            dependencies: [.product(name: "ArgumentParser", package: "swift-argument-parser")],
             swiftSettings: swiftSettings
         ),
         // Shared by both test targets: the in-memory client/server pair on a virtual clock.

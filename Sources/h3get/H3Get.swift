@@ -62,8 +62,8 @@ struct H3Get: AsyncParsableCommand {
     @Option(name: .customLong("connect-to"), help: "HOST1:PORT1:HOST2:PORT2 — connect to HOST2:PORT2 for requests to HOST1:PORT1, keeping HOST1 for TLS (curl's --connect-to).")
     var connectTo: String?
 
-    @Option(help: "RFC 9218 priority for every URL, \"u=N[, i]\" (urgency 0-7, default 3; i = incremental).")
-    var priority: String?
+    @Option(help: "RFC 9218 priority, \"u=N[, i]\" (urgency 0-7, default 3; i = incremental): once for every URL, or once per URL in order.")
+    var priority: [String] = []
 
     @Flag(name: .customLong("http3"), help: "Use HTTP/3 where discovered (Alt-Svc cache, HTTPS record), else TCP (the default).")
     var http3Discovery = false
@@ -138,8 +138,11 @@ struct H3Get: AsyncParsableCommand {
         if let dnsServer, Self.hostPort(dnsServer) == nil {
             throw ValidationError("--dns-server takes HOST:PORT, e.g. 127.0.0.1:53 or [::1]:53")
         }
-        if let priority, HTTPPriority(fieldValue: priority) == .default, !["u=3", "u=3, i=?0", ""].contains(priority) {
+        for priority in self.priority where HTTPPriority(fieldValue: priority) == .default && !["u=3", "u=3, i=?0", ""].contains(priority) {
             throw ValidationError("--priority '\(priority)' is not an RFC 9218 priority like \"u=2\" or \"u=5, i\"")
+        }
+        if self.priority.count > 1 && self.priority.count != urls.count {
+            throw ValidationError("give one --priority for all URLs or one per URL (\(urls.count) URLs, \(self.priority.count) --priority)")
         }
     }
 
@@ -225,10 +228,10 @@ struct H3Get: AsyncParsableCommand {
         if verbose {
             var lines = ["> \(request.method) \(path)", "> :authority: \(authority)"]
             lines += request.headerFields.map { "> \($0.name): \($0.value)" }
-            if let priority { lines.append("> priority: \(HTTPPriority(fieldValue: priority).fieldValue)") }
+            if let priority = priority(for: index) { lines.append("> priority: \(priority.fieldValue)") }
             log(lines.joined(separator: "\n"))
         }
-        let response = try await client.execute(request, body: body, priority: priority.map(HTTPPriority.init(fieldValue:)))
+        let response = try await client.execute(request, body: body, priority: priority(for: index))
         let connected = ContinuousClock.now - started
         if verbose {
             var lines = response.notes.map { "* \($0)" }
@@ -323,6 +326,12 @@ struct H3Get: AsyncParsableCommand {
             if let transfer = statistics?.transfer { members.append("\"transfer\":{\(transfer.jsonMembers)}") }
             log("{" + members.joined(separator: ",") + "}")
         }
+    }
+
+    /// The `--priority` for the URL at `index`: the only one given, or its own.
+    private func priority(for index: Int) -> HTTPPriority? {
+        guard !priority.isEmpty else { return nil }
+        return HTTPPriority(fieldValue: priority.count == 1 ? priority[0] : priority[index])
     }
 
     private func showsProgress(writingToStdout: Bool) -> Bool {

@@ -1,3 +1,4 @@
+import Foundation
 import Glibc
 import Logging
 
@@ -77,7 +78,7 @@ final class QLogWriter {
 
     private func open() {
         let directory = String(path[..<path.lastIndex(of: "/")!])
-        mkdir(directory, 0o755)
+        try? FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         descriptor = Glibc.open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
         if descriptor < 0 {
             finished = true
