@@ -22,6 +22,8 @@ public final class HTTP3Client: Sendable {
         /// Where to write qlog traces; defaults to `$QLOGDIR`.
         public var qlogDirectory: String? = ProcessInfo.processInfo.environment["QLOGDIR"]
         public var idleTimeoutMilliseconds = 30_000
+        /// Count losses for `HTTP3Response.statistics()` (see `NWProtocolQUIC.Options.tracksLosses`).
+        public var tracksLosses = false
 
         public init() {}
     }

@@ -52,6 +52,7 @@ final class HTTP3ClientConnection: @unchecked Sendable {
         var quic = QUICConfiguration()
         quic.alpn = [HTTP3.alpn]
         quic.qlogDirectory = configuration.qlogDirectory
+        quic.tracksLosses = configuration.tracksLosses
         quic.idleTimeoutMilliseconds = UInt64(configuration.idleTimeoutMilliseconds)
         let connector = QUICClientConnector(
             host: configuration.connectTo?.host ?? host,

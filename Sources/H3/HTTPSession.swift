@@ -148,6 +148,8 @@ public final class HTTPSession: Sendable {
         /// How long the HTTP/3 handshake runs alone before TCP joins the race.
         public var happyEyeballsDelay: Duration = .milliseconds(300)
         public var brokenAlternativeDuration: Duration = .seconds(300)
+        /// Count losses for `HTTPSessionResponse.statistics()` (see `NWProtocolQUIC.Options.tracksLosses`).
+        public var tracksLosses = false
 
         public init() {}
     }
@@ -307,6 +309,7 @@ public final class HTTPSession: Sendable {
             configuration.certificateVerification = self.configuration.certificateVerification
             configuration.connectTo = (target.connectHost, target.connectPort)
             configuration.qlogDirectory = self.configuration.qlogDirectory
+            configuration.tracksLosses = self.configuration.tracksLosses
             let client = HTTP3Client(configuration: configuration)
             clients[target.key] = client
             return client

@@ -154,6 +154,7 @@ struct H3Get: AsyncParsableCommand {
         }
         var configuration = HTTPSession.Configuration()
         configuration.policy = http3Only ? .http3Only : assumeHTTP3 ? .assumesHTTP3Capable : .discovery
+        configuration.tracksLosses = stats != nil
         configuration.altServiceCache = AltServiceCache(path: altSvcFile.flatMap { $0.isEmpty ? nil : $0 })
         if let dnsServer, let server = Self.hostPort(dnsServer) {
             configuration.httpsRecordResolver = HTTPSRecordResolver(server: server)

@@ -72,6 +72,7 @@ struct Connect: AsyncParsableCommand {
         let payload = try loadPayload()
         let options = try common.makeOptions()
         options.isDatagram = datagrams > 0
+        options.tracksLosses = stats != nil
         options.tls.serverName = sni
         if let cacert {
             guard FileManager.default.isReadableFile(atPath: cacert) else { throw failure("cannot read CA file \(cacert)") }

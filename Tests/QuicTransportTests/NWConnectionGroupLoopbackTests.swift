@@ -379,7 +379,7 @@ struct NWConnectionGroupLoopbackTests {
     @Test func dataTransferReportCoversItsIntervalOnly() async throws {
         let server = try await LoopbackServer()
         server.echo()
-        let group = server.makeClient()
+        let group = server.makeClient { $0.tracksLosses = true; $0.qlogDirectory = nil }
         try await startAndWaitUntilReady(group)
         let idle = group.startDataTransferReport()
         let idleReport = try #require(await idle.collect())
@@ -398,6 +398,16 @@ struct NWConnectionGroupLoopbackTests {
         #expect(report.peakCongestionWindow >= report.congestionWindow && report.congestionWindow > 0)
         #expect(report.duration > .zero && report.duration < .seconds(10))
         group.cancel()
+
+        // Without loss tracking (and without qlog) the loss figures are absent, not zero.
+        let untracked = server.makeClient { $0.qlogDirectory = nil }
+        try await startAndWaitUntilReady(untracked)
+        let pending = untracked.startDataTransferReport()
+        #expect(try await roundTrip(Data("x".utf8), on: untracked) == Data("x".utf8))
+        let plain = try #require(await pending.collect())
+        #expect(plain.lostPackets == nil && plain.retransmittedBytes == nil)
+        #expect(plain.sentPackets > 0)
+        untracked.cancel()
     }
 
     @Test func singleStreamConnectionOpensItsOwnTunnel() async throws {

@@ -41,6 +41,10 @@ package struct QUICConfiguration: Sendable {
     package var cipherSuites: [QUICCipherSuite] = QUICCipherSuite.allCases
     /// Directory for `<odcid>_<role>.sqlog` traces; nil writes none.
     package var qlogDirectory: String?
+    /// Count lost packets and their bytes for data-transfer reports. ngtcp2 0.12 reports losses
+    /// only as qlog events, and formatting those for every packet costs about a third of peak
+    /// throughput, so this is off unless asked for; a qlog directory turns it on anyway.
+    package var tracksLosses = false
     /// Mirror ngtcp2's debug log into the logger at trace level.
     package var ngtcp2DebugLogging = false
 

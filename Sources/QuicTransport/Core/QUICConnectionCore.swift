@@ -249,10 +249,12 @@ package final class QUICConnectionCore {
         settings.max_window = configuration.maxConnectionWindow
         settings.max_stream_window = configuration.maxStreamWindow
         settings.handshake_timeout = configuration.handshakeTimeoutMilliseconds * UInt64(NGTCP2_MILLISECONDS)
-        // Always on, file or not: ngtcp2 0.12 reports lost packets only as qlog events, and the
-        // data-transfer report counts them (`QUICLossLedger`).
-        settings.qlog.odcid = qlogID.ngtcp2
-        settings.qlog.write = Self.writeQLog
+        // ngtcp2 0.12 reports lost packets only as qlog events, so the data-transfer report's
+        // loss figures (`QUICLossLedger`) need the records even when no file is written.
+        if tracksLosses {
+            settings.qlog.odcid = qlogID.ngtcp2
+            settings.qlog.write = Self.writeQLog
+        }
         if configuration.ngtcp2DebugLogging {
             cqs_ngtcp2_settings_set_log_printf(&settings)
         }
@@ -406,6 +408,8 @@ package final class QUICConnectionCore {
     }
 
     package var isQLogEnabled: Bool { qlog != nil }
+    /// Whether ngtcp2's recovery events reach the loss ledger (`QUICConfiguration.tracksLosses`).
+    var tracksLosses: Bool { qlog != nil || configuration.tracksLosses }
     /// Pushes buffered qlog records to the file, so the trace can be read while the connection lives.
     package func flushQLog() { qlog?.flush() }
     package var isHandshakeCompleted: Bool { ngtcp2_conn_get_handshake_completed(conn) != 0 }

@@ -9,10 +9,10 @@ public struct QUICDataTransferReport: Sendable, Equatable {
     public var receivedBytes: UInt64
     public var sentPackets: UInt64
     public var receivedPackets: UInt64
-    /// Packets the loss detector declared lost (RFC 9002 §6.1).
-    public var lostPackets: UInt64
-    /// The bytes of those packets: what recovery had to send again.
-    public var retransmittedBytes: UInt64
+    /// Packets the loss detector declared lost (RFC 9002 §6.1), and their bytes: what recovery
+    /// had to send again. Nil unless the connection tracks losses (`tracksLosses` or qlog).
+    public var lostPackets: UInt64?
+    public var retransmittedBytes: UInt64?
     public var smoothedRTT: Duration
     public var minimumRTT: Duration
     public var latestRTT: Duration
@@ -67,8 +67,8 @@ extension QUICConnectionCore {
             receivedBytes: interval.receivedBytes,
             sentPackets: interval.sentDatagrams,
             receivedPackets: interval.receivedDatagrams,
-            lostPackets: interval.lostPackets,
-            retransmittedBytes: interval.lostBytes,
+            lostPackets: tracksLosses ? interval.lostPackets : nil,
+            retransmittedBytes: tracksLosses ? interval.lostBytes : nil,
             smoothedRTT: .nanoseconds(Int64(stat.smoothed_rtt)),
             minimumRTT: .nanoseconds(Int64(stat.min_rtt == UInt64.max ? 0 : stat.min_rtt)),
             latestRTT: .nanoseconds(Int64(stat.latest_rtt)),

@@ -38,7 +38,7 @@ extension QUICDataTransferReport {
             "over \(ms(duration)) ms",
             "sent \(sentBytes) B in \(sentPackets) packets",
             "received \(receivedBytes) B in \(receivedPackets) packets",
-            "lost \(lostPackets) packets (\(retransmittedBytes) B retransmitted)",
+            lostPackets.map { "lost \($0) packets (\(retransmittedBytes ?? 0) B retransmitted)" } ?? "losses not tracked",
             "RTT smoothed \(ms(smoothedRTT)) ms, min \(ms(minimumRTT)) ms, latest \(ms(latestRTT)) ms, variance \(ms(rttVariance)) ms",
             "cwnd \(congestionWindow) B (peak \(peakCongestionWindow) B)",
         ].joined(separator: ", ")
@@ -50,7 +50,8 @@ extension QUICDataTransferReport {
             "\"duration_ms\":\(ms(duration))",
             "\"sent_bytes\":\(sentBytes)", "\"sent_packets\":\(sentPackets)",
             "\"received_bytes\":\(receivedBytes)", "\"received_packets\":\(receivedPackets)",
-            "\"lost_packets\":\(lostPackets)", "\"retransmitted_bytes\":\(retransmittedBytes)",
+            "\"lost_packets\":\(lostPackets.map(String.init) ?? "null")",
+            "\"retransmitted_bytes\":\(retransmittedBytes.map(String.init) ?? "null")",
             "\"smoothed_rtt_ms\":\(ms(smoothedRTT))", "\"min_rtt_ms\":\(ms(minimumRTT))",
             "\"latest_rtt_ms\":\(ms(latestRTT))", "\"rtt_variance_ms\":\(ms(rttVariance))",
             "\"congestion_window\":\(congestionWindow)", "\"peak_congestion_window\":\(peakCongestionWindow)",
