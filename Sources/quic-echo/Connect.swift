@@ -50,6 +50,9 @@ struct Connect: AsyncParsableCommand {
     @Option(help: "Give up after this many seconds.")
     var timeout: Double = 10
 
+    @Flag(name: .customLong("key-update"), help: "Update the 1-RTT keys (RFC 9001 §6) once the handshake is confirmed, before echoing.")
+    var keyUpdate = false
+
     @Option(name: .customLong("stats"), help: "Print the establishment and data-transfer reports on stderr: --stats (text) or --stats=json (one JSON object).")
     var stats: ReportStyle?
 
@@ -96,6 +99,14 @@ struct Connect: AsyncParsableCommand {
         }
         let handshake = ContinuousClock.now - started
         let alpn = await group.negotiatedALPN ?? "?"
+
+        if keyUpdate {
+            do {
+                try await updateKeys(group)
+            } catch {
+                throw failure("key update failed: \(error)")
+            }
+        }
 
         var errors: [String] = []
         var bytes = 0
@@ -160,6 +171,22 @@ struct Connect: AsyncParsableCommand {
             text = "{" + members.joined(separator: ",") + "}"
         }
         FileHandle.standardError.write(Data((text + "\n").utf8))
+    }
+
+    /// Initiates a key update as soon as ngtcp2 allows it: after the handshake is confirmed
+    /// (HANDSHAKE_DONE, RFC 9001 §4.1.2), which can trail `.ready` by a round trip.
+    private func updateKeys(_ group: NWConnectionGroup) async throws {
+        let deadline = ContinuousClock.now + .seconds(max(1, timeout))
+        while true {
+            do {
+                try await group.initiateKeyUpdate()
+                print("key update initiated")
+                return
+            } catch let error as QUICKeyUpdateError {
+                guard ContinuousClock.now < deadline else { throw error }
+                try await Task.sleep(for: .milliseconds(10))
+            }
+        }
     }
 
     private func loadPayload() throws -> Data {

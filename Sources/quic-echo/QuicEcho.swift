@@ -26,8 +26,11 @@ struct CommonOptions: ParsableArguments {
     @Option(name: .customLong("qlog-dir"), help: "Write one qlog trace per connection here (default: $QLOGDIR).")
     var qlogDirectory: String?
 
-    @Option(help: "Cipher suites to offer: aes128gcm, aes256gcm, chacha20 (comma-separated).")
+    @Option(name: [.customLong("cipher"), .customLong("ciphers")], help: "Cipher suites to offer: aes128gcm, aes256gcm, chacha20 (comma-separated).")
     var ciphers: String?
+
+    @Option(help: "Congestion control: cubic (default), reno, bbr or bbr2.")
+    var cc: QUICCongestionControl = .cubic
 
     @Flag(name: .shortAndLong, help: "Verbose logging (-vv for ngtcp2's own log).")
     var verbose: Int
@@ -44,6 +47,7 @@ struct CommonOptions: ParsableArguments {
     func makeOptions() throws -> NWProtocolQUIC.Options {
         let options = NWProtocolQUIC.Options(alpn: [alpn])
         if let qlogDirectory { options.qlogDirectory = qlogDirectory }
+        options.congestionControl = cc
         if let ciphers {
             options.tls.cipherSuites = try ciphers.split(separator: ",").map { name in
                 guard let suite = QUICCipherSuite(rawValue: name.trimmingCharacters(in: .whitespaces)) else {
@@ -55,6 +59,8 @@ struct CommonOptions: ParsableArguments {
         return options
     }
 }
+
+extension QUICCongestionControl: ExpressibleByArgument {}
 
 extension NWEndpoint.Port: ExpressibleByArgument {
     public init?(argument: String) { self.init(argument) }

@@ -97,6 +97,41 @@ struct HTTP3LoopbackTests {
         #expect(server.standardError.contains("GET /50mb.bin 200 50000000"), "\(server.standardError)")
     }
 
+    /// ngtcp2's example client updates keys 50 ms into the connection with ChaCha20-Poly1305 only,
+    /// marking ECT(0): h3serve must follow the peer's key update (RFC 9001 §6.2), negotiate the
+    /// one cipher offered, and count ECN marks in its ACKs (RFC 9000 §13.4.1).
+    @Test func gtlsclientKeyUpdateChaChaAndECNAgainstH3serve() async throws {
+        let gtlsclient = try TestEnvironment.systemTool("gtlsclient", package: "ngtcp2-client")
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("h3serve-ku-\(UUID())")
+        let traces = root.appendingPathComponent("qlog")
+        try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
+        let body = (0..<4_000_000).map { UInt8(truncatingIfNeeded: $0 &* 7) }
+        try Data(body).write(to: root.appendingPathComponent("4mb.bin"))
+        let server = try ChildProcess(try TestEnvironment.executable("h3serve"), [
+            "--port", "0", "--no-tcp", "--root", root.path, "--qlog-dir", traces.path,
+        ])
+        defer { server.stop() }
+        let line = try await server.waitForLine(containing: "serving")
+        let port = String(line.split(separator: ":").last!.split(separator: "/").first!)
+        let downloads = root.appendingPathComponent("downloads")
+        try FileManager.default.createDirectory(at: downloads, withIntermediateDirectories: true)
+        let client = try ChildProcess(gtlsclient, [
+            "--quiet", "--exit-on-all-streams-close", "--key-update=50ms",
+            "--ciphers=NORMAL:-VERS-ALL:+VERS-TLS1.3:-CIPHER-ALL:+CHACHA20-POLY1305",
+            "--download", downloads.path, "127.0.0.1", port, "https://127.0.0.1:\(port)/4mb.bin",
+        ])
+        _ = try await client.waitForExit(seconds: 60)
+        let fetched = try Data(contentsOf: downloads.appendingPathComponent("4mb.bin"))
+        #expect(try SHA256.hash(Array(fetched)) == (try SHA256.hash(body)), "sha256 of the body after the key update")
+        server.terminate()
+        _ = try await server.waitForExit()
+        let trace = try #require(try FileManager.default.contentsOfDirectory(atPath: traces.path).first { $0.hasSuffix("_server.sqlog") })
+        let text = try String(contentsOfFile: traces.appendingPathComponent(trace).path, encoding: .utf8)
+        #expect(text.contains(#""key_type":"client_1rtt_secret","generation":1,"trigger":"remote_update""#), "the server saw the client's key update")
+        let ect0 = text.matches(of: /"ect0":(\d+)/).compactMap { Int($0.output.1) }.max() ?? 0
+        #expect(ect0 > 100, "ACKs count ECT(0)-marked packets: \(ect0)")
+    }
+
     @Test func h3getAgainstH3serveCoversHeadRangeAndErrors() async throws {
         let root = FileManager.default.temporaryDirectory.appendingPathComponent("h3serve-\(UUID())")
         try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)

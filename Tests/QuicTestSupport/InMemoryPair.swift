@@ -165,13 +165,13 @@ package final class InMemoryPair {
 
     private func flushAll() {
         for _ in 0..<4 {
-            _ = client.writePackets(now: now, scratch: scratch) { bytes, segment, _ in
+            _ = client.writePackets(now: now, scratch: scratch) { bytes, segment, _, _ in
                 self.send(bytes, segment: segment, toServer: true)
             }
             clientEvents += client.takeEvents()
             afterStep?()
             if let serverConnection {
-                _ = serverConnection.writePackets(now: now, scratch: scratch) { bytes, segment, _ in
+                _ = serverConnection.writePackets(now: now, scratch: scratch) { bytes, segment, _, _ in
                     self.send(bytes, segment: segment, toServer: false)
                 }
                 let events = server.takeEvents(of: serverConnection)

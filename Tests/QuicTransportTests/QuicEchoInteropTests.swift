@@ -97,6 +97,36 @@ struct QuicEchoInteropTests {
         server.process.stop()
     }
 
+    /// --key-update, --cipher chacha20 and --cc bbr end to end: the client updates keys, the server
+    /// follows, both count ECT(0) marks in their ACKs, and the report names the cipher.
+    @Test func keyUpdateChaChaBBRAndECNShowInBothTraces() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("ku-\(UUID())").path
+        let server = try await EchoServerProcess(["--qlog-dir", directory, "--cc", "bbr2"])
+        let client = try ChildProcess(try TestEnvironment.executable("quic-echo"), [
+            "connect", "127.0.0.1", "\(server.port)", "--pin-sha256", server.fingerprint, "--key-update",
+            "--cipher", "chacha20", "--cc", "bbr", "--size", "1000000", "--qlog-dir", directory, "--stats=json",
+        ])
+        #expect(try await client.waitForExit() == 0, "\(client.standardOutput) \(client.standardError)")
+        #expect(client.standardOutput.contains("key update initiated"))
+        let statsLine = try #require(client.standardError.split(separator: "\n").last { $0.hasPrefix("{") })
+        #expect(statsLine.contains(#""cipher":"CHACHA20-POLY1305""#), "\(statsLine)")
+        server.process.stop()
+        try await Task.sleep(for: .milliseconds(200))
+        let files = try FileManager.default.contentsOfDirectory(atPath: directory)
+        let read = { (suffix: String) throws -> String in
+            let name = try #require(files.first { $0.hasSuffix(suffix) })
+            return try String(contentsOfFile: directory + "/" + name, encoding: .utf8)
+        }
+        let clientTrace = try read("_client.sqlog")
+        let serverTrace = try read("_server.sqlog")
+        #expect(clientTrace.contains(#""generation":1,"trigger":"local_update""#))
+        #expect(serverTrace.contains(#""generation":1,"trigger":"remote_update""#))
+        for trace in [clientTrace, serverTrace] {
+            let ect0 = trace.matches(of: /"ect0":(\d+)/).compactMap { Int($0.output.1) }.max() ?? 0
+            #expect(ect0 > 100, "ACKs count ECT(0)-marked packets: \(ect0)")
+        }
+    }
+
     @Test func wrongALPNIsReportedByBothSides() async throws {
         let server = try await EchoServerProcess()
         let client = try ChildProcess(try TestEnvironment.executable("quic-echo"), [

@@ -221,6 +221,16 @@ public final class NWConnectionGroup: @unchecked Sendable {
         return pending
     }
 
+    /// Starts a 1-RTT key update (RFC 9001 §6); the peer follows. Throws before the handshake is
+    /// confirmed or while the previous update is still unacknowledged.
+    public func initiateKeyUpdate() async throws {
+        try await eventLoop.submit {
+            guard let driver = self.driver else { throw NWError.posix(.ENOTCONN) }
+            try driver.core.initiateKeyUpdate(now: QUICConnectionDriver.now())
+            driver.afterInput()
+        }.get()
+    }
+
     /// Round-trip and congestion figures of the tunnel's path right now (RFC 9002 §5).
     public func pathStatistics() async -> QUICPathStatistics? {
         try? await eventLoop.submit { () -> QUICPathStatistics? in

@@ -63,6 +63,8 @@ public final class NWProtocolQUIC: @unchecked Sendable {
         /// default: ngtcp2 0.12 reports losses only through its qlog events, which cost about a
         /// third of peak throughput to produce. Writing qlog turns it on too.
         public var tracksLosses = false
+        /// The congestion controller: CUBIC by default, or Reno, BBR or BBRv2.
+        public var congestionControl: QUICCongestionControl = .cubic
 
         public init(alpn: [String] = []) {
             self.alpn = alpn
@@ -86,6 +88,7 @@ public final class NWProtocolQUIC: @unchecked Sendable {
             copy.qlogDirectory = qlogDirectory
             copy.requiresAddressValidation = requiresAddressValidation
             copy.tracksLosses = tracksLosses
+            copy.congestionControl = congestionControl
             return copy
         }
 
@@ -105,6 +108,7 @@ public final class NWProtocolQUIC: @unchecked Sendable {
             configuration.cipherSuites = tls.cipherSuites
             configuration.qlogDirectory = qlogDirectory
             configuration.tracksLosses = tracksLosses
+            configuration.congestionControl = congestionControl
             return configuration
         }
     }

@@ -16,6 +16,20 @@ public enum QUICCipherSuite: String, Sendable, CaseIterable {
     }
 }
 
+/// A congestion controller ngtcp2 0.12 implements (RFC 9002 §7 for Reno; CUBIC is RFC 9438).
+public enum QUICCongestionControl: String, Sendable, CaseIterable {
+    case cubic, reno, bbr, bbr2
+
+    var ngtcp2: ngtcp2_cc_algo {
+        switch self {
+        case .cubic: return NGTCP2_CC_ALGO_CUBIC
+        case .reno: return NGTCP2_CC_ALGO_RENO
+        case .bbr: return NGTCP2_CC_ALGO_BBR
+        case .bbr2: return NGTCP2_CC_ALGO_BBR2
+        }
+    }
+}
+
 /// Everything a connection core needs to know before its first packet, for either role.
 ///
 /// The public `NWProtocolQUIC.Options` lowers to this value; the core never sees the public API.
@@ -39,6 +53,7 @@ package struct QUICConfiguration: Sendable {
     package var maxStreamWindow: UInt64 = 32 << 20
     package var handshakeTimeoutMilliseconds: UInt64 = 10_000
     package var cipherSuites: [QUICCipherSuite] = QUICCipherSuite.allCases
+    package var congestionControl: QUICCongestionControl = .cubic
     /// Directory for `<odcid>_<role>.sqlog` traces; nil writes none.
     package var qlogDirectory: String?
     /// Count lost packets and their bytes for data-transfer reports. ngtcp2 0.12 reports losses

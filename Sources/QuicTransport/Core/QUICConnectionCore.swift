@@ -244,7 +244,7 @@ package final class QUICConnectionCore {
         var settings = ngtcp2_settings()
         cqs_ngtcp2_settings_default(&settings)
         settings.initial_ts = now
-        settings.cc_algo = NGTCP2_CC_ALGO_CUBIC
+        settings.cc_algo = configuration.congestionControl.ngtcp2
         settings.max_tx_udp_payload_size = configuration.maxUDPPayloadSize
         settings.max_window = configuration.maxConnectionWindow
         settings.max_stream_window = configuration.maxStreamWindow
@@ -278,8 +278,9 @@ package final class QUICConnectionCore {
 
     // MARK: Inputs
 
-    /// Feeds one UDP datagram that arrived on `path` (RFC 9000 §12.2: it may hold several packets).
-    package func receive(datagram: UnsafeRawBufferPointer, path: QUICPath, now: UInt64) {
+    /// Feeds one UDP datagram that arrived on `path` (RFC 9000 §12.2: it may hold several packets),
+    /// with the ECN codepoint of its IP header (`NGTCP2_ECN_*`, RFC 9000 §13.4).
+    package func receive(datagram: UnsafeRawBufferPointer, path: QUICPath, ecn: UInt32 = 0, now: UInt64) {
         latestTime = max(latestTime, now)
         switch state {
         case .closing:
@@ -293,7 +294,7 @@ package final class QUICConnectionCore {
         }
         counters.receivedDatagrams += 1
         counters.receivedBytes += UInt64(datagram.count)
-        var info = ngtcp2_pkt_info()
+        var info = ngtcp2_pkt_info(ecn: ecn)
         let rv = path.withNGTCP2Path { ngPath in
             cqs_ngtcp2_conn_read_pkt(
                 conn, ngPath, &info, datagram.baseAddress?.assumingMemoryBound(to: UInt8.self), datagram.count, now
@@ -408,6 +409,14 @@ package final class QUICConnectionCore {
     }
 
     package var isQLogEnabled: Bool { qlog != nil }
+    /// Starts a 1-RTT key update (RFC 9001 §6). ngtcp2 allows it once the handshake is
+    /// confirmed and the previous update has been acknowledged; until then it fails.
+    package func initiateKeyUpdate(now: UInt64) throws {
+        let rv = ngtcp2_conn_initiate_key_update(conn, now)
+        guard rv == 0 else { throw QUICKeyUpdateError(code: rv) }
+        localKeyUpdateRequested = true
+    }
+
     /// Whether ngtcp2's recovery events reach the loss ledger (`QUICConfiguration.tracksLosses`).
     var tracksLosses: Bool { qlog != nil || configuration.tracksLosses }
     /// Pushes buffered qlog records to the file, so the trace can be read while the connection lives.
@@ -437,13 +446,13 @@ package final class QUICConnectionCore {
     package func writePackets(
         now: UInt64,
         scratch: UnsafeMutableRawBufferPointer,
-        emit: (UnsafeRawBufferPointer, _ segmentSize: Int, _ remote: QUICSocketAddress) -> Void
+        emit: (UnsafeRawBufferPointer, _ segmentSize: Int, _ remote: QUICSocketAddress, _ ecn: UInt32) -> Void
     ) -> Bool {
         latestTime = max(latestTime, now)
         if closePacketDue {
             closePacketDue = false
             closePacketsSent += 1
-            closePacket.withUnsafeBytes { emit($0, $0.count, path.remote) }
+            closePacket.withUnsafeBytes { emit($0, $0.count, path.remote, 0) }
             counters.sentDatagrams += 1
             counters.sentBytes += UInt64(closePacket.count)
             return false
@@ -456,13 +465,16 @@ package final class QUICConnectionCore {
         var batchEnd = 0
         var segmentSize = 0
         var batchRemote = path.remote
+        // ngtcp2 picks each packet's ECN codepoint (ECT(0) while validating and after, RFC 9000
+        // §13.4.2); a GSO batch shares one, so a change ends the batch.
+        var batchECN: UInt32 = 0
         var written = 0
         var pathStorage = ngtcp2_path_storage()
         ngtcp2_path_storage_zero(&pathStorage)
 
         func flushBatch() {
             if batchEnd > batchStart {
-                emit(UnsafeRawBufferPointer(rebasing: scratch[batchStart..<batchEnd]), segmentSize, batchRemote)
+                emit(UnsafeRawBufferPointer(rebasing: scratch[batchStart..<batchEnd]), segmentSize, batchRemote, batchECN)
             }
             batchStart = 0
             batchEnd = 0
@@ -475,8 +487,9 @@ package final class QUICConnectionCore {
                 if batchEnd + capacity > scratch.count || batchEnd + capacity > 65_000 { flushBatch() }
                 let destination = scratch.baseAddress!.advanced(by: batchEnd).assumingMemoryBound(to: UInt8.self)
                 let packetSize: Int
+                let packetECN: UInt32
                 switch writeOnePacket(into: destination, capacity: capacity, path: &pathStorage.path, vectors: vectors, now: now) {
-                case .packet(let size): packetSize = size
+                case .packet(let size, let ecn): (packetSize, packetECN) = (size, ecn)
                 case .nothing:
                     ngtcp2_conn_update_pkt_tx_time(conn, now)
                     flushBatch()
@@ -492,16 +505,17 @@ package final class QUICConnectionCore {
                     return writePackets(now: now, scratch: scratch, emit: emit)
                 }
                 let remote = QUICSocketAddress(pathStorage.path.remote.addr, length: pathStorage.path.remote.addrlen)
-                if batchEnd > batchStart && remote != batchRemote {
-                    // A packet for another path ends the batch; move it to the front of the scratch space.
+                if batchEnd > batchStart && (remote != batchRemote || packetECN != batchECN) {
+                    // A packet for another path or with another ECN mark ends the batch; move it to
+                    // the front of the scratch space.
                     let packetStart = batchEnd
-                    emit(UnsafeRawBufferPointer(rebasing: scratch[batchStart..<batchEnd]), segmentSize, batchRemote)
+                    emit(UnsafeRawBufferPointer(rebasing: scratch[batchStart..<batchEnd]), segmentSize, batchRemote, batchECN)
                     scratch.baseAddress!.copyMemory(from: scratch.baseAddress!.advanced(by: packetStart), byteCount: packetSize)
                     batchStart = 0
                     batchEnd = 0
                     segmentSize = 0
                 }
-                if batchEnd == batchStart { batchRemote = remote }
+                if batchEnd == batchStart { (batchRemote, batchECN) = (remote, packetECN) }
                 if segmentSize == 0 { segmentSize = packetSize }
                 batchEnd += packetSize
                 written += 1
@@ -518,7 +532,7 @@ package final class QUICConnectionCore {
     }
 
     private enum PacketWriteResult {
-        case packet(Int)
+        case packet(Int, ecn: UInt32)
         case nothing
         case failed(Int32)
     }
@@ -545,7 +559,7 @@ package final class QUICConnectionCore {
                 }
                 if accepted != 0 || rv == Int(NGTCP2_ERR_INVALID_ARGUMENT) { pendingDatagrams.removeFirst() }
                 if rv == Int(NGTCP2_ERR_WRITE_MORE) { continue }
-                if rv > 0 { return .packet(rv) }
+                if rv > 0 { return .packet(rv, ecn: info.ecn) }
                 if rv == 0 { return .nothing }
                 if rv != Int(NGTCP2_ERR_INVALID_ARGUMENT) { return .failed(Int32(rv)) }
                 continue
@@ -589,7 +603,7 @@ package final class QUICConnectionCore {
             }
             switch Int32(truncatingIfNeeded: rv) {
             case _ where rv > 0:
-                return .packet(rv)
+                return .packet(rv, ecn: info.ecn)
             case 0:
                 return .nothing
             case NGTCP2_ERR_WRITE_MORE:
@@ -785,4 +799,11 @@ extension QUICPath {
             }
         }
     }
+}
+
+/// A key update could not start now (RFC 9001 §6: not before the handshake is confirmed, and not
+/// while the previous update is unacknowledged).
+public struct QUICKeyUpdateError: Error, Sendable, CustomStringConvertible {
+    let code: Int32
+    public var description: String { "cannot update keys now: \(String(cString: ngtcp2_strerror(code)))" }
 }

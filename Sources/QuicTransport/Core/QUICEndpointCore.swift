@@ -55,6 +55,7 @@ package final class QUICEndpointCore {
     package func receive(
         datagram: UnsafeRawBufferPointer,
         path: QUICPath,
+        ecn: UInt32 = 0,
         now: UInt64,
         reply: (UnsafeRawBufferPointer) -> Void
     ) -> Disposition {
@@ -69,7 +70,7 @@ package final class QUICEndpointCore {
         guard rv == 0, let dcidPointer = versionCID.dcid else { return .dropped("undecodable header") }
         let dcid = QUICConnectionID(pointer: dcidPointer, length: versionCID.dcidlen)
         if let core = routes[dcid] {
-            core.receive(datagram: datagram, path: path, now: now)
+            core.receive(datagram: datagram, path: path, ecn: ecn, now: now)
             return .delivered(core, isNew: false)
         }
         let isLongHeader = base[0] & 0x80 != 0
@@ -135,7 +136,7 @@ package final class QUICEndpointCore {
         core.applicationCodec = configuration.makeApplicationCodec?()
         connections[ObjectIdentifier(core)] = core
         addRoute(dcid, to: core)
-        core.receive(datagram: datagram, path: path, now: now)
+        core.receive(datagram: datagram, path: path, ecn: ecn, now: now)
         return .delivered(core, isNew: true)
     }
 

@@ -143,7 +143,7 @@ package final class QUICClientConnector: @unchecked Sendable {
         let path = core.path
         socket.onDatagram = { envelope in
             heardFromPeer = true
-            driver.receive(envelope.data, path: path)
+            driver.receive(envelope.data, path: path, ecn: envelope.ecnCodepoint)
         }
         socket.onReadComplete = { driver.afterInput() }
         socket.onError = { error in

@@ -35,9 +35,9 @@ package final class QUICConnectionDriver: @unchecked Sendable {
     package static func now() -> UInt64 { NIODeadline.now().uptimeNanoseconds }
 
     /// Feeds one datagram that the client socket received.
-    func receive(_ datagram: ByteBuffer, path: QUICPath) {
+    func receive(_ datagram: ByteBuffer, path: QUICPath, ecn: UInt32) {
         eventLoop.assertInEventLoop()
-        datagram.withUnsafeReadableBytes { core.receive(datagram: $0, path: path, now: Self.now()) }
+        datagram.withUnsafeReadableBytes { core.receive(datagram: $0, path: path, ecn: ecn, now: Self.now()) }
     }
 
     /// After any input: write what is ready, report events, re-arm the timer.
@@ -85,8 +85,8 @@ package final class QUICConnectionDriver: @unchecked Sendable {
 
     private func flush() {
         let more = socket.withScratch { scratch in
-            core.writePackets(now: Self.now(), scratch: scratch) { bytes, segmentSize, remote in
-                socket.send(bytes, segmentSize: segmentSize, to: remote)
+            core.writePackets(now: Self.now(), scratch: scratch) { bytes, segmentSize, remote, ecn in
+                socket.send(bytes, segmentSize: segmentSize, to: remote, ecn: ecn)
             }
         }
         socket.flush()

@@ -9,8 +9,9 @@ import NIOCore
 import NIOPosix
 
 /// A bound UDP socket on SwiftNIO, tuned for QUIC: batched reads (`recvmmsg`), GRO (`UDP_GRO`,
-/// coalesced reads split back into datagrams here), 4 MiB socket buffers, and GSO sends
-/// (`UDP_SEGMENT`) when the kernel offers them, each with a per-datagram fallback.
+/// coalesced reads split back into datagrams here), 4 MiB socket buffers, GSO sends
+/// (`UDP_SEGMENT`) when the kernel offers them, each with a per-datagram fallback, and ECN
+/// (RFC 9000 §13.4): received IP ECN bits reach ngtcp2, and packets carry the mark ngtcp2 chose.
 ///
 /// Outgoing batches are written from one reusable scratch area into one `ByteBuffer` each, so a
 /// GSO batch of dozens of packets costs one allocation. Lives on its channel's event loop.
@@ -96,6 +97,7 @@ final class QUICDatagramSocket {
             .channelOption(.socketOption(.so_sndbuf), value: SocketOptionValue(socketBufferSize))
             .channelOption(.datagramVectorReadMessageCount, value: slots)
             .channelOption(.recvAllocator, value: FixedSizeRecvByteBufferAllocator(capacity: slots * slotSize))
+            .channelOption(.explicitCongestionNotification, value: true)
         if gro {
             bootstrap = bootstrap
                 .channelOption(.datagramReceiveOffload, value: true)
@@ -117,18 +119,23 @@ final class QUICDatagramSocket {
     func withScratch<R>(_ body: (UnsafeMutableRawBufferPointer) -> R) -> R { body(scratch) }
 
     /// Queues a batch: one packet, or `bytes.count / segmentSize` equal packets (the last may be shorter).
-    func send(_ bytes: UnsafeRawBufferPointer, segmentSize: Int, to remote: QUICSocketAddress) {
+    /// `ecn` is ngtcp2's codepoint for the batch (`NGTCP2_ECN_*`).
+    func send(_ bytes: UnsafeRawBufferPointer, segmentSize: Int, to remote: QUICSocketAddress, ecn: UInt32 = 0) {
         let destination = nioAddress(for: remote)
         var buffer = channel.allocator.buffer(capacity: bytes.count)
         buffer.writeBytes(bytes)
+        let ecnState = NIOExplicitCongestionNotificationState(ngtcp2: ecn)
         if bytes.count <= segmentSize {
-            write(AddressedEnvelope(remoteAddress: destination, data: buffer), watchForGSOFailure: false)
+            write(
+                AddressedEnvelope(remoteAddress: destination, data: buffer, metadata: .init(ecnState: ecnState)),
+                watchForGSOFailure: false
+            )
         } else if gsoEnabled {
             write(
                 AddressedEnvelope(
                     remoteAddress: destination,
                     data: buffer,
-                    metadata: .init(ecnState: .transportNotCapable, packetInfo: nil, segmentSize: segmentSize)
+                    metadata: .init(ecnState: ecnState, packetInfo: nil, segmentSize: segmentSize)
                 ),
                 watchForGSOFailure: true
             )
@@ -138,7 +145,9 @@ final class QUICDatagramSocket {
             while offset < bytes.count {
                 let length = min(segmentSize, bytes.count - offset)
                 write(
-                    AddressedEnvelope(remoteAddress: destination, data: buffer.getSlice(at: offset, length: length)!),
+                    AddressedEnvelope(
+                        remoteAddress: destination, data: buffer.getSlice(at: offset, length: length)!, metadata: .init(ecnState: ecnState)
+                    ),
                     watchForGSOFailure: false
                 )
                 offset += length
@@ -221,7 +230,10 @@ private final class QUICDatagramInboundHandler: ChannelInboundHandler {
         while offset < end {
             let length = min(segmentSize, end - offset)
             let datagram = envelope.data.getSlice(at: offset, length: length)!
-            sink.onDatagram?(AddressedEnvelope(remoteAddress: envelope.remoteAddress, data: datagram))
+            sink.onDatagram?(AddressedEnvelope(
+                remoteAddress: envelope.remoteAddress, data: datagram,
+                metadata: envelope.metadata.map { .init(ecnState: $0.ecnState) }
+            ))
             offset += length
         }
     }
@@ -255,4 +267,31 @@ extension QUICSocketAddress {
             return SocketAddress(raw.load(as: sockaddr_in.self), host: host)
         }
     }
+}
+
+extension NIOExplicitCongestionNotificationState {
+    /// The IP ECN field for one of ngtcp2's `NGTCP2_ECN_*` codepoints.
+    init(ngtcp2 codepoint: UInt32) {
+        switch codepoint {
+        case UInt32(NGTCP2_ECN_ECT_0): self = .transportCapableFlag0
+        case UInt32(NGTCP2_ECN_ECT_1): self = .transportCapableFlag1
+        case UInt32(NGTCP2_ECN_CE): self = .congestionExperienced
+        default: self = .transportNotCapable
+        }
+    }
+
+    /// ngtcp2's codepoint for this IP ECN field.
+    var ngtcp2: UInt32 {
+        switch self {
+        case .transportCapableFlag0: return UInt32(NGTCP2_ECN_ECT_0)
+        case .transportCapableFlag1: return UInt32(NGTCP2_ECN_ECT_1)
+        case .congestionExperienced: return UInt32(NGTCP2_ECN_CE)
+        case .transportNotCapable: return UInt32(NGTCP2_ECN_NOT_ECT)
+        }
+    }
+}
+
+extension AddressedEnvelope<ByteBuffer> {
+    /// The received datagram's ECN codepoint for ngtcp2 (not-ECT when the kernel gave none).
+    var ecnCodepoint: UInt32 { metadata?.ecnState.ngtcp2 ?? UInt32(NGTCP2_ECN_NOT_ECT) }
 }

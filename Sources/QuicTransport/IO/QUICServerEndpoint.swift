@@ -76,7 +76,7 @@ package final class QUICServerEndpoint {
     private func receive(_ envelope: AddressedEnvelope<ByteBuffer>) {
         let path = QUICPath(local: socket.localAddress, remote: QUICSocketAddress(nio: envelope.remoteAddress))
         let disposition = envelope.data.withUnsafeReadableBytes { datagram in
-            core.receive(datagram: datagram, path: path, now: QUICConnectionDriver.now()) { reply in
+            core.receive(datagram: datagram, path: path, ecn: envelope.ecnCodepoint, now: QUICConnectionDriver.now()) { reply in
                 socket.sendNow(reply, to: path.remote)
             }
         }
