@@ -77,6 +77,9 @@ struct H3Get: AsyncParsableCommand {
     @Option(name: .customLong("alt-svc"), help: "Read and write the Alt-Svc cache in this file, in curl's format (\"\" keeps it in memory).")
     var altSvcFile: String?
 
+    @Option(name: .customLong("happy-eyeballs-timeout-ms"), help: "How long the HTTP/3 handshake runs alone before TCP joins the race (curl's option; default 300).")
+    var happyEyeballsTimeout: Int = 300
+
     @Option(name: .customLong("dns-server"), help: "HOST:PORT of the DNS server for HTTPS-record look-ups (default: /etc/resolv.conf).")
     var dnsServer: String?
 
@@ -135,6 +138,7 @@ struct H3Get: AsyncParsableCommand {
         if [http3Discovery, http3Only, assumeHTTP3].filter({ $0 }).count > 1 {
             throw ValidationError("use only one of --http3, --http3-only and --assume-h3")
         }
+        if happyEyeballsTimeout < 0 { throw ValidationError("--happy-eyeballs-timeout-ms must not be negative") }
         if let dnsServer, Self.hostPort(dnsServer) == nil {
             throw ValidationError("--dns-server takes HOST:PORT, e.g. 127.0.0.1:53 or [::1]:53")
         }
@@ -155,6 +159,7 @@ struct H3Get: AsyncParsableCommand {
         var configuration = HTTPSession.Configuration()
         configuration.policy = http3Only ? .http3Only : assumeHTTP3 ? .assumesHTTP3Capable : .discovery
         configuration.tracksLosses = stats != nil
+        configuration.happyEyeballsDelay = .milliseconds(happyEyeballsTimeout)
         configuration.altServiceCache = AltServiceCache(path: altSvcFile.flatMap { $0.isEmpty ? nil : $0 })
         if let dnsServer, let server = Self.hostPort(dnsServer) {
             configuration.httpsRecordResolver = HTTPSRecordResolver(server: server)

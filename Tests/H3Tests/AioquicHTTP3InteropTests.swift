@@ -58,10 +58,8 @@ struct AioquicHTTP3InteropTests {
         for size in [1_000_000, 50_000_000] {
             try Data(Self.pattern(size)).write(to: root.appendingPathComponent("\(size).bin"))
         }
-        let server = try ChildProcess(try TestEnvironment.executable("h3serve"), ["--port", "0", "--root", root.path])
+        let (server, port) = try await startH3serve(root: root)
         defer { server.stop() }
-        let line = try await server.waitForLine(containing: "serving")
-        let port = String(line.split(separator: ":").last!.split(separator: "/").first!)
         let client = try ChildProcess(python, [
             Self.script("h3_client.py"), "-k", "https://127.0.0.1:\(port)/1000000.bin", "https://127.0.0.1:\(port)/50000000.bin",
             "https://127.0.0.1:\(port)/absent",

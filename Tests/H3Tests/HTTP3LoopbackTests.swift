@@ -76,14 +76,12 @@ struct HTTP3LoopbackTests {
             try Data(bytes).write(to: root.appendingPathComponent(name))
         }
         sizes["index.html"] = 0
-        let server = try ChildProcess(try TestEnvironment.executable("h3serve"), ["--port", "0", "--root", root.path])
+        let (server, port) = try await startH3serve(root: root)
         defer { server.stop() }
-        let line = try await server.waitForLine(containing: "serving")
-        let port = String(line.split(separator: ":").last!.split(separator: "/").first!)
         let downloads = root.appendingPathComponent("downloads")
         try FileManager.default.createDirectory(at: downloads, withIntermediateDirectories: true)
         let client = try ChildProcess(gtlsclient, [
-            "--quiet", "--exit-on-all-streams-close", "--download", downloads.path, "127.0.0.1", port,
+            "--quiet", "--exit-on-all-streams-close", "--download", downloads.path, "127.0.0.1", "\(port)",
             "https://127.0.0.1:\(port)/1mb.bin", "https://127.0.0.1:\(port)/50mb.bin",
         ])
         _ = try await client.waitForExit(seconds: 60)
@@ -107,18 +105,14 @@ struct HTTP3LoopbackTests {
         try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
         let body = (0..<4_000_000).map { UInt8(truncatingIfNeeded: $0 &* 7) }
         try Data(body).write(to: root.appendingPathComponent("4mb.bin"))
-        let server = try ChildProcess(try TestEnvironment.executable("h3serve"), [
-            "--port", "0", "--no-tcp", "--root", root.path, "--qlog-dir", traces.path,
-        ])
+        let (server, port) = try await startH3serve(root: root, ["--no-tcp", "--qlog-dir", traces.path])
         defer { server.stop() }
-        let line = try await server.waitForLine(containing: "serving")
-        let port = String(line.split(separator: ":").last!.split(separator: "/").first!)
         let downloads = root.appendingPathComponent("downloads")
         try FileManager.default.createDirectory(at: downloads, withIntermediateDirectories: true)
         let client = try ChildProcess(gtlsclient, [
             "--quiet", "--exit-on-all-streams-close", "--key-update=50ms",
             "--ciphers=NORMAL:-VERS-ALL:+VERS-TLS1.3:-CIPHER-ALL:+CHACHA20-POLY1305",
-            "--download", downloads.path, "127.0.0.1", port, "https://127.0.0.1:\(port)/4mb.bin",
+            "--download", downloads.path, "127.0.0.1", "\(port)", "https://127.0.0.1:\(port)/4mb.bin",
         ])
         _ = try await client.waitForExit(seconds: 60)
         let fetched = try Data(contentsOf: downloads.appendingPathComponent("4mb.bin"))
@@ -136,10 +130,8 @@ struct HTTP3LoopbackTests {
         let root = FileManager.default.temporaryDirectory.appendingPathComponent("h3serve-\(UUID())")
         try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
         try Data("0123456789".utf8).write(to: root.appendingPathComponent("ten.txt"))
-        let server = try ChildProcess(try TestEnvironment.executable("h3serve"), ["--port", "0", "--root", root.path])
+        let (server, port) = try await startH3serve(root: root)
         defer { server.stop() }
-        let line = try await server.waitForLine(containing: "serving")
-        let port = String(line.split(separator: ":").last!.split(separator: "/").first!)
         let base = "https://127.0.0.1:\(port)"
         let h3get = try TestEnvironment.executable("h3get")
 
