@@ -79,3 +79,9 @@ int cqs_nghttp3_conn_server_new(nghttp3_conn **pconn, const nghttp3_callbacks *c
                                 const nghttp3_settings *settings, const nghttp3_mem *mem, void *user_data) {
     return nghttp3_conn_server_new(pconn, callbacks, settings, mem, user_data);
 }
+
+void cqs_gnutls_free(void *pointer) { gnutls_free(pointer); }
+
+void cqs_ngtcp2_conn_set_early_remote_transport_params(ngtcp2_conn *conn, const ngtcp2_transport_params *params) {
+    ngtcp2_conn_set_early_remote_transport_params(conn, params);
+}

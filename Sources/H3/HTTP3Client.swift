@@ -24,6 +24,8 @@ public final class HTTP3Client: Sendable {
         public var idleTimeoutMilliseconds = 30_000
         /// Count losses for `HTTP3Response.statistics()` (see `NWProtocolQUIC.Options.tracksLosses`).
         public var tracksLosses = false
+        /// Keep session tickets here and resume with them (see `TLSOptions.sessionTicketStore`).
+        public var sessionTicketStore: QUICSessionTicketStore?
 
         public init() {}
     }

@@ -53,6 +53,7 @@ final class HTTP3ClientConnection: @unchecked Sendable {
         quic.alpn = [HTTP3.alpn]
         quic.qlogDirectory = configuration.qlogDirectory
         quic.tracksLosses = configuration.tracksLosses
+        quic.sessionTicketStore = configuration.sessionTicketStore
         quic.idleTimeoutMilliseconds = UInt64(configuration.idleTimeoutMilliseconds)
         let connector = QUICClientConnector(
             host: configuration.connectTo?.host ?? host,

@@ -26,6 +26,9 @@ public final class HTTP3Server: Sendable {
         public var maximumConnections = 1024
         /// Validate client addresses with Retry (RFC 9000 §8.1.2).
         public var requiresAddressValidation = false
+        /// Accept 0-RTT requests from resuming clients. They can be replayed (RFC 8446 §8, RFC
+        /// 9114 §10.9): enable it only when the handler treats early requests as repeatable.
+        public var acceptsEarlyData = false
 
         public init() {}
     }
@@ -64,6 +67,7 @@ public final class HTTP3Server: Sendable {
         var endpointConfiguration = QUICEndpointCore.Configuration(quic: quic, credentials: credentials)
         endpointConfiguration.maximumConnections = configuration.maximumConnections
         endpointConfiguration.requiresRetry = configuration.requiresAddressValidation
+        endpointConfiguration.acceptsEarlyData = configuration.acceptsEarlyData
         endpointConfiguration.makeApplicationCodec = { try! HTTP3Codec(role: .server) }
         let handler = self.handler
         let logger = self.logger

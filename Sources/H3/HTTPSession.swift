@@ -150,6 +150,8 @@ public final class HTTPSession: Sendable {
         public var brokenAlternativeDuration: Duration = .seconds(300)
         /// Count losses for `HTTPSessionResponse.statistics()` (see `NWProtocolQUIC.Options.tracksLosses`).
         public var tracksLosses = false
+        /// Keep session tickets here and resume HTTP/3 connections with them.
+        public var sessionTicketStore: QUICSessionTicketStore?
 
         public init() {}
     }
@@ -310,6 +312,7 @@ public final class HTTPSession: Sendable {
             configuration.connectTo = (target.connectHost, target.connectPort)
             configuration.qlogDirectory = self.configuration.qlogDirectory
             configuration.tracksLosses = self.configuration.tracksLosses
+            configuration.sessionTicketStore = self.configuration.sessionTicketStore
             let client = HTTP3Client(configuration: configuration)
             clients[target.key] = client
             return client

@@ -80,6 +80,9 @@ struct H3Get: AsyncParsableCommand {
     @Option(name: .customLong("happy-eyeballs-timeout-ms"), help: "How long the HTTP/3 handshake runs alone before TCP joins the race (curl's option; default 300).")
     var happyEyeballsTimeout: Int = 300
 
+    @Option(name: .customLong("session-file"), help: "Keep TLS session tickets in FILE and resume HTTP/3 connections from it.")
+    var sessionFile: String?
+
     @Option(name: .customLong("dns-server"), help: "HOST:PORT of the DNS server for HTTPS-record look-ups (default: /etc/resolv.conf).")
     var dnsServer: String?
 
@@ -159,6 +162,7 @@ struct H3Get: AsyncParsableCommand {
         var configuration = HTTPSession.Configuration()
         configuration.policy = http3Only ? .http3Only : assumeHTTP3 ? .assumesHTTP3Capable : .discovery
         configuration.tracksLosses = stats != nil
+        if let sessionFile { configuration.sessionTicketStore = QUICSessionTicketStore(path: sessionFile) }
         configuration.happyEyeballsDelay = .milliseconds(happyEyeballsTimeout)
         configuration.altServiceCache = AltServiceCache(path: altSvcFile.flatMap { $0.isEmpty ? nil : $0 })
         if let dnsServer, let server = Self.hostPort(dnsServer) {

@@ -45,6 +45,9 @@ struct H3Serve: AsyncParsableCommand {
     @Flag(name: .customLong("no-quic"), help: "Do not listen on UDP: HTTP/2 and HTTP/1.1 over TCP only (as if UDP were blocked).")
     var noQUIC = false
 
+    @Flag(name: .customLong("early-data"), help: "Accept 0-RTT requests from resuming clients. They can be replayed (RFC 8446 §8): use it for content where repeating a request is harmless.")
+    var earlyData = false
+
     @Flag(name: .customLong("no-tcp"), help: "Do not listen on TCP: HTTP/3 only.")
     var noTCP = false
 
@@ -129,6 +132,7 @@ struct H3Serve: AsyncParsableCommand {
             configuration.certificateChainFile = cert
             configuration.privateKeyFile = key
             configuration.identity = generated
+            configuration.acceptsEarlyData = earlyData
             if let qlogDirectory { configuration.qlogDirectory = qlogDirectory }
             do {
                 let server = try HTTP3Server(configuration: configuration, handler: handler)

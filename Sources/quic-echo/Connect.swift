@@ -50,6 +50,12 @@ struct Connect: AsyncParsableCommand {
     @Option(help: "Give up after this many seconds.")
     var timeout: Double = 10
 
+    @Option(name: .customLong("session-file"), help: "Keep TLS session tickets in FILE and resume from it when it holds one for this server.")
+    var sessionFile: String?
+
+    @Flag(name: .customLong("0rtt"), help: "With --session-file holding a ticket for this server, send the first bytes in 0-RTT (replayable: RFC 8446 §8).")
+    var zeroRTT = false
+
     @Flag(name: .customLong("key-update"), help: "Update the 1-RTT keys (RFC 9001 §6) once the handshake is confirmed, before echoing.")
     var keyUpdate = false
 
@@ -59,6 +65,8 @@ struct Connect: AsyncParsableCommand {
     @OptionGroup var common: CommonOptions
 
     func validate() throws {
+        if zeroRTT && sessionFile == nil { throw ValidationError("--0rtt needs --session-file (the ticket to resume with)") }
+        if zeroRTT && keyUpdate { throw ValidationError("use --0rtt or --key-update, not both") }
         if [cacert != nil, pinSHA256 != nil, insecure].filter({ $0 }).count > 1 {
             throw ValidationError("use only one of --cacert, --pin-sha256 and -k")
         }
@@ -77,6 +85,7 @@ struct Connect: AsyncParsableCommand {
         options.isDatagram = datagrams > 0
         options.tracksLosses = stats != nil
         options.tls.serverName = sni
+        if let sessionFile { options.tls.sessionTicketStore = QUICSessionTicketStore(path: sessionFile) }
         if let cacert {
             guard FileManager.default.isReadableFile(atPath: cacert) else { throw failure("cannot read CA file \(cacert)") }
             options.tls.certificateVerification = .caFile(cacert)
@@ -86,19 +95,23 @@ struct Connect: AsyncParsableCommand {
             options.tls.certificateVerification = .insecure
         }
 
-        let group = NWConnectionGroup(with: NWMultiplexGroup(to: .hostPort(host: .init(host), port: port)), using: NWParameters(quic: options))
+        let parameters = NWParameters(quic: options)
+        parameters.allowFastOpen = zeroRTT
+        let group = NWConnectionGroup(with: NWMultiplexGroup(to: .hostPort(host: .init(host), port: port)), using: parameters)
         let collector = UnidirectionalCollector()
         group.newConnectionHandler = { stream in collector.accept(stream) }
         let datagramsReceived = group.datagrams
         let started = ContinuousClock.now
         group.start(queue: DispatchQueue(label: "quic-echo.client"))
-        do {
-            try await withDeadline(seconds: timeout) { try await group.waitUntilReady() }
-        } catch {
-            throw failure("cannot connect to \(host):\(port): \(error)")
+        // With --0rtt the echo starts at once: its first bytes ride in 0-RTT packets.
+        if !zeroRTT {
+            do {
+                try await withDeadline(seconds: timeout) { try await group.waitUntilReady() }
+            } catch {
+                throw failure("cannot connect to \(host):\(port): \(error)")
+            }
         }
         let handshake = ContinuousClock.now - started
-        let alpn = await group.negotiatedALPN ?? "?"
 
         if keyUpdate {
             do {
@@ -137,6 +150,19 @@ struct Connect: AsyncParsableCommand {
             errors.append("\(error)")
         }
         let transfer = ContinuousClock.now - transferStart
+        if zeroRTT {
+            do {
+                try await withDeadline(seconds: timeout) { try await group.waitUntilReady() }
+            } catch {
+                throw failure("cannot connect to \(host):\(port): \(error)")
+            }
+        }
+        let alpn = await group.negotiatedALPN ?? "?"
+        let establishment = await group.establishmentReport()
+        let resumed = establishment?.resumed ?? false
+        if zeroRTT {
+            print(establishment?.usedZeroRTT == true ? "0-RTT: accepted" : "0-RTT: not used (no ticket, or the server refused it; the data went in 1-RTT)")
+        }
         let statistics = await group.pathStatistics()
         let qlog = await group.qlogFilePath
         if let stats {
@@ -145,7 +171,7 @@ struct Connect: AsyncParsableCommand {
         group.cancel()
         let rtt = statistics.map { String(format: "%.2f ms", Double($0.smoothedRTT.components.attoseconds) / 1e15 + Double($0.smoothedRTT.components.seconds) * 1e3) } ?? "?"
         print("""
-            connected to \(host):\(port) alpn \(alpn) in \(format(handshake))
+            connected to \(host):\(port) alpn \(alpn) in \(format(establishment?.duration ?? handshake))\(resumed ? " (resumed session)" : "")
             streams: \(streams) bidirectional, \(uni) unidirectional\(resetCode.map { ", resets with code \($0)" } ?? ""), datagrams: \(datagrams)
             echoed \(bytes) bytes in \(format(transfer)) (\(throughput(bytes: bytes, in: transfer))), smoothed RTT \(rtt)
             qlog: \(qlog ?? "(off; use --qlog-dir or QLOGDIR)")

@@ -22,6 +22,9 @@ struct Serve: AsyncParsableCommand {
     @Flag(help: "Validate client addresses with Retry before creating state.")
     var retry = false
 
+    @Flag(name: .customLong("early-data"), help: "Accept 0-RTT data from resuming clients (it can be replayed: RFC 8446 §8).")
+    var earlyData = false
+
     @Option(name: .customLong("max-connections"), help: "Most tunnels served at once.")
     var maxConnections = 1024
 
@@ -41,6 +44,7 @@ struct Serve: AsyncParsableCommand {
         let options = try common.makeOptions()
         options.isDatagram = datagrams
         options.requiresAddressValidation = retry
+        options.acceptsEarlyData = earlyData
         options.tls.certificateChainFile = cert
         options.tls.privateKeyFile = key
         let parameters = NWParameters(quic: options)

@@ -107,6 +107,27 @@ struct GtlsServerInteropTests {
         #expect(untrusted.standardError.contains("unknown issuer"), "\(untrusted.standardError)")
     }
 
+    /// Resumption against ngtcp2's example server: the second h3get run resumes from the session
+    /// file the first one wrote (RFC 8446 §2.2), and fetches the same bytes.
+    @Test func h3getResumesWithGtlsserversTicket() async throws {
+        let server = try await Server()
+        defer { server.process.stop() }
+        let sessionFile = server.directory.appendingPathComponent("session.txt").path
+        var resumed: [Bool] = []
+        for _ in 0..<2 {
+            let output = server.directory.appendingPathComponent("resumed.bin").path
+            let run = try ChildProcess(try TestEnvironment.executable("h3get"), [
+                "--http3-only", "--cacert", server.caFile, "--session-file", sessionFile, "--stats=json", "-o", output,
+                "https://localhost:\(server.port)/1mb.bin",
+            ])
+            #expect(try await run.waitForExit() == 0, "\(run.standardError)")
+            #expect(try SHA256.hash(Array(Data(contentsOf: URL(fileURLWithPath: output)))) == (try server.sha256(of: "1mb.bin")))
+            let stats = try #require(try JSONSerialization.jsonObject(with: Data(run.standardError.utf8)) as? [String: Any])
+            resumed.append((stats["establishment"] as? [String: Any])?["resumed"] as? Bool ?? false)
+        }
+        #expect(resumed == [false, true])
+    }
+
     @Test func h3getRejectsBadURLsClearly() async throws {
         let binary = try TestEnvironment.executable("h3get")
         for (url, message) in [("ftp://example.com/", "needs https://"), ("https:///nohost", "has no host"), ("not a url", "is not a URL")] {

@@ -126,6 +126,44 @@ struct HTTP3LoopbackTests {
         #expect(ect0 > 100, "ACKs count ECT(0)-marked packets: \(ect0)")
     }
 
+    /// ngtcp2's example client resumes with its session and transport-parameter files and sends
+    /// its request in 0-RTT: h3serve --early-data answers it (the server reads 0-RTT packets and
+    /// sends a handshake without a certificate); plain h3serve refuses the early data and the
+    /// client's request still succeeds in 1-RTT.
+    @Test(arguments: [true, false])
+    func gtlsclientZeroRTTAgainstH3serve(acceptsEarlyData: Bool) async throws {
+        let gtlsclient = try TestEnvironment.systemTool("gtlsclient", package: "ngtcp2-client")
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("h3serve-0rtt-\(UUID())")
+        let traces = root.appendingPathComponent("qlog")
+        try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
+        let body = (0..<300_000).map { UInt8(truncatingIfNeeded: $0 &* 11) }
+        try Data(body).write(to: root.appendingPathComponent("body.bin"))
+        let (server, port) = try await startH3serve(root: root, ["--no-tcp", "--qlog-dir", traces.path] + (acceptsEarlyData ? ["--early-data"] : []))
+        defer { server.stop() }
+        let downloads = root.appendingPathComponent("downloads")
+        try FileManager.default.createDirectory(at: downloads, withIntermediateDirectories: true)
+        for _ in 0..<2 {
+            try? FileManager.default.removeItem(at: downloads.appendingPathComponent("body.bin"))
+            let client = try ChildProcess(gtlsclient, [
+                "--quiet", "--exit-on-all-streams-close", "--session-file=\(root.path)/session.pem", "--tp-file=\(root.path)/tp.txt",
+                "--download", downloads.path, "127.0.0.1", "\(port)", "https://127.0.0.1:\(port)/body.bin",
+            ])
+            #expect(try await client.waitForExit(seconds: 30) == 0, "\(client.standardError)")
+            let fetched = try Data(contentsOf: downloads.appendingPathComponent("body.bin"))
+            #expect(try SHA256.hash(Array(fetched)) == (try SHA256.hash(body)))
+        }
+        server.terminate()
+        _ = try await server.waitForExit()
+        let files = try FileManager.default.contentsOfDirectory(atPath: traces.path).filter { $0.hasSuffix("_server.sqlog") }
+        let texts = try files.map { try String(contentsOfFile: traces.appendingPathComponent($0).path, encoding: .utf8) }
+        #expect(texts.count == 2)
+        // One record per line-less JSON-SEQ entry: a received packet whose header says 0RTT.
+        let readZeroRTT = texts.map { text in
+            text.split(separator: "\u{1E}").contains { $0.contains(#""name":"transport:packet_received""#) && $0.contains(#""packet_type":"0RTT""#) }
+        }
+        #expect(readZeroRTT.filter { $0 }.count == (acceptsEarlyData ? 1 : 0), "connections whose 0-RTT packets the server read")
+    }
+
     @Test func h3getAgainstH3serveCoversHeadRangeAndErrors() async throws {
         let root = FileManager.default.temporaryDirectory.appendingPathComponent("h3serve-\(UUID())")
         try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)

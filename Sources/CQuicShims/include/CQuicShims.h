@@ -41,6 +41,7 @@ ngtcp2_ssize cqs_ngtcp2_conn_write_connection_close(ngtcp2_conn *conn, ngtcp2_pa
                                                     uint8_t *dest, size_t destlen,
                                                     const ngtcp2_connection_close_error *ccerr, ngtcp2_tstamp ts);
 void cqs_ngtcp2_conn_get_conn_stat(ngtcp2_conn *conn, ngtcp2_conn_stat *cstat);
+void cqs_ngtcp2_conn_set_early_remote_transport_params(ngtcp2_conn *conn, const ngtcp2_transport_params *params);
 
 /// Installs `cqs_ngtcp2_log_printf` as the settings' `log_printf`; each formatted line
 /// reaches the Swift function `quictransport_ngtcp2_log_line(user_data, line)`.
@@ -51,5 +52,8 @@ int cqs_nghttp3_conn_client_new(nghttp3_conn **pconn, const nghttp3_callbacks *c
                                 const nghttp3_settings *settings, const nghttp3_mem *mem, void *user_data);
 int cqs_nghttp3_conn_server_new(nghttp3_conn **pconn, const nghttp3_callbacks *callbacks,
                                 const nghttp3_settings *settings, const nghttp3_mem *mem, void *user_data);
+
+/// `gnutls_free` is a macro over a function-pointer variable; this is a plain function.
+void cqs_gnutls_free(void *pointer);
 
 #endif

@@ -283,19 +283,30 @@ public final class NWConnectionGroup: @unchecked Sendable {
 
     func setState(_ new: State) { observable.update(new) }
 
+    /// The options lowered for the core, with `allowFastOpen` from the parameters.
+    private var clientConfiguration: QUICConfiguration {
+        var configuration = options.configuration
+        configuration.attemptsEarlyData = parameters.allowFastOpen
+        return configuration
+    }
+
     private func connect() {
         guard case .hostPort(let host, let port) = descriptor.members[0] else { return }
         let connector = QUICClientConnector(
             host: host.stringValue,
             port: port.rawValue,
-            configuration: options.configuration,
+            configuration: clientConfiguration,
             verification: options.tls.certificateVerification,
             serverName: options.tls.serverName,
             eventLoop: eventLoop,
             logger: logger
         )
         // The connector (through its driver) keeps the group alive until the connection is over.
-        connector.onAttempt = { driver in self.driver = driver }
+        connector.onAttempt = { driver in
+            self.driver = driver
+            // With 0-RTT, streams queued before start go out with the first flight.
+            self.openPendingStreams()
+        }
         connector.onEvents = { events in self.handle(events) }
         connector.onFailure = { failure in
             let error: NWError
@@ -398,7 +409,7 @@ public final class NWConnectionGroup: @unchecked Sendable {
     }
 
     private func openPendingStreams() {
-        guard let driver, driver.core.isHandshakeCompleted else { return }
+        guard let driver, driver.core.canOpenStreams else { return }
         while let next = pendingOpens.first {
             let id: Int64?
             do {

@@ -117,6 +117,7 @@ public final class NWListener: @unchecked Sendable {
         let host = boundHost
         var configuration = QUICEndpointCore.Configuration(quic: options.configuration, credentials: credentials)
         configuration.requiresRetry = options.requiresAddressValidation
+        configuration.acceptsEarlyData = options.acceptsEarlyData
         configuration.maximumConnections = maximumConcurrentTunnels
         if configuration.quic.alpn.isEmpty {
             setState(.failed(.quic(.invalid("at least one ALPN protocol is required"))))

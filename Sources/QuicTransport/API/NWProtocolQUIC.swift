@@ -59,6 +59,10 @@ public final class NWProtocolQUIC: @unchecked Sendable {
         public var qlogDirectory: String? = ProcessInfo.processInfo.environment["QLOGDIR"]
         /// Servers: validate client addresses with a Retry round trip (RFC 9000 §8.1.2).
         public var requiresAddressValidation = false
+        /// Servers: accept 0-RTT data from resuming clients (RFC 9001 §4.6.1). Early data can be
+        /// replayed by an attacker (RFC 8446 §8); the anti-replay cache covers one listener in
+        /// one process, so turn this on only for requests that are safe to repeat.
+        public var acceptsEarlyData = false
         /// Fill in `lostPackets` and `retransmittedBytes` of data-transfer reports. Off by
         /// default: ngtcp2 0.12 reports losses only through its qlog events, which cost about a
         /// third of peak throughput to produce. Writing qlog turns it on too.
@@ -87,6 +91,7 @@ public final class NWProtocolQUIC: @unchecked Sendable {
             copy.tls = tls
             copy.qlogDirectory = qlogDirectory
             copy.requiresAddressValidation = requiresAddressValidation
+            copy.acceptsEarlyData = acceptsEarlyData
             copy.tracksLosses = tracksLosses
             copy.congestionControl = congestionControl
             return copy
@@ -106,6 +111,7 @@ public final class NWProtocolQUIC: @unchecked Sendable {
             configuration.maxUDPPayloadSize = max(1200, maxUDPPayloadSize)
             configuration.maxDatagramFrameSize = isDatagram ? UInt64(max(0, maxDatagramFrameSize)) : 0
             configuration.cipherSuites = tls.cipherSuites
+            configuration.sessionTicketStore = tls.sessionTicketStore
             configuration.qlogDirectory = qlogDirectory
             configuration.tracksLosses = tracksLosses
             configuration.congestionControl = congestionControl
@@ -127,6 +133,9 @@ public final class NWProtocolQUIC: @unchecked Sendable {
         public var identity: SelfSignedCertificate?
         /// The AEADs to offer (RFC 9001 §5.3).
         public var cipherSuites: [QUICCipherSuite] = QUICCipherSuite.allCases
+        /// Clients: keep the session tickets servers send here and resume with them (RFC 8446
+        /// §2.2): the next handshake to the same server skips the certificate. Nil: no resumption.
+        public var sessionTicketStore: QUICSessionTicketStore?
 
         public init() {}
     }
@@ -176,6 +185,12 @@ public final class NWParameters: @unchecked Sendable {
     public let defaultProtocolStack: ProtocolStack
     /// For listeners: the address to bind (host and port); for clients: ignored.
     public var requiredLocalEndpoint: NWEndpoint?
+    /// Clients: when resuming with a ticket from `tls.sessionTicketStore`, send the streams'
+    /// first bytes in 0-RTT, before the handshake completes (RFC 9001 §4.6.1), as
+    /// Network.framework does for QUIC with `allowFastOpen`. Early data can be replayed by an
+    /// attacker (RFC 8446 §8): use it for requests that are safe to repeat. If the server refuses
+    /// it, the same bytes are sent again in 1-RTT.
+    public var allowFastOpen = false
 
     public init(quic options: NWProtocolQUIC.Options) {
         defaultProtocolStack = ProtocolStack(applicationProtocols: [options])

@@ -9,7 +9,9 @@ import CQuicShims
 /// inside an ngtcp2 callback: they must not block, and they report failure by throwing
 /// `QUICApplicationCodecError`, which closes the connection with its application error code.
 package protocol QUICApplicationCodec: AnyObject {
-    /// Both handshakes are done: open the protocol's own streams (RFC 9114 §6.2).
+    /// The connection can carry 1-RTT data (a client: the handshake is complete; a server: its
+    /// 1-RTT send key is installed, possibly with 0-RTT requests waiting): open the protocol's own
+    /// streams (RFC 9114 §6.2).
     func connectionEstablished(_ core: QUICConnectionCore) throws
     /// Stream bytes in order; returns how many the protocol consumed, which the core credits
     /// back to flow control at once (the rest the codec credits later, with `core.consume`).

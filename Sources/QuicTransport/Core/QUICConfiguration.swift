@@ -54,6 +54,10 @@ package struct QUICConfiguration: Sendable {
     package var handshakeTimeoutMilliseconds: UInt64 = 10_000
     package var cipherSuites: [QUICCipherSuite] = QUICCipherSuite.allCases
     package var congestionControl: QUICCongestionControl = .cubic
+    /// Clients: where session tickets are kept for resumption (RFC 8446 §2.2); nil for none.
+    package var sessionTicketStore: QUICSessionTicketStore?
+    /// Clients: send stream data in 0-RTT when resuming with remembered transport parameters.
+    package var attemptsEarlyData = false
     /// Directory for `<odcid>_<role>.sqlog` traces; nil writes none.
     package var qlogDirectory: String?
     /// Count lost packets and their bytes for data-transfer reports. ngtcp2 0.12 reports losses
@@ -83,6 +87,9 @@ package struct QUICClientTLS: Sendable {
     package var serverName: String?
     /// The name or address the certificate must match.
     package var verificationName: String
+    /// Where this server's session tickets are kept, and under which key (`name:port`).
+    package var ticketStore: QUICSessionTicketStore?
+    package var ticketKey: String = ""
 
     package init(
         credentials: TLSCredentials,

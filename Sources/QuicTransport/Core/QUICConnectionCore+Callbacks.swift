@@ -26,6 +26,18 @@ extension QUICConnectionCore {
         }
     }
 
+    /// A client received a NewSessionTicket (RFC 8446 §4.6.1): keep it for the next connection.
+    static let receivedSessionTicket: gnutls_handshake_hook_func = { session, _, _, _, _ in
+        guard let session, let ref = gnutls_session_get_ptr(session) else { return 0 }
+        let userData = ref.assumingMemoryBound(to: ngtcp2_crypto_conn_ref.self).pointee.user_data
+        QUICConnectionCore.withCore(userData) { core in
+            guard let tls = core.clientTLS, let store = tls.ticketStore, let data = core.tlsSession.resumptionData else { return }
+            let parameters = ngtcp2_conn_get_remote_transport_params(core.conn).map { QUICRememberedTransportParameters($0.pointee) }
+            store.store(.init(ticket: data, transportParameters: parameters), for: tls.ticketKey)
+        }
+        return 0
+    }
+
     static let writeQLog: @convention(c) (UnsafeMutableRawPointer?, UInt32, UnsafeRawPointer?, Int) -> Void = {
         userData, flags, data, length in
         QUICConnectionCore.withCore(userData) { core in
@@ -95,6 +107,7 @@ extension QUICConnectionCore {
         callbacks.recv_tx_key = { _, level, userData in
             QUICConnectionCore.withCore(userData) { core in
                 core.logKeyUpdated(level: QUICConnectionCore.keyLevelName(level), receiving: false, trigger: "tls")
+                if core.role == .server && level == NGTCP2_CRYPTO_LEVEL_APPLICATION { return core.startCodec() }
                 return 0
             }
         }
@@ -228,8 +241,23 @@ extension QUICConnectionCore {
 
     func didCompleteHandshake() -> Int32 {
         if case .handshaking = state { markEstablished() }
+        wasResumed = tlsSession.isResumed
+        if role == .server { tlsSession.sendSessionTicket() }
+        if earlyDataAttempted {
+            earlyDataAccepted = tlsSession.earlyDataAccepted
+            if !earlyDataAccepted, resendRejectedEarlyData() != 0 { return NGTCP2_ERR_CALLBACK_FAILURE }
+        }
         logALPN()
         events.append(.handshakeCompleted)
+        return startCodec()
+    }
+
+    /// Lets the application codec open its streams, once: a server does it as soon as it can
+    /// send 1-RTT data (0-RTT requests may already be waiting for an answer, RFC 9001 §4.1.1),
+    /// a client when the handshake completes.
+    func startCodec() -> Int32 {
+        guard !codecStarted else { return 0 }
+        codecStarted = true
         return withCodec { try $0.connectionEstablished(self) }
     }
 

@@ -1,4 +1,5 @@
 import CQuicShims
+import Logging
 
 /// Stream and datagram operations the application drives (RFC 9000 §2–§4, RFC 9221).
 extension QUICConnectionCore {
@@ -83,6 +84,27 @@ extension QUICConnectionCore {
             guard UInt64(bytes.count) + 16 <= peerLimit else { throw QUICStreamError.datagramTooLarge(bytes.count) }
         }
         pendingDatagrams.append(bytes)
+    }
+
+    /// The server refused 0-RTT (RFC 9001 §4.6.2). ngtcp2 forgets the streams and their IDs, so
+    /// they are opened again in the same order, which gives them the same IDs, and their bytes go
+    /// out again from offset 0 in 1-RTT packets. Returns nonzero if ngtcp2 refused.
+    func resendRejectedEarlyData() -> Int32 {
+        guard ngtcp2_conn_early_data_rejected(conn) == 0 else { return -1 }
+        for id in streams.keys.filter({ isLocallyInitiated($0) }).sorted() {
+            var reopened: Int64 = -1
+            let rv = Self.isBidirectional(id)
+                ? ngtcp2_conn_open_bidi_stream(conn, &reopened, nil)
+                : ngtcp2_conn_open_uni_stream(conn, &reopened, nil)
+            guard rv == 0, reopened == id else {
+                logger.warning("0-RTT stream could not be reopened", metadata: ["stream": "\(id)", "rv": "\(rv)"])
+                abandonSend(streamID: id)
+                continue
+            }
+            streams[id]!.send.rewind()
+            if streams[id]!.send.hasUnwrittenData { enqueueForWrite(id) }
+        }
+        return 0
     }
 
     // MARK: Internal bookkeeping

@@ -34,7 +34,7 @@ package final class QUICConnectionCore {
 
     // The ngtcp2 connection; freed first in deinit, while `qlog` is still alive.
     var conn: OpaquePointer!
-    private var tlsSession: QUICTLSSession!
+    private(set) var tlsSession: QUICTLSSession!
     private let connectionRef: UnsafeMutablePointer<ngtcp2_crypto_conn_ref>
     let qlog: QLogWriter?
     let logger: Logger
@@ -68,6 +68,21 @@ package final class QUICConnectionCore {
     var peakCongestionWindow: UInt64 = 0
     /// 1-RTT key derivations by ngtcp2 so far, and whether we asked for the next update (RFC 9001 §6).
     var keyDerivations = 0
+    /// Servers: keeps the endpoint's ticket key alive as long as this session may use it.
+    private var ticketKey: TLSSessionTicketKey?
+    private var antiReplay: TLSAntiReplay?
+    /// Whether the handshake resumed a session from a ticket (RFC 8446 §2.2).
+    package internal(set) var wasResumed = false
+    /// Whether the application codec has been told it may open its streams.
+    var codecStarted = false
+    /// Clients: 0-RTT was attempted (a ticket with transport parameters, and early data allowed),
+    /// and whether the server took it.
+    package private(set) var earlyDataAttempted = false
+    package internal(set) var earlyDataAccepted = false
+    /// Whether streams may be opened and written now: after the handshake, or during a 0-RTT attempt.
+    package var canOpenStreams: Bool {
+        isHandshakeCompleted || (earlyDataAttempted && ngtcp2_conn_get_early_data_rejected(conn) == 0)
+    }
     var localKeyUpdateRequested = false
 
     // MARK: Creation
@@ -110,15 +125,25 @@ package final class QUICConnectionCore {
         }
         guard rv == 0, let newConn else { throw QUICCoreError.ngtcp2("ngtcp2_conn_client_new", rv) }
         self.conn = newConn
+        let saved = tls.ticketStore?.entry(for: tls.ticketKey)
         tlsSession = try QUICTLSSession(
             clientWith: tls.credentials,
             alpn: configuration.alpn,
             serverName: tls.serverName,
             priority: configuration.gnutlsPriority,
+            resumptionTicket: saved?.ticket,
             connectionRef: connectionRef
         )
-        // Runs inside the handshake; it finds this core through the session's conn_ref.
+        // 0-RTT (RFC 9001 §4.6.1): streams may open and carry data at once, within the limits the
+        // server gave last time (RFC 9000 §7.4.1). No codec: HTTP/3 waits for the handshake.
+        if configuration.attemptsEarlyData, let parameters = saved?.transportParameters {
+            var early = parameters.ngtcp2
+            cqs_ngtcp2_conn_set_early_remote_transport_params(conn, &early)
+            earlyDataAttempted = true
+        }
+        // Both run inside the handshake; they find this core through the session's conn_ref.
         tlsSession.setVerifyFunction(Self.verifyCertificate)
+        if tls.ticketStore != nil { tlsSession.setTicketHook(Self.receivedSessionTicket) }
         ngtcp2_conn_set_tls_native_handle(conn, UnsafeMutableRawPointer(tlsSession.raw))
         logConnectionStarted()
     }
@@ -135,6 +160,8 @@ package final class QUICConnectionCore {
         originalDestinationConnectionID: QUICConnectionID,
         retrySourceConnectionID: QUICConnectionID?,
         idFactory: QUICConnectionIDFactory,
+        ticketKey: TLSSessionTicketKey? = nil,
+        antiReplay: TLSAntiReplay? = nil,
         path: QUICPath,
         now: UInt64,
         logger: Logger
@@ -190,8 +217,12 @@ package final class QUICConnectionCore {
             serverWith: credentials,
             alpn: configuration.alpn,
             priority: configuration.gnutlsPriority,
+            ticketKey: ticketKey,
+            antiReplay: antiReplay,
             connectionRef: connectionRef
         )
+        self.ticketKey = ticketKey
+        self.antiReplay = antiReplay
         ngtcp2_conn_set_tls_native_handle(conn, UnsafeMutableRawPointer(tlsSession.raw))
         events.append(.connectionIDIssued(scid))
         logConnectionStarted()

@@ -69,10 +69,10 @@ extension QUICConnectionCore {
             receivedPackets: interval.receivedDatagrams,
             lostPackets: tracksLosses ? interval.lostPackets : nil,
             retransmittedBytes: tracksLosses ? interval.lostBytes : nil,
-            smoothedRTT: .nanoseconds(Int64(stat.smoothed_rtt)),
-            minimumRTT: .nanoseconds(Int64(stat.min_rtt == UInt64.max ? 0 : stat.min_rtt)),
-            latestRTT: .nanoseconds(Int64(stat.latest_rtt)),
-            rttVariance: .nanoseconds(Int64(stat.rttvar)),
+            smoothedRTT: .ngtcp2(stat.smoothed_rtt),
+            minimumRTT: .ngtcp2(stat.min_rtt),
+            latestRTT: .ngtcp2(stat.latest_rtt),
+            rttVariance: .ngtcp2(stat.rttvar),
             congestionWindow: Int(stat.cwnd),
             peakCongestionWindow: Int(max(peak, stat.cwnd))
         )

@@ -19,6 +19,10 @@ package final class QUICEndpointCore {
         package var retryTokenLifetimeNanoseconds: UInt64 = 10_000_000_000
         /// Makes the application protocol codec (HTTP/3) for each new connection; nil for raw streams.
         package var makeApplicationCodec: (@Sendable () -> any QUICApplicationCodec)?
+        /// Accept 0-RTT data from resuming clients (RFC 9001 §4.6.1). It can be replayed (RFC 8446
+        /// §8): the anti-replay cache covers this endpoint only, so accept it only for requests
+        /// that are safe to repeat.
+        package var acceptsEarlyData = false
 
         package init(quic: QUICConfiguration, credentials: TLSCredentials) {
             self.quic = quic
@@ -42,6 +46,9 @@ package final class QUICEndpointCore {
     package let idFactory: QUICConnectionIDFactory
     private let logger: Logger
     private var routes: [QUICConnectionID: QUICConnectionCore] = [:]
+    /// Encrypts this endpoint's session tickets (RFC 8446 §4.6.1); nil if GnuTLS could not make one.
+    private let ticketKey = try? TLSSessionTicketKey()
+    private let antiReplay = try? TLSAntiReplay()
     private var routesByConnection: [ObjectIdentifier: Set<QUICConnectionID>] = [:]
     package private(set) var connections: [ObjectIdentifier: QUICConnectionCore] = [:]
 
@@ -125,6 +132,8 @@ package final class QUICEndpointCore {
                 originalDestinationConnectionID: originalDCID,
                 retrySourceConnectionID: retrySCID,
                 idFactory: idFactory,
+                ticketKey: ticketKey,
+                antiReplay: configuration.acceptsEarlyData ? antiReplay : nil,
                 path: path,
                 now: now,
                 logger: logger

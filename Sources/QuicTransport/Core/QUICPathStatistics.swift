@@ -14,9 +14,9 @@ extension QUICConnectionCore {
     package var pathStatistics: QUICPathStatistics {
         let stat = statistics
         return QUICPathStatistics(
-            smoothedRTT: .nanoseconds(Int64(stat.smoothed_rtt)),
-            minimumRTT: .nanoseconds(Int64(stat.min_rtt)),
-            latestRTT: .nanoseconds(Int64(stat.latest_rtt)),
+            smoothedRTT: .ngtcp2(stat.smoothed_rtt),
+            minimumRTT: .ngtcp2(stat.min_rtt),
+            latestRTT: .ngtcp2(stat.latest_rtt),
             congestionWindow: Int(stat.cwnd),
             bytesInFlight: Int(stat.bytes_in_flight)
         )
@@ -46,11 +46,19 @@ extension QUICConnectionCore {
         return QUICEstablishmentReport(
             duration: .nanoseconds(Int64(completedAt &- startedAt)),
             handshakeRTT: handshakeRTT,
-            resumed: false,
-            usedZeroRTT: false,
+            resumed: wasResumed,
+            usedZeroRTT: earlyDataAttempted && earlyDataAccepted,
             alpn: negotiatedALPN,
             cipherSuite: cipherName,
             quicVersion: negotiatedVersion
         )
+    }
+}
+
+extension Duration {
+    /// An ngtcp2 duration in nanoseconds; ngtcp2 marks "no sample yet" (`min_rtt` before the
+    /// first RTT sample) with UINT64_MAX, which becomes zero here rather than a trap.
+    static func ngtcp2(_ nanoseconds: UInt64) -> Duration {
+        nanoseconds > UInt64(Int64.max) ? .zero : .nanoseconds(Int64(nanoseconds))
     }
 }

@@ -40,6 +40,8 @@ struct QUICStreamSendBuffer {
     private(set) var finWritten = false
     /// Completion tokens whose chunks have just been fully written; drained by the core.
     var completedTokens: [UInt64] = []
+    /// Bytes whose completions were reported, which a rewind must not report twice.
+    private var tokensReportedThrough: UInt64 = 0
 
     var hasUnwrittenData: Bool { writeOffset < queuedOffset || (finQueued && !finWritten) }
 
@@ -85,13 +87,25 @@ struct QUICStreamSendBuffer {
             let chunk = unwritten[unwrittenHead]
             unwrittenHead += 1
             inFlight.append(chunk)
-            if let token = chunk.completionToken { completedTokens.append(token) }
+            if let token = chunk.completionToken, chunk.endOffset > tokensReportedThrough { completedTokens.append(token) }
         }
         if unwrittenHead > 32 && unwrittenHead * 2 > unwritten.count {
             unwritten.removeFirst(unwrittenHead)
             unwrittenHead = 0
         }
         if fin { finWritten = true }
+    }
+
+    /// Starts the stream over from offset 0 with every byte still held, after the server refused
+    /// the 0-RTT packets that carried them (RFC 9001 §4.6.2). Completions already reported stay
+    /// reported.
+    mutating func rewind() {
+        unwritten = inFlight + unwritten[unwrittenHead...]
+        unwrittenHead = 0
+        inFlight.removeAll()
+        tokensReportedThrough = max(tokensReportedThrough, writeOffset)
+        writeOffset = 0
+        finWritten = false
     }
 
     /// Frees chunks the peer has acknowledged up to `offset` (ngtcp2 reports acknowledgement in order).

@@ -120,12 +120,14 @@ package final class QUICClientConnector: @unchecked Sendable {
 
     private func start(on socket: QUICDatagramSocket, remote: SocketAddress, fallback: ArraySlice<SocketAddress>) throws {
         let isIPLiteral = QUICSocketAddress(ip: host, port: 0) != nil
-        let tls = QUICClientTLS(
+        var tls = QUICClientTLS(
             credentials: try TLSCredentials.client(verification: verification),
             verification: verification,
             serverName: serverName ?? (isIPLiteral ? nil : host),
             verificationName: serverName ?? host
         )
+        tls.ticketStore = configuration.sessionTicketStore
+        tls.ticketKey = "\(serverName ?? host):\(port)"
         guard !configuration.alpn.isEmpty else { throw Failure.setup("at least one ALPN protocol is required") }
         var configuration = self.configuration
         configuration.ngtcp2DebugLogging = logger.logLevel <= .trace

@@ -7,12 +7,14 @@ import CQuicShims
 final class QUICTLSSession {
     let raw: gnutls_session_t
 
-    /// A client session: SNI (when a name is given), ALPN offer, the chosen ciphers.
+    /// A client session: SNI (when a name is given), ALPN offer, the chosen ciphers, and a
+    /// ticket to resume with (RFC 8446 §2.2), if there is one.
     init(
         clientWith credentials: TLSCredentials,
         alpn: [String],
         serverName: String?,
         priority: String,
+        resumptionTicket: [UInt8]? = nil,
         connectionRef: UnsafeMutablePointer<ngtcp2_crypto_conn_ref>
     ) throws {
         var session: gnutls_session_t?
@@ -30,6 +32,10 @@ final class QUICTLSSession {
             try Self.check(gnutls_server_name_set(raw, GNUTLS_NAME_DNS, serverName, serverName.utf8.count), "gnutls_server_name_set")
         }
         try setALPN(alpn, flags: UInt32(GNUTLS_ALPN_MANDATORY.rawValue))
+        if let resumptionTicket {
+            // A ticket GnuTLS cannot use (expired, damaged) just means a full handshake.
+            _ = resumptionTicket.withUnsafeBytes { gnutls_session_set_data(raw, $0.baseAddress, $0.count) }
+        }
     }
 
     /// A server session: the ALPN protocols it accepts, server preference first.
@@ -37,6 +43,8 @@ final class QUICTLSSession {
         serverWith credentials: TLSCredentials,
         alpn: [String],
         priority: String,
+        ticketKey: TLSSessionTicketKey?,
+        antiReplay: TLSAntiReplay? = nil,
         connectionRef: UnsafeMutablePointer<ngtcp2_crypto_conn_ref>
     ) throws {
         var session: gnutls_session_t?
@@ -51,7 +59,40 @@ final class QUICTLSSession {
             throw TLSError.gnutlsFailure(function: "ngtcp2_crypto_gnutls_configure_server_session", code: -1)
         }
         try setALPN(alpn, flags: UInt32(GNUTLS_ALPN_MANDATORY.rawValue) | UInt32(GNUTLS_ALPN_SERVER_PRECEDENCE.rawValue))
+        if let ticketKey {
+            var key = ticketKey.datum
+            try Self.check(gnutls_session_ticket_enable_server(raw, &key), "gnutls_session_ticket_enable_server")
+        }
+        if let antiReplay {
+            // Early data only with replay protection (RFC 8446 §8); QUIC has no size limit of its own.
+            gnutls_anti_replay_enable(raw, antiReplay.raw)
+            gnutls_record_set_max_early_data_size(raw, 0xffff_ffff)
+        }
     }
+
+    /// Servers: sends one NewSessionTicket (RFC 8446 §4.6.1) once the handshake is complete.
+    func sendSessionTicket() {
+        _ = gnutls_session_ticket_send(raw, 1, 0)
+    }
+
+    /// Clients: calls `function` after each NewSessionTicket arrives.
+    func setTicketHook(_ function: @escaping gnutls_handshake_hook_func) {
+        gnutls_handshake_set_hook_function(raw, UInt32(GNUTLS_HANDSHAKE_NEW_SESSION_TICKET.rawValue), Int32(GNUTLS_HOOK_POST), function)
+    }
+
+    /// The session's resumption data, for a ticket store; nil when GnuTLS has none.
+    var resumptionData: [UInt8]? {
+        var datum = gnutls_datum_t()
+        guard gnutls_session_get_data2(raw, &datum) == 0, let data = datum.data else { return nil }
+        defer { cqs_gnutls_free(data) }
+        return Array(UnsafeBufferPointer(start: data, count: Int(datum.size)))
+    }
+
+    /// Whether the server accepted our early data (RFC 8446 §4.2.10).
+    var earlyDataAccepted: Bool { gnutls_session_get_flags(raw) & UInt32(GNUTLS_SFLAGS_EARLY_DATA.rawValue) != 0 }
+
+    /// Whether this handshake resumed an earlier session (RFC 8446 §2.2).
+    var isResumed: Bool { gnutls_session_is_resumed(raw) != 0 }
 
     deinit { gnutls_deinit(raw) }
 

@@ -70,15 +70,15 @@ final class LoopbackServer: Sendable {
     func makeClient(
         host: String = "127.0.0.1",
         alpn: String = "quic-echo",
+        allowFastOpen: Bool = false,
         configure: (NWProtocolQUIC.Options) -> Void = { _ in }
     ) -> NWConnectionGroup {
         let options = NWProtocolQUIC.Options(alpn: [alpn])
         options.tls.certificateVerification = .pinnedSHA256(certificate.sha256Fingerprint)
         configure(options)
-        return NWConnectionGroup(
-            with: NWMultiplexGroup(to: .hostPort(host: .init(host), port: port)),
-            using: NWParameters(quic: options)
-        )
+        let parameters = NWParameters(quic: options)
+        parameters.allowFastOpen = allowFastOpen
+        return NWConnectionGroup(with: NWMultiplexGroup(to: .hostPort(host: .init(host), port: port)), using: parameters)
     }
 
     deinit { listener.cancel() }

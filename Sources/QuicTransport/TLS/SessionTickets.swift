@@ -1,0 +1,171 @@
+import CQuicShims
+import Foundation
+import NIOConcurrencyHelpers
+
+/// The client side of TLS 1.3 session resumption (RFC 8446 §2.2, RFC 9001 §4.5): the tickets
+/// servers sent, per server, with the transport parameters 0-RTT must respect (RFC 9000 §7.4.1),
+/// in memory or also in a file so a later process can resume.
+///
+/// File format, one line per server: `KEY TICKET PARAMETERS`, KEY being `host:port`, TICKET
+/// GnuTLS's session data in base64 and PARAMETERS the remembered transport parameters as
+/// comma-separated numbers (`-` when unknown). The file is replaced atomically after each new
+/// ticket; unreadable lines are skipped. Keep it private: a ticket lets its holder resume.
+public final class QUICSessionTicketStore: Sendable {
+    /// A ticket and what the server allowed when it was issued.
+    public struct Entry: Sendable, Equatable {
+        public var ticket: [UInt8]
+        public var transportParameters: QUICRememberedTransportParameters?
+    }
+
+    private let entries = NIOLockedValueBox([String: Entry]())
+    /// The file tickets are loaded from and saved to; nil keeps them in memory only.
+    public let path: String?
+
+    public init(path: String? = nil) {
+        self.path = path
+        guard let path, let text = try? String(contentsOfFile: path, encoding: .utf8) else { return }
+        var loaded: [String: Entry] = [:]
+        for line in text.split(separator: "\n") {
+            let parts = line.split(separator: " ")
+            guard parts.count >= 2, let data = Data(base64Encoded: String(parts[1])) else { continue }
+            let parameters = parts.count > 2 ? QUICRememberedTransportParameters(text: String(parts[2])) : nil
+            loaded[String(parts[0])] = Entry(ticket: Array(data), transportParameters: parameters)
+        }
+        entries.withLockedValue { $0 = loaded }
+    }
+
+    /// What was saved for `server` (`host:port`), if anything.
+    public func entry(for server: String) -> Entry? {
+        entries.withLockedValue { $0[server] }
+    }
+
+    /// Keeps `entry` as the one to resume `server` with, and saves the file.
+    public func store(_ entry: Entry, for server: String) {
+        let snapshot = entries.withLockedValue { entries in
+            entries[server] = entry
+            return entries
+        }
+        guard let path else { return }
+        let text = snapshot.sorted { $0.key < $1.key }.map { key, entry in
+            "\(key) \(Data(entry.ticket).base64EncodedString()) \(entry.transportParameters?.text ?? "-")\n"
+        }.joined()
+        try? Data(text.utf8).write(to: URL(fileURLWithPath: path), options: [.atomic])
+        chmod(path, 0o600)
+    }
+
+    /// Forgets `server`'s ticket.
+    public func remove(for server: String) {
+        entries.withLockedValue { $0[server] = nil }
+    }
+}
+
+/// The server's transport parameters that bound 0-RTT data on a resumed connection
+/// (RFC 9000 §7.4.1), as `ngtcp2_conn_set_early_remote_transport_params` needs them.
+public struct QUICRememberedTransportParameters: Sendable, Equatable {
+    public var initialMaxStreamsBidirectional: UInt64
+    public var initialMaxStreamsUnidirectional: UInt64
+    public var initialMaxStreamDataBidirectionalLocal: UInt64
+    public var initialMaxStreamDataBidirectionalRemote: UInt64
+    public var initialMaxStreamDataUnidirectional: UInt64
+    public var initialMaxData: UInt64
+    public var activeConnectionIDLimit: UInt64
+    public var maxDatagramFrameSize: UInt64
+
+    init(_ params: ngtcp2_transport_params) {
+        initialMaxStreamsBidirectional = params.initial_max_streams_bidi
+        initialMaxStreamsUnidirectional = params.initial_max_streams_uni
+        initialMaxStreamDataBidirectionalLocal = params.initial_max_stream_data_bidi_local
+        initialMaxStreamDataBidirectionalRemote = params.initial_max_stream_data_bidi_remote
+        initialMaxStreamDataUnidirectional = params.initial_max_stream_data_uni
+        initialMaxData = params.initial_max_data
+        activeConnectionIDLimit = params.active_connection_id_limit
+        maxDatagramFrameSize = params.max_datagram_frame_size
+    }
+
+    var values: [UInt64] {
+        [initialMaxStreamsBidirectional, initialMaxStreamsUnidirectional, initialMaxStreamDataBidirectionalLocal,
+         initialMaxStreamDataBidirectionalRemote, initialMaxStreamDataUnidirectional, initialMaxData,
+         activeConnectionIDLimit, maxDatagramFrameSize]
+    }
+
+    var text: String { values.map(String.init).joined(separator: ",") }
+
+    init?(text: String) {
+        let numbers = text.split(separator: ",").compactMap { UInt64($0) }
+        guard numbers.count == 8 else { return nil }
+        (initialMaxStreamsBidirectional, initialMaxStreamsUnidirectional) = (numbers[0], numbers[1])
+        (initialMaxStreamDataBidirectionalLocal, initialMaxStreamDataBidirectionalRemote) = (numbers[2], numbers[3])
+        (initialMaxStreamDataUnidirectional, initialMaxData) = (numbers[4], numbers[5])
+        (activeConnectionIDLimit, maxDatagramFrameSize) = (numbers[6], numbers[7])
+    }
+
+    /// ngtcp2's form, defaults elsewhere.
+    var ngtcp2: ngtcp2_transport_params {
+        var params = ngtcp2_transport_params()
+        cqs_ngtcp2_transport_params_default(&params)
+        params.initial_max_streams_bidi = initialMaxStreamsBidirectional
+        params.initial_max_streams_uni = initialMaxStreamsUnidirectional
+        params.initial_max_stream_data_bidi_local = initialMaxStreamDataBidirectionalLocal
+        params.initial_max_stream_data_bidi_remote = initialMaxStreamDataBidirectionalRemote
+        params.initial_max_stream_data_uni = initialMaxStreamDataUnidirectional
+        params.initial_max_data = initialMaxData
+        params.active_connection_id_limit = activeConnectionIDLimit
+        params.max_datagram_frame_size = maxDatagramFrameSize
+        return params
+    }
+}
+
+/// The single owner of a server's session-ticket encryption key (RFC 8446 §4.6.1), shared by all
+/// connections of one endpoint so a ticket issued on one resumes on another.
+package final class TLSSessionTicketKey: @unchecked Sendable {
+    // @unchecked Sendable: `datum` is written once in init and only read afterwards.
+    private(set) var datum = gnutls_datum_t()
+
+    init() throws {
+        let rv = gnutls_session_ticket_key_generate(&datum)
+        if rv < 0 { throw TLSError.gnutlsFailure(function: "gnutls_session_ticket_key_generate", code: rv) }
+    }
+
+    deinit {
+        if let data = datum.data {
+            // The key is secret: clear it before handing the memory back.
+            memset(data, 0, Int(datum.size))
+            cqs_gnutls_free(data)
+        }
+    }
+}
+
+/// The single owner of a server's 0-RTT replay protection (RFC 8446 §8): GnuTLS checks each
+/// ClientHello carrying early data against a time window and asks this cache whether it has
+/// seen it; a repeat is refused early data (it still gets a full 1-RTT handshake).
+///
+/// The cache lives in memory, per endpoint: a replay to another server process, or after a
+/// restart, is not caught. That is why accepting early data is the application's choice.
+package final class TLSAntiReplay: @unchecked Sendable {
+    // @unchecked Sendable: GnuTLS calls `add` from handshakes, which all run on the endpoint's
+    // event loop; `seen` is touched nowhere else.
+    private(set) var raw: gnutls_anti_replay_t?
+    private var seen: [Data: time_t] = [:]
+
+    init() throws {
+        let rv = gnutls_anti_replay_init(&raw)
+        if rv < 0 { throw TLSError.gnutlsFailure(function: "gnutls_anti_replay_init", code: rv) }
+        gnutls_anti_replay_set_ptr(raw, Unmanaged.passUnretained(self).toOpaque())
+        gnutls_anti_replay_set_add_function(raw) { pointer, expiry, key, _ in
+            guard let pointer, let key, let bytes = key.pointee.data else { return 0 }
+            let cache = Unmanaged<TLSAntiReplay>.fromOpaque(pointer).takeUnretainedValue()
+            return cache.add(Data(bytes: bytes, count: Int(key.pointee.size)), expiry: expiry)
+        }
+    }
+
+    /// 0 when `key` is new; GNUTLS_E_DB_ENTRY_EXISTS when it is a replay.
+    private func add(_ key: Data, expiry: time_t) -> Int32 {
+        let now = time(nil)
+        if seen.count > 10_000 { seen = seen.filter { $0.value > now } }
+        if let until = seen[key], until > now { return GNUTLS_E_DB_ENTRY_EXISTS }
+        seen[key] = expiry
+        return 0
+    }
+
+    deinit { gnutls_anti_replay_deinit(raw) }
+}
