@@ -168,7 +168,15 @@ struct Connect: AsyncParsableCommand {
         if let stats {
             printStatistics(establishment: await group.establishmentReport(), transfer: await transferReport.collect(), style: stats)
         }
+        // Wait for CONNECTION_CLOSE to go out and the trace to be written before the process ends.
+        let states = group.states
         group.cancel()
+        _ = try? await withDeadline(seconds: 2) {
+            for await state in states {
+                if case .cancelled = state { break }
+                if case .failed = state { break }
+            }
+        }
         let rtt = statistics.map { String(format: "%.2f ms", Double($0.smoothedRTT.components.attoseconds) / 1e15 + Double($0.smoothedRTT.components.seconds) * 1e3) } ?? "?"
         print("""
             connected to \(host):\(port) alpn \(alpn) in \(format(establishment?.duration ?? handshake))\(resumed ? " (resumed session)" : "")

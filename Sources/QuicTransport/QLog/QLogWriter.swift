@@ -36,16 +36,20 @@ final class QLogWriter {
         if descriptor < 0 && !finished { open() }
         guard descriptor >= 0 else { return }
         if !headerWritten, bytes.count > 2, bytes[0] == 0x1E, bytes[1] == UInt8(ascii: "{") {
-            // The first record is ngtcp2's header: give it a title after its opening brace.
+            // The first record is ngtcp2's header: give it a title after its opening brace, and
+            // write it at once, so even a process that dies early leaves a trace viewers open.
             headerWritten = true
             buffer += Array("\u{1E}{\"title\":\"\(title)\",".utf8)
             buffer += bytes[2...]
+            flush()
+            return
         } else {
             buffer += bytes
         }
         if final {
             close()
-        } else if buffer.count >= Self.flushThreshold {
+        } else if buffer.count >= Self.flushThreshold || Self.monotonicSeconds() - lastFlush >= 1 {
+            // At least once a second, so a trace of a process that dies loses one second at most.
             flush()
         }
     }
@@ -66,6 +70,15 @@ final class QLogWriter {
             }
         }
         buffer.removeAll(keepingCapacity: true)
+        lastFlush = Self.monotonicSeconds()
+    }
+
+    private var lastFlush = QLogWriter.monotonicSeconds()
+
+    private static func monotonicSeconds() -> Double {
+        var spec = timespec()
+        clock_gettime(CLOCK_MONOTONIC_COARSE, &spec)
+        return Double(spec.tv_sec) + Double(spec.tv_nsec) / 1e9
     }
 
     func close() {
