@@ -26,6 +26,8 @@ public final class HTTP3Client: Sendable {
         public var tracksLosses = false
         /// Keep session tickets here and resume with them (see `TLSOptions.sessionTicketStore`).
         public var sessionTicketStore: QUICSessionTicketStore?
+        /// The AEADs to offer (RFC 9001 §5.3).
+        public var cipherSuites: [QUICCipherSuite] = QUICCipherSuite.allCases
 
         public init() {}
     }

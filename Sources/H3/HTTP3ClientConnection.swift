@@ -54,6 +54,7 @@ final class HTTP3ClientConnection: @unchecked Sendable {
         quic.qlogDirectory = configuration.qlogDirectory
         quic.tracksLosses = configuration.tracksLosses
         quic.sessionTicketStore = configuration.sessionTicketStore
+        quic.cipherSuites = configuration.cipherSuites
         quic.idleTimeoutMilliseconds = UInt64(configuration.idleTimeoutMilliseconds)
         let connector = QUICClientConnector(
             host: configuration.connectTo?.host ?? host,

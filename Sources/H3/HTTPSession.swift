@@ -152,6 +152,8 @@ public final class HTTPSession: Sendable {
         public var tracksLosses = false
         /// Keep session tickets here and resume HTTP/3 connections with them.
         public var sessionTicketStore: QUICSessionTicketStore?
+        /// The AEADs HTTP/3 offers (RFC 9001 §5.3).
+        public var cipherSuites: [QUICCipherSuite] = QUICCipherSuite.allCases
 
         public init() {}
     }
@@ -313,6 +315,7 @@ public final class HTTPSession: Sendable {
             configuration.qlogDirectory = self.configuration.qlogDirectory
             configuration.tracksLosses = self.configuration.tracksLosses
             configuration.sessionTicketStore = self.configuration.sessionTicketStore
+            configuration.cipherSuites = self.configuration.cipherSuites
             let client = HTTP3Client(configuration: configuration)
             clients[target.key] = client
             return client

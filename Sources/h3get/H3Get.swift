@@ -80,6 +80,9 @@ struct H3Get: AsyncParsableCommand {
     @Option(name: .customLong("happy-eyeballs-timeout-ms"), help: "How long the HTTP/3 handshake runs alone before TCP joins the race (curl's option; default 300).")
     var happyEyeballsTimeout: Int = 300
 
+    @Option(name: .customLong("cipher"), help: "HTTP/3 cipher suites to offer: aes128gcm, aes256gcm, chacha20 (comma-separated).")
+    var ciphers: String?
+
     @Option(name: .customLong("session-file"), help: "Keep TLS session tickets in FILE and resume HTTP/3 connections from it.")
     var sessionFile: String?
 
@@ -141,6 +144,9 @@ struct H3Get: AsyncParsableCommand {
         if [http3Discovery, http3Only, assumeHTTP3].filter({ $0 }).count > 1 {
             throw ValidationError("use only one of --http3, --http3-only and --assume-h3")
         }
+        if let ciphers, ciphers.split(separator: ",").contains(where: { QUICCipherSuite(rawValue: String($0)) == nil }) {
+            throw ValidationError("--cipher takes aes128gcm, aes256gcm or chacha20 (comma-separated)")
+        }
         if happyEyeballsTimeout < 0 { throw ValidationError("--happy-eyeballs-timeout-ms must not be negative") }
         if let dnsServer, Self.hostPort(dnsServer) == nil {
             throw ValidationError("--dns-server takes HOST:PORT, e.g. 127.0.0.1:53 or [::1]:53")
@@ -163,6 +169,7 @@ struct H3Get: AsyncParsableCommand {
         configuration.policy = http3Only ? .http3Only : assumeHTTP3 ? .assumesHTTP3Capable : .discovery
         configuration.tracksLosses = stats != nil
         if let sessionFile { configuration.sessionTicketStore = QUICSessionTicketStore(path: sessionFile) }
+        if let ciphers { configuration.cipherSuites = ciphers.split(separator: ",").compactMap { QUICCipherSuite(rawValue: String($0)) } }
         configuration.happyEyeballsDelay = .milliseconds(happyEyeballsTimeout)
         configuration.altServiceCache = AltServiceCache(path: altSvcFile.flatMap { $0.isEmpty ? nil : $0 })
         if let dnsServer, let server = Self.hostPort(dnsServer) {

@@ -48,6 +48,9 @@ struct H3Serve: AsyncParsableCommand {
     @Flag(name: .customLong("early-data"), help: "Accept 0-RTT requests from resuming clients. They can be replayed (RFC 8446 §8): use it for content where repeating a request is harmless.")
     var earlyData = false
 
+    @Flag(help: "Validate client addresses with a Retry round trip (RFC 9000 §8.1.2).")
+    var retry = false
+
     @Flag(name: .customLong("no-tcp"), help: "Do not listen on TCP: HTTP/3 only.")
     var noTCP = false
 
@@ -133,6 +136,7 @@ struct H3Serve: AsyncParsableCommand {
             configuration.privateKeyFile = key
             configuration.identity = generated
             configuration.acceptsEarlyData = earlyData
+            configuration.requiresAddressValidation = retry
             if let qlogDirectory { configuration.qlogDirectory = qlogDirectory }
             do {
                 let server = try HTTP3Server(configuration: configuration, handler: handler)

@@ -48,11 +48,13 @@ final class QUICTLSSession {
         connectionRef: UnsafeMutablePointer<ngtcp2_crypto_conn_ref>
     ) throws {
         var session: gnutls_session_t?
-        try Self.check(
-            gnutls_init(&session, UInt32(GNUTLS_SERVER.rawValue) | UInt32(GNUTLS_ENABLE_EARLY_DATA.rawValue)
-                | UInt32(GNUTLS_NO_AUTO_SEND_TICKET.rawValue) | UInt32(GNUTLS_NO_END_OF_EARLY_DATA.rawValue)),
-            "gnutls_init"
-        )
+        // Early data only when the application accepts it: with GNUTLS_ENABLE_EARLY_DATA, GnuTLS
+        // puts max_early_data_size in every ticket, and QUIC allows only 0xffffffff there
+        // (RFC 9001 §4.6.1; aioquic closes the connection over the default 16384).
+        var flags = UInt32(GNUTLS_SERVER.rawValue) | UInt32(GNUTLS_NO_AUTO_SEND_TICKET.rawValue)
+            | UInt32(GNUTLS_NO_END_OF_EARLY_DATA.rawValue)
+        if antiReplay != nil { flags |= UInt32(GNUTLS_ENABLE_EARLY_DATA.rawValue) }
+        try Self.check(gnutls_init(&session, flags), "gnutls_init")
         self.raw = session!
         try configureCommon(credentials: credentials, alpn: alpn, priority: priority, connectionRef: connectionRef)
         guard ngtcp2_crypto_gnutls_configure_server_session(raw) == 0 else {

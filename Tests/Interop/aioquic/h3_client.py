@@ -28,6 +28,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import pickle
 import os
 import ssl
 import sys
@@ -37,6 +38,7 @@ from aioquic.asyncio import QuicConnectionProtocol, connect
 from aioquic.h3.connection import H3_ALPN, H3Connection
 from aioquic.h3.events import DataReceived, H3Event, HeadersReceived
 from aioquic.quic.configuration import QuicConfiguration
+from aioquic.tls import CipherSuite
 from aioquic.quic.events import (
     ConnectionTerminated,
     HandshakeCompleted,
@@ -132,7 +134,8 @@ class H3ClientProtocol(QuicConnectionProtocol):
         if isinstance(event, ProtocolNegotiated):
             if event.alpn_protocol in H3_ALPN:
                 # Opens our control + QPACK streams and queues SETTINGS.
-                self._http = H3Connection(self._quic)
+                if self._http is None:
+                    self._http = H3Connection(self._quic)
         elif isinstance(event, HandshakeCompleted):
             self.handshake_done.set()
         elif isinstance(event, StreamReset):
@@ -194,6 +197,9 @@ class H3ClientProtocol(QuicConnectionProtocol):
 
     def request(self, url: str, authority: str, path: str, body: bytes | None) -> Response:
         """Send one request on a new stream; returns the Response to await."""
+        if self._http is None:
+            # 0-RTT: HTTP/3 starts with the first flight, before the handshake completes.
+            self._http = H3Connection(self._quic)
         stream_id = self._quic.get_next_available_stream_id()
         headers = [
             (b":method", b"GET" if body is None else b"POST"),
@@ -255,6 +261,16 @@ async def run(args: argparse.Namespace, responses: list[Response | None]) -> Non
     if args.qlog_dir:
         os.makedirs(args.qlog_dir, exist_ok=True)
         configuration.quic_logger = QuicFileLogger(args.qlog_dir)
+    if args.cipher == "chacha20":
+        configuration.cipher_suites = [CipherSuite.CHACHA20_POLY1305_SHA256]
+    if args.session_ticket and os.path.exists(args.session_ticket):
+        with open(args.session_ticket, "rb") as f:
+            configuration.session_ticket = pickle.load(f)
+
+    def save_ticket(ticket) -> None:
+        if args.session_ticket:
+            with open(args.session_ticket, "wb") as f:
+                pickle.dump(ticket, f)
 
     # wait_connected=False: we send the first flight and wait for the handshake
     # ourselves, to report why a handshake failed.
@@ -263,18 +279,28 @@ async def run(args: argparse.Namespace, responses: list[Response | None]) -> Non
         port,
         configuration=configuration,
         create_protocol=H3ClientProtocol,
+        session_ticket_handler=save_ticket,
         wait_connected=False,
     ) as proto:
         assert isinstance(proto, H3ClientProtocol)
+        early = args.zero_rtt and configuration.session_ticket is not None
+        if early:
+            # 0-RTT: the requests go out with the first flight (RFC 9114 §4.1, RFC 9001 §4.6).
+            for i, (url, path) in enumerate(zip(args.urls, paths)):
+                responses[i] = proto.request(url, authority, path, body)
         proto.transmit()
         try:
             await asyncio.wait_for(proto.wait_handshake(), deadline - loop.time())
         except asyncio.TimeoutError:
             raise ConnectionFailed(f"timed out after {args.timeout}s: no handshake")
         log.info("connected to %s:%d", host, port)
+        if args.key_update:
+            proto._quic.request_key_update()
+            proto.transmit()
 
-        for i, (url, path) in enumerate(zip(args.urls, paths)):
-            responses[i] = proto.request(url, authority, path, body)
+        if not early:
+            for i, (url, path) in enumerate(zip(args.urls, paths)):
+                responses[i] = proto.request(url, authority, path, body)
         # Failures are recorded per request, so wait for all of them; mark the
         # unfinished ones before leaving `async with` closes the connection.
         _, pending = await asyncio.wait(
@@ -294,6 +320,10 @@ def main() -> int:
     p.add_argument("--data-file", help="POST this file's content instead of GET")
     p.add_argument("--timeout", type=float, default=30.0, help="overall timeout, seconds")
     p.add_argument("--qlog-dir", help="write the connection's .qlog file here")
+    p.add_argument("--session-ticket", help="load a session ticket from FILE and save new ones to it")
+    p.add_argument("--zero-rtt", action="store_true", help="with a ticket, send the requests in 0-RTT")
+    p.add_argument("--key-update", action="store_true", help="update keys once connected")
+    p.add_argument("--cipher", choices=["chacha20"], help="offer only ChaCha20-Poly1305")
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args()
 

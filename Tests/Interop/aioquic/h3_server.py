@@ -311,10 +311,15 @@ async def main(args: argparse.Namespace) -> None:
         os.makedirs(args.qlog_dir, exist_ok=True)
         configuration.quic_logger = QuicFileLogger(args.qlog_dir)
 
+    # Session tickets for resumption (RFC 8446 §2.2), kept in memory for this process.
+    tickets: dict[bytes, object] = {}
     server = await serve(
         args.host,
         args.port,
         configuration=configuration,
+        retry=args.retry,
+        session_ticket_fetcher=tickets.pop,
+        session_ticket_handler=lambda ticket: tickets.__setitem__(ticket.ticket, ticket),
         create_protocol=functools.partial(
             H3ServerProtocol, root=args.root, misbehave=args.misbehave
         ),
@@ -349,6 +354,7 @@ def parse_args() -> argparse.Namespace:
         help="answer every request with a protocol violation",
     )
     p.add_argument("--qlog-dir", help="write one <ODCID>.qlog per connection here")
+    p.add_argument("--retry", action="store_true", help="validate client addresses with Retry")
     p.add_argument("-v", "--verbose", action="store_true", help="aioquic debug logging")
     args = p.parse_args()
     if args.root is not None and not os.path.isdir(args.root):
