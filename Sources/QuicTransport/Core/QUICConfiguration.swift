@@ -51,7 +51,11 @@ package struct QUICConfiguration: Sendable {
     /// Upper bounds for ngtcp2's flow-control window auto-tuning.
     package var maxConnectionWindow: UInt64 = 64 << 20
     package var maxStreamWindow: UInt64 = 32 << 20
-    package var handshakeTimeoutMilliseconds: UInt64 = 10_000
+    /// How long a handshake may take in all. Generous, because under heavy loss the PTO backs off
+    /// (RFC 9002 §6.2.1): with 30% loss both ways, 10 s failed 1 handshake in 50, and a server
+    /// that gives up before its client does leaves the client with keys nobody holds any more
+    /// (it sees a stateless reset, or an idle timeout). The idle timeout still applies.
+    package var handshakeTimeoutMilliseconds: UInt64 = 60_000
     package var cipherSuites: [QUICCipherSuite] = QUICCipherSuite.allCases
     package var congestionControl: QUICCongestionControl = .cubic
     /// Clients: where session tickets are kept for resumption (RFC 8446 §2.2); nil for none.

@@ -120,10 +120,14 @@ package final class QUICClientConnector: @unchecked Sendable {
 
     private func start(on socket: QUICDatagramSocket, remote: SocketAddress, fallback: ArraySlice<SocketAddress>) throws {
         let isIPLiteral = QUICSocketAddress(ip: host, port: 0) != nil
+        // RFC 6066 §3: SNI carries host names only; an IP address (given as the host or as the
+        // name to verify) is checked against the certificate but never sent (GnuTLS servers
+        // answer an IPv6 literal with illegal_parameter).
+        let sendableName = serverName.flatMap { QUICSocketAddress(ip: $0, port: 0) == nil ? $0 : nil }
         var tls = QUICClientTLS(
             credentials: try TLSCredentials.client(verification: verification),
             verification: verification,
-            serverName: serverName ?? (isIPLiteral ? nil : host),
+            serverName: sendableName ?? (isIPLiteral || serverName != nil ? nil : host),
             verificationName: serverName ?? host
         )
         tls.ticketStore = configuration.sessionTicketStore
