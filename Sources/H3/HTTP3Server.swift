@@ -29,6 +29,8 @@ public final class HTTP3Server: Sendable {
         /// Accept 0-RTT requests from resuming clients. They can be replayed (RFC 8446 §8, RFC
         /// 9114 §10.9): enable it only when the handler treats early requests as repeatable.
         public var acceptsEarlyData = false
+        /// The congestion controller for responses.
+        public var congestionControl: QUICCongestionControl = .cubic
 
         public init() {}
     }
@@ -64,6 +66,7 @@ public final class HTTP3Server: Sendable {
         var quic = QUICConfiguration()
         quic.alpn = [HTTP3.alpn]
         quic.qlogDirectory = configuration.qlogDirectory
+        quic.congestionControl = configuration.congestionControl
         var endpointConfiguration = QUICEndpointCore.Configuration(quic: quic, credentials: credentials)
         endpointConfiguration.maximumConnections = configuration.maximumConnections
         endpointConfiguration.requiresRetry = configuration.requiresAddressValidation

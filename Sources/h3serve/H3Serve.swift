@@ -48,6 +48,9 @@ struct H3Serve: AsyncParsableCommand {
     @Flag(name: .customLong("early-data"), help: "Accept 0-RTT requests from resuming clients. They can be replayed (RFC 8446 §8): use it for content where repeating a request is harmless.")
     var earlyData = false
 
+    @Option(help: "Congestion control for responses: cubic (default), reno, bbr or bbr2.")
+    var cc: String = "cubic"
+
     @Flag(help: "Validate client addresses with a Retry round trip (RFC 9000 §8.1.2).")
     var retry = false
 
@@ -59,6 +62,7 @@ struct H3Serve: AsyncParsableCommand {
 
     func validate() throws {
         if (cert == nil) != (key == nil) { throw ValidationError("--cert and --key go together") }
+        if QUICCongestionControl(rawValue: cc) == nil { throw ValidationError("--cc is cubic, reno, bbr or bbr2") }
         if noQUIC && noTCP { throw ValidationError("--no-quic and --no-tcp together leave nothing to serve") }
         if noAltSvc && altSvc != nil { throw ValidationError("--alt-svc and --no-alt-svc contradict each other") }
         if let altSvc {
@@ -137,6 +141,7 @@ struct H3Serve: AsyncParsableCommand {
             configuration.identity = generated
             configuration.acceptsEarlyData = earlyData
             configuration.requiresAddressValidation = retry
+            configuration.congestionControl = QUICCongestionControl(rawValue: cc) ?? .cubic
             if let qlogDirectory { configuration.qlogDirectory = qlogDirectory }
             do {
                 let server = try HTTP3Server(configuration: configuration, handler: handler)

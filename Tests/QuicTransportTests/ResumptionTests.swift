@@ -33,10 +33,15 @@ struct ResumptionTests {
         }
     }
 
+    /// The facts of one side's trace, once that side has written its connection_closed record
+    /// (traces are buffered until then, or for up to a second).
     static func trace(in directory: String, of group: NWConnectionGroup, side: String) async throws -> TraceFacts {
         let client = try #require(await group.qlogFilePath)
         let path = side == "client" ? client : client.replacingOccurrences(of: "_client.sqlog", with: "_server.sqlog")
-        try await Task.sleep(for: .milliseconds(100))
+        for _ in 0..<50 {
+            if let text = try? String(contentsOfFile: path, encoding: .utf8), text.contains("connectivity:connection_closed") { break }
+            try await Task.sleep(for: .milliseconds(100))
+        }
         return try TraceFacts(path)
     }
 
