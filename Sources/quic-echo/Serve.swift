@@ -91,5 +91,8 @@ struct Serve: AsyncParsableCommand {
                 tasks.addTask { await server.serve(group) }
             }
         }
+        // Used after the wait, so the sources live until then (optimised builds free unused ones).
+        stop.cancel()
+        interrupt.cancel()
     }
 }

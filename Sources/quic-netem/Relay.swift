@@ -168,6 +168,9 @@ final class Relay {
             }
         }
         stopRequested.deallocate()
+        // Used after the loop, so the sources live until then (optimised builds free unused ones).
+        stop.cancel()
+        interrupt.cancel()
     }
 
     /// Reads every waiting datagram on `socket`: from clients when `from` is nil, else from the server.
