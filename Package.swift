@@ -84,7 +84,7 @@ let package = Package(
         // What the command-line tools share: the --stats option.
         .target(
             name: "CommandLineSupport",
-            dependencies: [.product(name: "ArgumentParser", package: "swift-argument-parser")],
+            dependencies: ["QuicTransport", .product(name: "ArgumentParser", package: "swift-argument-parser")],
             swiftSettings: swiftSettings
         ),
         .executableTarget(

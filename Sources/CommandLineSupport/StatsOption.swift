@@ -1,4 +1,6 @@
 import ArgumentParser
+import Foundation
+import QuicTransport
 
 /// How `--stats` prints a connection's establishment and data-transfer reports.
 public enum ReportStyle: String, ExpressibleByArgument, CaseIterable, Sendable {
@@ -21,4 +23,23 @@ extension AsyncParsableCommand {
             exit(withError: error)
         }
     }
+}
+
+/// The `--stats=json` object: `fields` first (string values, nil as null), then the
+/// establishment and data-transfer reports when there are any.
+public func reportJSON(
+    _ fields: [(name: String, value: String?)] = [],
+    establishment: QUICEstablishmentReport?,
+    transfer: QUICDataTransferReport?
+) -> String {
+    var members = fields.map { name, value in "\"\(name)\":" + (value.map(jsonString) ?? "null") }
+    if let establishment { members.append("\"establishment\":{\(establishment.jsonMembers)}") }
+    if let transfer { members.append("\"transfer\":{\(transfer.jsonMembers)}") }
+    return "{" + members.joined(separator: ",") + "}"
+}
+
+/// A JSON string literal (RFC 8259 §7).
+private func jsonString(_ text: String) -> String {
+    let data = (try? JSONEncoder().encode(text)) ?? Data("\"\"".utf8)
+    return String(decoding: data, as: UTF8.self)
 }

@@ -65,7 +65,7 @@ public struct HTTPSessionResponse: Sendable {
     /// Why TCP carried the response although HTTP/3 was tried.
     public let fallbackReason: String?
     /// Things worth telling a verbose user: Alt-Svc learnt or ignored, DNS look-ups.
-    public let notes: [String]
+    public internal(set) var notes: [String]
     /// The HTTP/3 connection, when the response came over one.
     public let http3: HTTP3ConnectionInfo?
     let reprioritize: (@Sendable (HTTPPriority) async throws -> Void)?
@@ -280,7 +280,7 @@ public final class HTTPSession: Sendable {
     /// Records the response's `Alt-Svc` (RFC 7838 §3) and saves the cache file.
     private func learn(from response: HTTPSessionResponse, origin: AltServiceCache.Origin) -> HTTPSessionResponse {
         guard let cache = configuration.altServiceCache, let value = response.head.headerFields[.altSvc] else { return response }
-        var notes = response.notes
+        var learnt = response
         do {
             let parsed = try AltServiceFieldValue(parsing: value)
             let source = switch response.version {
@@ -290,18 +290,14 @@ public final class HTTPSession: Sendable {
             }
             cache.update(origin: origin, sourceALPN: source, with: parsed)
             switch parsed {
-            case .clear: notes.append("Alt-Svc: clear; forgot the alternatives of \(origin)")
-            case .alternatives(let services): notes.append("Alt-Svc learnt: \(services.map(\.description).joined(separator: ", "))")
+            case .clear: learnt.notes.append("Alt-Svc: clear; forgot the alternatives of \(origin)")
+            case .alternatives(let services): learnt.notes.append("Alt-Svc learnt: \(services.map(\.description).joined(separator: ", "))")
             }
-            do { try cache.save() } catch { notes.append("cannot save the Alt-Svc cache to \(cache.path ?? "?"): \(error)") }
+            do { try cache.save() } catch { learnt.notes.append("cannot save the Alt-Svc cache to \(cache.path ?? "?"): \(error)") }
         } catch {
-            notes.append("Alt-Svc ignored: \(error)")
+            learnt.notes.append("Alt-Svc ignored: \(error)")
         }
-        return HTTPSessionResponse(
-            head: response.head, body: response.body, version: response.version, discovery: response.discovery,
-            fallbackReason: response.fallbackReason, notes: notes, http3: response.http3, reprioritize: response.reprioritize,
-            collectStatistics: response.collectStatistics
-        )
+        return learnt
     }
 
     // MARK: Transports
@@ -388,7 +384,7 @@ public final class HTTPSession: Sendable {
             guard !Task.isCancelled, tcpStarted.withLockedValue({ started in defer { started = true }; return !started }) else { return }
             _ = startTCP("the HTTP/3 handshake with \(target.key) did not finish within \(delay)")
         }
-        let handshake = Task {
+        Task {
             do {
                 _ = try await client.connect(host: host, port: port)
                 sink.yield(.http3Ready)
@@ -397,7 +393,6 @@ public final class HTTPSession: Sendable {
             }
         }
         defer { timer.cancel() }
-        _ = handshake
         var http3Failure: String?
         var http3IsReady = false
         var tcpFailure: (any Error)?

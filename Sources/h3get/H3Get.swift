@@ -337,11 +337,8 @@ struct H3Get: AsyncParsableCommand {
             }
             log(lines.joined(separator: "\n"))
         case .json:
-            var members = ["\"url\":\(QUICConnectionCore.json(url))", "\"http_version\":\"\(response.version.rawValue)\""]
-            members.append("\"discovery\":" + (discovery.map(QUICConnectionCore.json) ?? "null"))
-            if let establishment = statistics?.establishment { members.append("\"establishment\":{\(establishment.jsonMembers)}") }
-            if let transfer = statistics?.transfer { members.append("\"transfer\":{\(transfer.jsonMembers)}") }
-            log("{" + members.joined(separator: ",") + "}")
+            let fields: [(name: String, value: String?)] = [("url", url), ("http_version", response.version.rawValue), ("discovery", discovery)]
+            log(reportJSON(fields, establishment: statistics?.establishment, transfer: statistics?.transfer))
         }
     }
 

@@ -104,13 +104,7 @@ struct Connect: AsyncParsableCommand {
         let started = ContinuousClock.now
         group.start(queue: DispatchQueue(label: "quic-echo.client"))
         // With --0rtt the echo starts at once: its first bytes ride in 0-RTT packets.
-        if !zeroRTT {
-            do {
-                try await withDeadline(seconds: timeout) { try await group.waitUntilReady() }
-            } catch {
-                throw failure("cannot connect to \(host):\(port): \(error)")
-            }
-        }
+        if !zeroRTT { try await waitUntilReady(group) }
         let handshake = ContinuousClock.now - started
 
         if keyUpdate {
@@ -150,13 +144,7 @@ struct Connect: AsyncParsableCommand {
             errors.append("\(error)")
         }
         let transfer = ContinuousClock.now - transferStart
-        if zeroRTT {
-            do {
-                try await withDeadline(seconds: timeout) { try await group.waitUntilReady() }
-            } catch {
-                throw failure("cannot connect to \(host):\(port): \(error)")
-            }
-        }
+        if zeroRTT { try await waitUntilReady(group) }
         let alpn = await group.negotiatedALPN ?? "?"
         let establishment = await group.establishmentReport()
         let resumed = establishment?.resumed ?? false
@@ -198,13 +186,18 @@ struct Connect: AsyncParsableCommand {
         case .text:
             text = "establishment: \(establishment?.summary ?? "-")\ntransfer: \(transfer?.summary ?? "-")"
         case .json:
-            let members = [
-                establishment.map { "\"establishment\":{\($0.jsonMembers)}" },
-                transfer.map { "\"transfer\":{\($0.jsonMembers)}" },
-            ].compactMap { $0 }
-            text = "{" + members.joined(separator: ",") + "}"
+            text = reportJSON(establishment: establishment, transfer: transfer)
         }
         FileHandle.standardError.write(Data((text + "\n").utf8))
+    }
+
+    /// Waits, within `--timeout`, for the handshake; a failure to connect ends the run with status 2.
+    private func waitUntilReady(_ group: NWConnectionGroup) async throws {
+        do {
+            try await withDeadline(seconds: timeout) { try await group.waitUntilReady() }
+        } catch {
+            throw failure("cannot connect to \(host):\(port): \(error)")
+        }
     }
 
     /// Initiates a key update as soon as ngtcp2 allows it: after the handshake is confirmed

@@ -221,13 +221,10 @@ final class Relay {
     }
 
     private func deliverDue(now: Double) {
-        var sent = 0
         while let next = schedule.first, next.at <= now {
             schedule.removeFirst()
             send(next, now: now)
-            sent += 1
         }
-        _ = sent
     }
 
     private func send(_ item: Scheduled, now: Double) {

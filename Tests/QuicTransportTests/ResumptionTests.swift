@@ -35,7 +35,7 @@ struct ResumptionTests {
 
     /// The facts of one side's trace, once that side has written its connection_closed record
     /// (traces are buffered until then, or for up to a second).
-    static func trace(in directory: String, of group: NWConnectionGroup, side: String) async throws -> TraceFacts {
+    static func trace(of group: NWConnectionGroup, side: String) async throws -> TraceFacts {
         let client = try #require(await group.qlogFilePath)
         let path = side == "client" ? client : client.replacingOccurrences(of: "_client.sqlog", with: "_server.sqlog")
         for _ in 0..<50 {
@@ -61,7 +61,7 @@ struct ResumptionTests {
             try await Task.sleep(for: .milliseconds(50))  // The ticket follows the handshake.
             group.cancel()
             try await Task.sleep(for: .milliseconds(100))
-            facts.append(try await Self.trace(in: directory, of: group, side: "server"))
+            facts.append(try await Self.trace(of: group, side: "server"))
         }
         #expect(store.entry(for: "127.0.0.1:\(server.port.rawValue)")?.transportParameters != nil)
         // A P-256 certificate and its signature make up most of the first server flight.
@@ -96,8 +96,8 @@ struct ResumptionTests {
         #expect(report.usedZeroRTT == serverAcceptsEarlyData)
         second.cancel()
         try await Task.sleep(for: .milliseconds(100))
-        let client = try await Self.trace(in: directory, of: second, side: "client")
-        let serverSide = try await Self.trace(in: directory, of: second, side: "server")
+        let client = try await Self.trace(of: second, side: "client")
+        let serverSide = try await Self.trace(of: second, side: "server")
         #expect(client.zeroRTTSent > 0, "the client sent 0-RTT packets")
         if serverAcceptsEarlyData {
             #expect(serverSide.zeroRTTReceived > 0, "the server read them")
