@@ -14,8 +14,8 @@ import NIOSSL
 /// Serves HTTP/2 and HTTP/1.1 over TLS on TCP with the same handler as `HTTP3Server`, so one
 /// application answers on every version; ALPN picks the version (RFC 9113 §3.2, RFC 7301).
 ///
-/// This is the server half of HTTP/3 discovery: every response can carry an `Alt-Svc` field
-/// (RFC 7838 §3) that tells clients the same origin also speaks HTTP/3.
+/// This is the server half of HTTP/3 discovery: the handler adds an `Alt-Svc` field (RFC 7838
+/// §3) to tell clients the same origin also speaks HTTP/3, as h3serve does for both transports.
 public final class HTTPTCPServer: Sendable {
     public struct Configuration: Sendable {
         public var host = "127.0.0.1"
@@ -23,8 +23,6 @@ public final class HTTPTCPServer: Sendable {
         /// The certificate chain and key, PEM.
         public var certificateChainPEM: String
         public var privateKeyPEM: String
-        /// Added to every response that has none, e.g. `h3=":4433"; ma=86400`; nil sends none.
-        public var altSvc: String?
         /// Request bodies larger than this are refused with 413.
         public var maximumRequestBodySize = 64 << 20
 
@@ -60,7 +58,6 @@ public final class HTTPTCPServer: Sendable {
     public func start() async throws -> UInt16 {
         let sslContext = self.sslContext
         let handler = self.handler
-        let altSvc = configuration.altSvc
         let limit = configuration.maximumRequestBodySize
         let logger = self.logger
         let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
@@ -77,7 +74,7 @@ public final class HTTPTCPServer: Sendable {
                                 stream.eventLoop.makeCompletedFuture {
                                     try stream.pipeline.syncOperations.addHandlers(
                                         HTTP2FramePayloadToHTTPServerCodec(),
-                                        HTTPTCPRequestHandler(handler: handler, altSvc: altSvc, bodyLimit: limit, logger: logger)
+                                        HTTPTCPRequestHandler(handler: handler, bodyLimit: limit, logger: logger)
                                     )
                                 }
                             }.map { _ in }
@@ -87,7 +84,7 @@ public final class HTTPTCPServer: Sendable {
                                 try channel.pipeline.syncOperations.configureHTTPServerPipeline(withErrorHandling: true)
                                 try channel.pipeline.syncOperations.addHandlers(
                                     HTTP1ToHTTPServerCodec(secure: true),
-                                    HTTPTCPRequestHandler(handler: handler, altSvc: altSvc, bodyLimit: limit, logger: logger)
+                                    HTTPTCPRequestHandler(handler: handler, bodyLimit: limit, logger: logger)
                                 )
                             }
                         }
@@ -114,7 +111,6 @@ final class HTTPTCPRequestHandler: ChannelInboundHandler, RemovableChannelHandle
     typealias OutboundOut = HTTPResponsePart
 
     private let handler: HTTP3Server.Handler
-    private let altSvc: String?
     private let bodyLimit: Int
     private let logger: Logger
     private var head: HTTPRequest?
@@ -123,9 +119,8 @@ final class HTTPTCPRequestHandler: ChannelInboundHandler, RemovableChannelHandle
     /// Complete requests, answered one after another by `serve(channel:)`.
     private var requests: AsyncStream<HTTP3ServerRequest>.Continuation?
 
-    init(handler: @escaping HTTP3Server.Handler, altSvc: String?, bodyLimit: Int, logger: Logger) {
+    init(handler: @escaping HTTP3Server.Handler, bodyLimit: Int, logger: Logger) {
         self.handler = handler
-        self.altSvc = altSvc
         self.bodyLimit = bodyLimit
         self.logger = logger
     }
@@ -135,10 +130,9 @@ final class HTTPTCPRequestHandler: ChannelInboundHandler, RemovableChannelHandle
         requests = continuation
         let channel = context.channel
         let handler = self.handler
-        let altSvc = self.altSvc
         let logger = self.logger
         Task {
-            await answerInOrder(stream, handler: handler, altSvc: altSvc, channel: channel, logger: logger)
+            await answerInOrder(stream, handler: handler, channel: channel, logger: logger)
         }
     }
 
@@ -189,17 +183,17 @@ final class HTTPTCPRequestHandler: ChannelInboundHandler, RemovableChannelHandle
 
 /// Answers each request of `requests` in turn on `channel`.
 private func answerInOrder(
-    _ requests: AsyncStream<HTTP3ServerRequest>, handler: HTTP3Server.Handler, altSvc: String?, channel: any Channel, logger: Logger
+    _ requests: AsyncStream<HTTP3ServerRequest>, handler: HTTP3Server.Handler, channel: any Channel, logger: Logger
 ) async {
     for await request in requests {
-        await answer(request, handler: handler, altSvc: altSvc, channel: channel, logger: logger)
+        await answer(request, handler: handler, channel: channel, logger: logger)
     }
 }
 
 /// Runs the handler and writes head, body and end, waiting for each write so a large file
 /// streams at the pace of the socket.
 private func answer(
-    _ request: HTTP3ServerRequest, handler: HTTP3Server.Handler, altSvc: String?, channel: any Channel, logger: Logger
+    _ request: HTTP3ServerRequest, handler: HTTP3Server.Handler, channel: any Channel, logger: Logger
 ) async {
     var response: HTTP3ServerResponse
     do {
@@ -208,7 +202,6 @@ private func answer(
         logger.warning("handler failed for \(request.head.path ?? "/"): \(error)")
         response = HTTP3ServerResponse(status: .internalServerError)
     }
-    if let altSvc, response.head.headerFields[.altSvc] == nil { response.head.headerFields[.altSvc] = altSvc }
     if response.bodyStream == nil, response.head.headerFields[.contentLength] == nil, request.head.method != .head {
         response.head.headerFields[.contentLength] = "\(response.body.count)"
     }
