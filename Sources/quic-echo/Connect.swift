@@ -59,6 +59,9 @@ struct Connect: AsyncParsableCommand {
     @Flag(name: .customLong("key-update"), help: "Update the 1-RTT keys (RFC 9001 §6) once the handshake is confirmed, before echoing.")
     var keyUpdate = false
 
+    @Flag(help: "Move to a new local UDP port once the handshake is confirmed, while the echo runs (connection migration with path validation, RFC 9000 §9.2).")
+    var migrate = false
+
     @Option(name: .customLong("stats"), help: "Print the establishment and data-transfer reports on stderr: --stats (text) or --stats=json (one JSON object).")
     var stats: ReportStyle?
 
@@ -109,7 +112,8 @@ struct Connect: AsyncParsableCommand {
 
         if keyUpdate {
             do {
-                try await updateKeys(group)
+                try await group.initiateKeyUpdate()
+                print("key update initiated")
             } catch {
                 throw failure("key update failed: \(error)")
             }
@@ -134,6 +138,16 @@ struct Connect: AsyncParsableCommand {
                     }
                     if datagrams > 0 {
                         tasks.addTask { try await echoDatagrams(group, received: datagramsReceived, count: datagrams) }
+                    }
+                    if migrate {
+                        tasks.addTask {
+                            do {
+                                print("migrated to \(try await group.migrate())")
+                            } catch {
+                                throw EchoError("migration failed: \(error)")
+                            }
+                            return 0
+                        }
                     }
                     var total = 0
                     for try await count in tasks { total += count }
@@ -197,22 +211,6 @@ struct Connect: AsyncParsableCommand {
             try await withDeadline(seconds: timeout) { try await group.waitUntilReady() }
         } catch {
             throw failure("cannot connect to \(host):\(port): \(error)")
-        }
-    }
-
-    /// Initiates a key update as soon as ngtcp2 allows it: after the handshake is confirmed
-    /// (HANDSHAKE_DONE, RFC 9001 §4.1.2), which can trail `.ready` by a round trip.
-    private func updateKeys(_ group: NWConnectionGroup) async throws {
-        let deadline = ContinuousClock.now + .seconds(max(1, timeout))
-        while true {
-            do {
-                try await group.initiateKeyUpdate()
-                print("key update initiated")
-                return
-            } catch let error as QUICKeyUpdateError {
-                guard ContinuousClock.now < deadline else { throw error }
-                try await Task.sleep(for: .milliseconds(10))
-            }
         }
     }
 

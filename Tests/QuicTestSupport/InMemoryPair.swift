@@ -22,6 +22,8 @@ package final class InMemoryPair {
     struct InFlight {
         var bytes: [UInt8]
         var deliverAt: UInt64
+        /// The client's end of the datagram: its source going up, its destination coming down.
+        var clientAddress: QUICSocketAddress
     }
 
     package static let clientAddress = QUICSocketAddress(ip: "127.0.0.1", port: 50_000)!
@@ -36,6 +38,8 @@ package final class InMemoryPair {
     package var oneWayDelay: UInt64 = 10_000_000
     package var lossRate: Double = 0
     package private(set) var droppedPackets = 0
+    /// Client addresses whose datagrams the link drops both ways (a path that does not work).
+    package var unreachableClientAddresses: Set<QUICSocketAddress> = []
     private var toServer: [InFlight] = []
     private var toClient: [InFlight] = []
     private var random: SeededGenerator
@@ -97,12 +101,20 @@ package final class InMemoryPair {
         next = min(next, client.nextDeadline)
         if let serverConnection { next = min(next, serverConnection.nextDeadline) }
         guard next != .max else { return false }
-        now = max(now, next)
+        now = Self.moment(after: now, due: next)
         deliver()
         client.handleTimeout(now: now)
         serverConnection?.handleTimeout(now: now)
         flushAll()
         return true
+    }
+
+    /// The virtual time to move to for a deadline `due`. A deadline that is already due and was
+    /// not cleared moves the clock on by a nanosecond: ngtcp2 0.12 reports a retired connection
+    /// ID's expiry as `retired_ts + pto` but removes it only when `ts` is past that, so a clock
+    /// that lands exactly on it would stand still. A real clock always moves on.
+    private static func moment(after now: UInt64, due next: UInt64) -> UInt64 {
+        next > now ? next : now + 1
     }
 
     /// Steps until `condition` holds, or fails after `limit` of virtual time.
@@ -112,6 +124,17 @@ package final class InMemoryPair {
             guard now - start < limit else { throw PairError.timedOut(line: line) }
             guard step() else { throw PairError.stalled("line \(line): client: \(String(describing: client.closeReason)) server: \(String(describing: serverConnection?.closeReason))") }
         }
+    }
+
+    /// Runs until the client has read `stream` to its FIN; returns every byte read.
+    package func readClientStreamToEnd(_ stream: Int64, line: Int = #line) throws -> [UInt8] {
+        var received: [UInt8] = []
+        try run(until: {
+            let read = client.read(streamID: stream, maximumLength: .max)
+            received += read.bytes
+            return read.isFinished
+        }, line: line)
+        return received
     }
 
     /// Advances virtual time by `duration`, processing everything due on the way.
@@ -124,7 +147,7 @@ package final class InMemoryPair {
                 client.nextDeadline, serverConnection?.nextDeadline ?? .max,
             ].min()!
             if next > end { break }
-            now = max(now, next)
+            now = Self.moment(after: now, due: next)
             deliver()
             client.handleTimeout(now: now)
             serverConnection?.handleTimeout(now: now)
@@ -132,16 +155,16 @@ package final class InMemoryPair {
         now = end
     }
 
-    package func inject(toServer bytes: [UInt8]) -> QUICEndpointCore.Disposition {
+    package func inject(toServer bytes: [UInt8], from clientAddress: QUICSocketAddress = InMemoryPair.clientAddress) -> QUICEndpointCore.Disposition {
         var replies: [[UInt8]] = []
         let disposition = bytes.withUnsafeBytes { datagram in
             server.receive(
                 datagram: datagram,
-                path: QUICPath(local: Self.serverAddress, remote: Self.clientAddress),
+                path: QUICPath(local: Self.serverAddress, remote: clientAddress),
                 now: now
             ) { replies.append(Array($0)) }
         }
-        for reply in replies { toClient.append(InFlight(bytes: reply, deliverAt: now + oneWayDelay)) }
+        for reply in replies { toClient.append(InFlight(bytes: reply, deliverAt: now + oneWayDelay, clientAddress: clientAddress)) }
         return disposition
     }
 
@@ -149,7 +172,7 @@ package final class InMemoryPair {
         let dueServer = toServer.filter { $0.deliverAt <= now }
         toServer.removeAll { $0.deliverAt <= now }
         for packet in dueServer {
-            switch inject(toServer: packet.bytes) {
+            switch inject(toServer: packet.bytes, from: packet.clientAddress) {
             case .delivered(let core, _): serverConnection = core
             default: break
             }
@@ -158,21 +181,21 @@ package final class InMemoryPair {
         toClient.removeAll { $0.deliverAt <= now }
         for packet in dueClient {
             packet.bytes.withUnsafeBytes {
-                client.receive(datagram: $0, path: QUICPath(local: Self.clientAddress, remote: Self.serverAddress), now: now)
+                client.receive(datagram: $0, path: QUICPath(local: packet.clientAddress, remote: Self.serverAddress), now: now)
             }
         }
     }
 
     private func flushAll() {
         for _ in 0..<4 {
-            _ = client.writePackets(now: now, scratch: scratch) { bytes, segment, _, _ in
-                self.send(bytes, segment: segment, toServer: true)
+            _ = client.writePackets(now: now, scratch: scratch) { bytes, segment, path, _ in
+                self.send(bytes, segment: segment, toServer: true, clientAddress: path.local)
             }
             clientEvents += client.takeEvents()
             afterStep?()
             if let serverConnection {
-                _ = serverConnection.writePackets(now: now, scratch: scratch) { bytes, segment, _, _ in
-                    self.send(bytes, segment: segment, toServer: false)
+                _ = serverConnection.writePackets(now: now, scratch: scratch) { bytes, segment, path, _ in
+                    self.send(bytes, segment: segment, toServer: false, clientAddress: path.remote)
                 }
                 let events = server.takeEvents(of: serverConnection)
                 serverEvents += events
@@ -181,17 +204,18 @@ package final class InMemoryPair {
         }
     }
 
-    private func send(_ batch: UnsafeRawBufferPointer, segment: Int, toServer: Bool) {
+    private func send(_ batch: UnsafeRawBufferPointer, segment: Int, toServer: Bool, clientAddress: QUICSocketAddress) {
         var offset = 0
         while offset < batch.count {
             let length = min(segment, batch.count - offset)
             let packet = Array(batch[offset..<(offset + length)])
             offset += length
-            if lossRate > 0 && Double(random.next() % 10_000) / 10_000 < lossRate {
+            if unreachableClientAddresses.contains(clientAddress)
+                || (lossRate > 0 && Double(random.next() % 10_000) / 10_000 < lossRate) {
                 droppedPackets += 1
                 continue
             }
-            let item = InFlight(bytes: packet, deliverAt: now + oneWayDelay)
+            let item = InFlight(bytes: packet, deliverAt: now + oneWayDelay, clientAddress: clientAddress)
             if toServer { self.toServer.append(item) } else { toClient.append(item) }
         }
     }

@@ -43,13 +43,7 @@ struct DataTransferReportTests {
         let payload = (0..<400_000).map { UInt8(truncatingIfNeeded: $0 &* 13) }
         let stream = try #require(try pair.client.openStream(bidirectional: true))
         try payload.withUnsafeBytes { try pair.client.send(streamID: stream, bytes: $0, fin: true, token: nil) }
-        var echoed: [UInt8] = []
-        try pair.run(until: {
-            let read = pair.client.read(streamID: stream, maximumLength: .max)
-            echoed += read.bytes
-            return read.isFinished
-        })
-        #expect(echoed == payload)
+        #expect(try pair.readClientStreamToEnd(stream) == payload)
         pair.lossRate = 0
         let elapsed = Duration.nanoseconds(Int64(pair.now - transferStart))
         pair.advance(by: 2_000_000_000)

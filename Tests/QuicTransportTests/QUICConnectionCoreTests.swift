@@ -25,16 +25,6 @@ struct QUICConnectionCoreTests {
         }
     }
 
-    func readAll(_ pair: InMemoryPair, stream: Int64) throws -> [UInt8] {
-        var received: [UInt8] = []
-        try pair.run(until: {
-            let read = pair.client.read(streamID: stream, maximumLength: .max)
-            received += read.bytes
-            return read.isFinished
-        })
-        return received
-    }
-
     @Test func handshakeNegotiatesALPNAndCipher() throws {
         let pair = try InMemoryPair()
         try pair.run(until: { pair.client.isHandshakeCompleted && pair.serverConnection?.isHandshakeCompleted == true })
@@ -63,7 +53,7 @@ struct QUICConnectionCoreTests {
         let payload = (0..<300_000).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 7) }
         let stream = try #require(try pair.client.openStream(bidirectional: true))
         try payload.withUnsafeBytes { try pair.client.send(streamID: stream, bytes: $0, fin: true, token: 1) }
-        let echoed = try readAll(pair, stream: stream)
+        let echoed = try pair.readClientStreamToEnd(stream)
         #expect(echoed == payload)
         #expect(pair.clientEvents.contains(.streamSendCompleted(streamID: stream, token: 1, error: nil)))
         if lossRate > 0 { #expect(pair.droppedPackets > 0) }
@@ -165,7 +155,7 @@ struct QUICConnectionCoreTests {
         #expect(pair.server.connections.count == 1)
         let stream = try #require(try pair.client.openStream(bidirectional: true))
         try ([5, 6] as [UInt8]).withUnsafeBytes { try pair.client.send(streamID: stream, bytes: $0, fin: true, token: nil) }
-        #expect(try readAll(pair, stream: stream) == [5, 6])
+        #expect(try pair.readClientStreamToEnd(stream) == [5, 6])
     }
 
     @Test func garbageDatagramsGetNoReplyAndCreateNoConnection() throws {

@@ -110,6 +110,7 @@ struct QuicEchoInteropTests {
         #expect(client.standardOutput.contains("key update initiated"))
         let statsLine = try #require(client.standardError.split(separator: "\n").last { $0.hasPrefix("{") })
         #expect(statsLine.contains(#""cipher":"CHACHA20-POLY1305""#), "\(statsLine)")
+        #expect(statsLine.contains(#""key_updates":1"#), "\(statsLine)")
         server.process.stop()
         try await Task.sleep(for: .milliseconds(200))
         let files = try FileManager.default.contentsOfDirectory(atPath: directory)
@@ -125,6 +126,29 @@ struct QuicEchoInteropTests {
             let ect0 = trace.matches(of: /"ect0":(\d+)/).compactMap { Int($0.output.1) }.max() ?? 0
             #expect(ect0 > 100, "ACKs count ECT(0)-marked packets: \(ect0)")
         }
+    }
+
+    /// --migrate: the client moves to a new local port while 2 MB echo, validates the path, and
+    /// the server follows; both the report and the server's trace name the new port.
+    @Test func migrationMovesTheEchoToANewLocalPort() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("mig-\(UUID())").path
+        let server = try await EchoServerProcess(["--qlog-dir", directory])
+        let client = try ChildProcess(try TestEnvironment.executable("quic-echo"), [
+            "connect", "127.0.0.1", "\(server.port)", "--pin-sha256", server.fingerprint, "--migrate",
+            "--size", "2000000", "--streams", "2", "--stats=json",
+        ])
+        #expect(try await client.waitForExit() == 0, "\(client.standardOutput) \(client.standardError)")
+        let match = try #require(client.standardOutput.firstMatch(of: /migrated to 127\.0\.0\.1:(\d+)/), "\(client.standardOutput)")
+        let newPort = String(match.output.1)
+        let statsLine = try #require(client.standardError.split(separator: "\n").last { $0.hasPrefix("{") })
+        #expect(statsLine.contains(#""path_changes":1"#), "\(statsLine)")
+        server.process.stop()
+        try await Task.sleep(for: .milliseconds(200))
+        let files = try FileManager.default.contentsOfDirectory(atPath: directory)
+        let name = try #require(files.first { $0.hasSuffix("_server.sqlog") })
+        let trace = try String(contentsOfFile: directory + "/" + name, encoding: .utf8)
+        #expect(trace.contains(#""new":{"ip":"127.0.0.1","port":\#(newPort)}"#), "the server followed the client to port \(newPort)")
+        #expect(trace.contains(#""frame_type":"path_challenge""#))
     }
 
     @Test func wrongALPNIsReportedByBothSides() async throws {

@@ -221,14 +221,35 @@ public final class NWConnectionGroup: @unchecked Sendable {
         return pending
     }
 
-    /// Starts a 1-RTT key update (RFC 9001 §6); the peer follows. Throws before the handshake is
-    /// confirmed or while the previous update is still unacknowledged.
+    /// Starts a 1-RTT key update (RFC 9001 §6); the peer follows. A client tunnel waits until the
+    /// handshake is confirmed and the next keys exist. Throws while the previous update is still
+    /// unacknowledged (and, on a server tunnel, before the handshake is confirmed).
     public func initiateKeyUpdate() async throws {
-        try await eventLoop.submit {
-            guard let driver = self.driver else { throw NWError.posix(.ENOTCONN) }
-            try driver.core.initiateKeyUpdate(now: QUICConnectionDriver.now())
+        try await eventLoop.flatSubmit { () -> EventLoopFuture<Void> in
+            if let connector = self.connector { return connector.initiateKeyUpdate() }
+            guard let driver = self.driver else { return self.eventLoop.makeFailedFuture(NWError.posix(.ENOTCONN)) }
+            do {
+                try driver.core.initiateKeyUpdate(now: QUICConnectionDriver.now())
+            } catch {
+                return self.eventLoop.makeFailedFuture(error)
+            }
             driver.afterInput()
+            return self.eventLoop.makeSucceededVoidFuture()
         }.get()
+    }
+
+    /// Moves the tunnel to a new local UDP port (connection migration, RFC 9000 §9.2), as a
+    /// client does when its network changes: waits until the handshake is confirmed, validates
+    /// the new path with PATH_CHALLENGE, then sends only from it. Streams carry on unaffected.
+    /// Returns the new local endpoint. Client tunnels only; throws when the server disabled
+    /// migration or the new path does not validate (the tunnel then stays on its old path).
+    @discardableResult
+    public func migrate() async throws -> NWEndpoint {
+        let path = try await eventLoop.flatSubmit { () -> EventLoopFuture<QUICPath> in
+            guard let connector = self.connector else { return self.eventLoop.makeFailedFuture(NWError.posix(.EOPNOTSUPP)) }
+            return connector.migrate()
+        }.get()
+        return .hostPort(host: .init(path.local.host), port: .init(integerLiteral: path.local.port))
     }
 
     /// Round-trip and congestion figures of the tunnel's path right now (RFC 9002 §5).
@@ -355,7 +376,7 @@ public final class NWConnectionGroup: @unchecked Sendable {
             case .closed(let reason):
                 if let driver, !driver.core.isHandshakeCompleted { onHandshakeFailure?(reason) }
                 finish(reason)
-            case .connectionIDIssued, .connectionIDRetired:
+            case .connectionIDIssued, .connectionIDRetired, .handshakeConfirmed, .pathValidated:
                 break
             }
         }

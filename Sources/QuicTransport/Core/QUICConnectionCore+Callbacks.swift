@@ -90,6 +90,7 @@ extension QUICConnectionCore {
             QUICConnectionCore.withCore(userData) { core in
                 core.keyDerivations += 1
                 guard core.keyDerivations >= 2 else { return }
+                core.counters.keyUpdates += 1
                 let trigger = core.localKeyUpdateRequested ? "local_update" : "remote_update"
                 core.localKeyUpdateRequested = false
                 core.logKeyUpdated(level: "1rtt", receiving: true, generation: core.keyDerivations - 1, trigger: trigger)
@@ -145,6 +146,18 @@ extension QUICConnectionCore {
         callbacks.handshake_completed = { _, userData in
             QUICConnectionCore.withCore(userData) { core in
                 core.didCompleteHandshake()
+            }
+        }
+        callbacks.handshake_confirmed = { _, userData in
+            QUICConnectionCore.withCore(userData) { core in
+                core.events.append(.handshakeConfirmed)
+                return 0
+            }
+        }
+        callbacks.path_validation = { _, _, path, result, userData in
+            QUICConnectionCore.withCore(userData) { core in
+                core.didFinishPathValidation(QUICPath(path!.pointee), succeeded: result == NGTCP2_PATH_VALIDATION_RESULT_SUCCESS)
+                return 0
             }
         }
         callbacks.stream_open = { _, streamID, userData in

@@ -240,10 +240,11 @@ package final class QUICConnectionCore {
         )
     }
 
-    /// `connectivity:path_updated` (qlog QUIC events §3.5): the peer's address changed (NAT
-    /// rebinding or migration, RFC 9000 §9) and ngtcp2 moved the connection to the new path.
+    /// `connectivity:path_updated` (qlog QUIC events §3.5): the connection moved to a new path
+    /// (RFC 9000 §9). `old` and `new` are the address that changed: the peer's after NAT
+    /// rebinding or the client's migration, our own after we migrated.
     func logPathUpdated(from previous: QUICPath) {
-        let (old, new) = (previous.remote, path.remote)
+        let (old, new) = previous.remote != path.remote ? (previous.remote, path.remote) : (previous.local, path.local)
         appendQLogEvent(
             name: "connectivity:path_updated",
             data: "{\"old\":{\"ip\":\"\(old.host)\",\"port\":\(old.port)},\"new\":{\"ip\":\"\(new.host)\",\"port\":\(new.port)}}"
@@ -341,15 +342,34 @@ package final class QUICConnectionCore {
             return
         }
         notePeakCongestionWindow()
-        if self.path.remote != path.remote, ngtcp2_conn_get_handshake_completed(conn) != 0 {
-            let current = ngtcp2_conn_get_path(conn)!.pointee
-            let previous = self.path
-            self.path = QUICPath(
-                local: QUICSocketAddress(current.local.addr, length: current.local.addrlen),
-                remote: QUICSocketAddress(current.remote.addr, length: current.remote.addrlen)
-            )
-            if self.path != previous { logPathUpdated(from: previous) }
+        if self.path.remote != path.remote, ngtcp2_conn_get_handshake_completed(conn) != 0 { adoptCurrentPath() }
+    }
+
+    /// Follows ngtcp2 onto the path it now sends on: the peer's new address (NAT rebinding,
+    /// RFC 9000 §9.3) or our own new socket once its validation succeeded (§9.2).
+    func adoptCurrentPath() {
+        let previous = path
+        path = QUICPath(ngtcp2_conn_get_path(conn)!.pointee)
+        guard path != previous else { return }
+        counters.pathChanges += 1
+        logPathUpdated(from: previous)
+    }
+
+    func didFinishPathValidation(_ validated: QUICPath, succeeded: Bool) {
+        if succeeded { adoptCurrentPath() }
+        events.append(.pathValidated(validated, succeeded: succeeded))
+    }
+
+    /// Starts moving the connection to a socket bound at `local` (client only, RFC 9000 §9.2):
+    /// ngtcp2 validates the new path with PATH_CHALLENGE under a fresh connection ID and switches
+    /// to it once PATH_RESPONSE arrives; `.pathValidated` reports the outcome. Throws before the
+    /// handshake is confirmed, when the server disabled migration, or with no spare connection ID.
+    package func migrate(to local: QUICSocketAddress, now: UInt64) throws {
+        latestTime = max(latestTime, now)
+        let rv = QUICPath(local: local, remote: path.remote).withNGTCP2Path { newPath in
+            ngtcp2_conn_initiate_migration(conn, newPath, now)
         }
+        guard rv == 0 else { throw QUICMigrationError(code: rv) }
     }
 
     /// The next time `handleTimeout(now:)` must run; `UInt64.max` for never.
@@ -477,13 +497,13 @@ package final class QUICConnectionCore {
     package func writePackets(
         now: UInt64,
         scratch: UnsafeMutableRawBufferPointer,
-        emit: (UnsafeRawBufferPointer, _ segmentSize: Int, _ remote: QUICSocketAddress, _ ecn: UInt32) -> Void
+        emit: (UnsafeRawBufferPointer, _ segmentSize: Int, _ path: QUICPath, _ ecn: UInt32) -> Void
     ) -> Bool {
         latestTime = max(latestTime, now)
         if closePacketDue {
             closePacketDue = false
             closePacketsSent += 1
-            closePacket.withUnsafeBytes { emit($0, $0.count, path.remote, 0) }
+            closePacket.withUnsafeBytes { emit($0, $0.count, path, 0) }
             counters.sentDatagrams += 1
             counters.sentBytes += UInt64(closePacket.count)
             return false
@@ -495,7 +515,7 @@ package final class QUICConnectionCore {
         var batchStart = 0
         var batchEnd = 0
         var segmentSize = 0
-        var batchRemote = path.remote
+        var batchPath = path
         // ngtcp2 picks each packet's ECN codepoint (ECT(0) while validating and after, RFC 9000
         // §13.4.2); a GSO batch shares one, so a change ends the batch.
         var batchECN: UInt32 = 0
@@ -505,7 +525,7 @@ package final class QUICConnectionCore {
 
         func flushBatch() {
             if batchEnd > batchStart {
-                emit(UnsafeRawBufferPointer(rebasing: scratch[batchStart..<batchEnd]), segmentSize, batchRemote, batchECN)
+                emit(UnsafeRawBufferPointer(rebasing: scratch[batchStart..<batchEnd]), segmentSize, batchPath, batchECN)
             }
             batchStart = 0
             batchEnd = 0
@@ -535,18 +555,18 @@ package final class QUICConnectionCore {
                     }
                     return writePackets(now: now, scratch: scratch, emit: emit)
                 }
-                let remote = QUICSocketAddress(pathStorage.path.remote.addr, length: pathStorage.path.remote.addrlen)
-                if batchEnd > batchStart && (remote != batchRemote || packetECN != batchECN) {
+                let packetPath = QUICPath(pathStorage.path)
+                if batchEnd > batchStart && (packetPath != batchPath || packetECN != batchECN) {
                     // A packet for another path or with another ECN mark ends the batch; move it to
                     // the front of the scratch space.
                     let packetStart = batchEnd
-                    emit(UnsafeRawBufferPointer(rebasing: scratch[batchStart..<batchEnd]), segmentSize, batchRemote, batchECN)
+                    emit(UnsafeRawBufferPointer(rebasing: scratch[batchStart..<batchEnd]), segmentSize, batchPath, batchECN)
                     scratch.baseAddress!.copyMemory(from: scratch.baseAddress!.advanced(by: packetStart), byteCount: packetSize)
                     batchStart = 0
                     batchEnd = 0
                     segmentSize = 0
                 }
-                if batchEnd == batchStart { (batchRemote, batchECN) = (remote, packetECN) }
+                if batchEnd == batchStart { (batchPath, batchECN) = (packetPath, packetECN) }
                 if segmentSize == 0 { segmentSize = packetSize }
                 batchEnd += packetSize
                 written += 1
@@ -834,6 +854,22 @@ extension QUICPath {
 
 /// A key update could not start now (RFC 9001 §6: not before the handshake is confirmed, and not
 /// while the previous update is unacknowledged).
+/// Why a connection could not migrate (RFC 9000 §9).
+public struct QUICMigrationError: Error, Sendable, CustomStringConvertible {
+    let code: Int32
+    /// The server did not answer PATH_CHALLENGE on the new path (RFC 9000 §8.2.4).
+    package static let pathValidationFailed = QUICMigrationError(code: 0)
+
+    public var description: String {
+        switch code {
+        case 0: return "migration failed: the new path did not validate (no PATH_RESPONSE)"
+        case NGTCP2_ERR_CONN_ID_BLOCKED: return "cannot migrate: the server has issued no spare connection ID"
+        case NGTCP2_ERR_INVALID_STATE: return "cannot migrate: the handshake is not confirmed or the server disabled active migration"
+        default: return "cannot migrate: \(String(cString: ngtcp2_strerror(code)))"
+        }
+    }
+}
+
 public struct QUICKeyUpdateError: Error, Sendable, CustomStringConvertible {
     let code: Int32
     public var description: String { "cannot update keys now: \(String(cString: ngtcp2_strerror(code)))" }

@@ -5,6 +5,11 @@
 package enum QUICConnectionEvent: Sendable, Equatable {
     /// TLS and QUIC handshakes completed (RFC 9001 §4.1.1); ALPN is settled.
     case handshakeCompleted
+    /// The server confirmed the handshake (HANDSHAKE_DONE, RFC 9001 §4.1.2); key updates and
+    /// migration are allowed from now on.
+    case handshakeConfirmed
+    /// A path validation (RFC 9000 §8.2) ended; on success the connection now uses `path`.
+    case pathValidated(QUICPath, succeeded: Bool)
     /// The peer opened a stream.
     case streamOpened(streamID: Int64)
     /// Data, FIN or a reset is ready for `read(streamID:maximumLength:)`.

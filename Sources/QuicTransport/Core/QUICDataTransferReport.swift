@@ -20,6 +20,10 @@ public struct QUICDataTransferReport: Sendable, Equatable {
     /// The congestion window at collection, and the largest it was during the interval.
     public var congestionWindow: Int
     public var peakCongestionWindow: Int
+    /// 1-RTT key updates completed in the interval, by either side (RFC 9001 §6).
+    public var keyUpdates: UInt64
+    /// Times the connection moved to a new path: NAT rebinding or migration (RFC 9000 §9).
+    public var pathChanges: UInt64
 }
 
 /// The start of a data-transfer report: counters at that moment, and the peak congestion window
@@ -74,7 +78,9 @@ extension QUICConnectionCore {
             latestRTT: .ngtcp2(stat.latest_rtt),
             rttVariance: .ngtcp2(stat.rttvar),
             congestionWindow: Int(stat.cwnd),
-            peakCongestionWindow: Int(max(peak, stat.cwnd))
+            peakCongestionWindow: Int(max(peak, stat.cwnd)),
+            keyUpdates: interval.keyUpdates,
+            pathChanges: interval.pathChanges
         )
     }
 

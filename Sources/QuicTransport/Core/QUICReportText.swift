@@ -41,6 +41,7 @@ extension QUICDataTransferReport {
             lostPackets.map { "lost \($0) packets (\(retransmittedBytes ?? 0) B retransmitted)" } ?? "losses not tracked",
             "RTT smoothed \(ms(smoothedRTT)) ms, min \(ms(minimumRTT)) ms, latest \(ms(latestRTT)) ms, variance \(ms(rttVariance)) ms",
             "cwnd \(congestionWindow) B (peak \(peakCongestionWindow) B)",
+            "\(keyUpdates) key update(s), \(pathChanges) path change(s)",
         ].joined(separator: ", ")
     }
 
@@ -55,6 +56,7 @@ extension QUICDataTransferReport {
             "\"smoothed_rtt_ms\":\(ms(smoothedRTT))", "\"min_rtt_ms\":\(ms(minimumRTT))",
             "\"latest_rtt_ms\":\(ms(latestRTT))", "\"rtt_variance_ms\":\(ms(rttVariance))",
             "\"congestion_window\":\(congestionWindow)", "\"peak_congestion_window\":\(peakCongestionWindow)",
+            "\"key_updates\":\(keyUpdates)", "\"path_changes\":\(pathChanges)",
         ].joined(separator: ",")
     }
 }

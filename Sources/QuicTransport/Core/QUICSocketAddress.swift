@@ -117,4 +117,11 @@ package struct QUICPath: Hashable, Sendable {
         self.local = local
         self.remote = remote
     }
+
+    package init(_ path: ngtcp2_path) {
+        self.init(
+            local: QUICSocketAddress(path.local.addr, length: path.local.addrlen),
+            remote: QUICSocketAddress(path.remote.addr, length: path.remote.addrlen)
+        )
+    }
 }

@@ -10,6 +10,10 @@ struct QUICTransferCounters: Equatable, Sendable {
     /// Packets declared lost (RFC 9002 §6.1) and the bytes they carried.
     var lostPackets: UInt64 = 0
     var lostBytes: UInt64 = 0
+    /// 1-RTT key updates completed, by either side (RFC 9001 §6).
+    var keyUpdates: UInt64 = 0
+    /// Moves to a new path: the peer's new address, or our own after migrating (RFC 9000 §9).
+    var pathChanges: UInt64 = 0
 
     /// What happened between `earlier` and `self`.
     func since(_ earlier: QUICTransferCounters) -> QUICTransferCounters {
@@ -19,7 +23,9 @@ struct QUICTransferCounters: Equatable, Sendable {
             receivedBytes: receivedBytes &- earlier.receivedBytes,
             receivedDatagrams: receivedDatagrams &- earlier.receivedDatagrams,
             lostPackets: lostPackets &- earlier.lostPackets,
-            lostBytes: lostBytes &- earlier.lostBytes
+            lostBytes: lostBytes &- earlier.lostBytes,
+            keyUpdates: keyUpdates &- earlier.keyUpdates,
+            pathChanges: pathChanges &- earlier.pathChanges
         )
     }
 }

@@ -47,6 +47,11 @@ package final class QUICClientConnector: @unchecked Sendable {
 
     private var driver: QUICConnectionDriver?
     private var isConnecting = true
+    /// Whether the server confirmed the handshake (RFC 9001 §4.1.2), which migration waits for.
+    private var isHandshakeConfirmed = false
+    private var confirmationWaiters: [EventLoopPromise<Void>] = []
+    /// The migration under way: its new socket and who waits for the outcome.
+    private var migration: (socket: QUICDatagramSocket, promise: EventLoopPromise<QUICPath>)?
 
     package init(
         host: String,
@@ -161,14 +166,26 @@ package final class QUICClientConnector: @unchecked Sendable {
         }
         // The driver keeps the connector (and its owner) alive until the connection is over.
         driver.eventHandler = { events in
-            if events.contains(.handshakeCompleted) { self.isConnecting = false }
+            for event in events {
+                switch event {
+                case .handshakeCompleted: self.isConnecting = false
+                case .handshakeConfirmed: self.didConfirmHandshake()
+                case .pathValidated(let path, let succeeded): self.finishMigration(on: driver, path: path, succeeded: succeeded)
+                default: break
+                }
+            }
             self.onEvents?(events)
         }
         driver.onFinished = { finished in
-            socket.onDatagram = nil
-            socket.onError = nil
-            socket.onReadComplete = nil
-            socket.close()
+            for socket in finished.sockets {
+                socket.onDatagram = nil
+                socket.onError = nil
+                socket.onReadComplete = nil
+                socket.close()
+            }
+            self.migration?.promise.fail(NWError.posix(.ENOTCONN))
+            self.migration = nil
+            self.didConfirmHandshake(failing: NWError.posix(.ENOTCONN))
             finished.eventHandler = nil
             finished.onFinished = nil
             self.isConnecting = false
@@ -184,6 +201,115 @@ package final class QUICClientConnector: @unchecked Sendable {
         }
         onAttempt?(driver)
         driver.afterInput()
+    }
+
+    // MARK: Migration (RFC 9000 §9.2)
+
+    /// Moves the connection to a new UDP socket on a new ephemeral port, as a client whose
+    /// network changed would: waits until the handshake is confirmed, opens the socket, has
+    /// ngtcp2 validate the new path under a fresh connection ID, and then sends only from the new
+    /// socket and closes the old one. Succeeds with the new path; fails, leaving the connection
+    /// on its old path, when the server disabled migration, has no spare connection ID for us,
+    /// or does not answer PATH_CHALLENGE in time.
+    package func migrate() -> EventLoopFuture<QUICPath> {
+        eventLoop.assertInEventLoop()
+        guard let driver, driver.core.closeReason == nil else {
+            return eventLoop.makeFailedFuture(NWError.posix(.ENOTCONN))
+        }
+        guard migration == nil else { return eventLoop.makeFailedFuture(NWError.posix(.EALREADY)) }
+        let promise = eventLoop.makePromise(of: QUICPath.self)
+        whenHandshakeConfirmed().flatMap {
+            QUICDatagramSocket.connect(to: driver.core.path.remote.nioAddress, eventLoop: self.eventLoop, logger: self.logger)
+        }.whenComplete { result in
+            switch result {
+            case .failure(let error): promise.fail(error)
+            case .success(let socket): self.startMigration(of: driver, to: socket, promise: promise)
+            }
+        }
+        return promise.futureResult
+    }
+
+    private func startMigration(of driver: QUICConnectionDriver, to socket: QUICDatagramSocket, promise: EventLoopPromise<QUICPath>) {
+        guard self.driver === driver, migration == nil, driver.core.closeReason == nil else {
+            socket.close()
+            promise.fail(NWError.posix(.ENOTCONN))
+            return
+        }
+        do {
+            try driver.core.migrate(to: socket.localAddress, now: QUICConnectionDriver.now())
+        } catch {
+            socket.close()
+            promise.fail(error)
+            return
+        }
+        let path = QUICPath(local: socket.localAddress, remote: driver.core.path.remote)
+        socket.onDatagram = { envelope in driver.receive(envelope.data, path: path, ecn: envelope.ecnCodepoint) }
+        socket.onReadComplete = { driver.afterInput() }
+        migration = (socket, promise)
+        driver.addSocket(socket)
+        logger.debug("migrating", metadata: ["from": "\(driver.core.path.local)", "to": "\(socket.localAddress)"])
+        driver.afterInput()
+    }
+
+    /// A path validation ended. Success on the new socket retires the old ones; failure (or a
+    /// validation of some other path) leaves the connection where it was.
+    private func finishMigration(on driver: QUICConnectionDriver, path: QUICPath, succeeded: Bool) {
+        guard let migration, path.local == migration.socket.localAddress else { return }
+        self.migration = nil
+        if succeeded {
+            for old in driver.sockets where old !== migration.socket {
+                driver.removeSocket(old)
+                old.onDatagram = nil
+                old.onError = nil
+                old.onReadComplete = nil
+                old.close()
+            }
+            migration.promise.succeed(path)
+        } else {
+            driver.removeSocket(migration.socket)
+            migration.socket.onDatagram = nil
+            migration.socket.onReadComplete = nil
+            migration.socket.close()
+            migration.promise.fail(QUICMigrationError.pathValidationFailed)
+        }
+    }
+
+    // MARK: Key update (RFC 9001 §6)
+
+    /// Starts a 1-RTT key update as soon as ngtcp2 allows it: once the handshake is confirmed
+    /// and the next generation's keys are derived. Fails if that takes over two seconds.
+    package func initiateKeyUpdate() -> EventLoopFuture<Void> {
+        eventLoop.assertInEventLoop()
+        let deadline = NIODeadline.now() + .seconds(2)
+        return whenHandshakeConfirmed().flatMap { self.tryKeyUpdate(until: deadline) }
+    }
+
+    private func tryKeyUpdate(until deadline: NIODeadline) -> EventLoopFuture<Void> {
+        guard let driver, driver.core.closeReason == nil else { return eventLoop.makeFailedFuture(NWError.posix(.ENOTCONN)) }
+        do {
+            try driver.core.initiateKeyUpdate(now: QUICConnectionDriver.now())
+            driver.afterInput()
+            return eventLoop.makeSucceededVoidFuture()
+        } catch {
+            guard NIODeadline.now() < deadline else { return eventLoop.makeFailedFuture(error) }
+            return eventLoop.scheduleTask(in: .milliseconds(10)) {}.futureResult.flatMap { self.tryKeyUpdate(until: deadline) }
+        }
+    }
+
+    private func whenHandshakeConfirmed() -> EventLoopFuture<Void> {
+        if isHandshakeConfirmed { return eventLoop.makeSucceededVoidFuture() }
+        let promise = eventLoop.makePromise(of: Void.self)
+        confirmationWaiters.append(promise)
+        return promise.futureResult
+    }
+
+    private func didConfirmHandshake(failing error: (any Error)? = nil) {
+        if error == nil { isHandshakeConfirmed = true }
+        let waiters = confirmationWaiters
+        confirmationWaiters = []
+        for waiter in waiters {
+            if let error { waiter.fail(error) } else { waiter.succeed() }
+        }
     }
 
     private func abandon(_ driver: QUICConnectionDriver, socket: QUICDatagramSocket) {

@@ -10,7 +10,9 @@ import NIOCore
 package final class QUICConnectionDriver: @unchecked Sendable {
     package let eventLoop: any EventLoop
     package let core: QUICConnectionCore
-    private let socket: QUICDatagramSocket
+    /// The sockets packets leave from: one, or two while a client migrates (RFC 9000 §9.2).
+    /// The first is the default; a packet goes out of the one bound at its path's local address.
+    private(set) var sockets: [QUICDatagramSocket]
     private var timer: Scheduled<Void>?
     private var timerDeadline: UInt64 = .max
     private var flushScheduled = false
@@ -27,7 +29,7 @@ package final class QUICConnectionDriver: @unchecked Sendable {
 
     init(core: QUICConnectionCore, socket: QUICDatagramSocket, eventLoop: any EventLoop) {
         self.core = core
-        self.socket = socket
+        self.sockets = [socket]
         self.eventLoop = eventLoop
     }
 
@@ -83,13 +85,25 @@ package final class QUICConnectionDriver: @unchecked Sendable {
         }
     }
 
+    /// Adds a socket for a path being validated; its packets leave from it.
+    func addSocket(_ socket: QUICDatagramSocket) {
+        sockets.append(socket)
+    }
+
+    /// Stops sending from `socket` (its path was abandoned or replaced); the caller closes it.
+    func removeSocket(_ socket: QUICDatagramSocket) {
+        sockets.removeAll { $0 === socket }
+    }
+
     private func flush() {
-        let more = socket.withScratch { scratch in
-            core.writePackets(now: Self.now(), scratch: scratch) { bytes, segmentSize, remote, ecn in
-                socket.send(bytes, segmentSize: segmentSize, to: remote, ecn: ecn)
+        let primary = sockets[0]
+        let more = primary.withScratch { scratch in
+            core.writePackets(now: Self.now(), scratch: scratch) { bytes, segmentSize, path, ecn in
+                let socket = sockets.first { $0.localAddress == path.local } ?? primary
+                socket.send(bytes, segmentSize: segmentSize, to: path.remote, ecn: ecn)
             }
         }
-        socket.flush()
+        for socket in sockets { socket.flush() }
         if more && !flushScheduled {
             // The send quantum ran out: let reads in, then continue.
             flushScheduled = true
