@@ -28,6 +28,11 @@ public final class HTTP3Client: Sendable {
         public var sessionTicketStore: QUICSessionTicketStore?
         /// The AEADs to offer (RFC 9001 §5.3).
         public var cipherSuites: [QUICCipherSuite] = QUICCipherSuite.allCases
+        /// Start one 1-RTT key update (RFC 9001 §6) as soon as each handshake is confirmed.
+        public var initiatesKeyUpdate = false
+        /// Move each connection to a new local UDP port once its handshake is confirmed, with path
+        /// validation (RFC 9000 §9.2), as a client whose network changed would.
+        public var migratesAfterHandshake = false
 
         public init() {}
     }

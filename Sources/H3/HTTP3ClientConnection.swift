@@ -46,9 +46,15 @@ final class HTTP3ClientConnection: @unchecked Sendable {
     private(set) var negotiatedALPN: String?
     private(set) var qlogPath: String?
 
+    /// What to do once the handshake is confirmed (`HTTP3Client.Configuration`).
+    private let initiatesKeyUpdate: Bool
+    private let migratesAfterHandshake: Bool
+
     init(host: String, port: UInt16, configuration: HTTP3Client.Configuration, eventLoop: any EventLoop, logger: Logger) {
         self.eventLoop = eventLoop
         self.logger = logger
+        self.initiatesKeyUpdate = configuration.initiatesKeyUpdate
+        self.migratesAfterHandshake = configuration.migratesAfterHandshake
         var quic = QUICConfiguration()
         quic.alpn = [HTTP3.alpn]
         quic.qlogDirectory = configuration.qlogDirectory
@@ -169,6 +175,20 @@ final class HTTP3ClientConnection: @unchecked Sendable {
                 for waiter in readyWaiters { waiter.succeed(info) }
                 readyWaiters.removeAll()
                 sendPending()
+            case .handshakeConfirmed:
+                if initiatesKeyUpdate {
+                    connector?.initiateKeyUpdate().whenFailure { [logger] error in
+                        logger.warning("key update failed: \(error)")
+                    }
+                }
+                if migratesAfterHandshake {
+                    connector?.migrate().whenComplete { [logger] result in
+                        switch result {
+                        case .success(let path): logger.info("migrated to \(path.local)")
+                        case .failure(let error): logger.warning("\(error)")
+                        }
+                    }
+                }
             case .streamCreditAvailable:
                 sendPending()
             case .closed(let reason):

@@ -86,6 +86,12 @@ struct H3Get: AsyncParsableCommand {
     @Option(name: .customLong("session-file"), help: "Keep TLS session tickets in FILE and resume HTTP/3 connections from it.")
     var sessionFile: String?
 
+    @Flag(name: .customLong("key-update"), help: "Update the HTTP/3 connection's 1-RTT keys (RFC 9001 §6) as soon as its handshake is confirmed.")
+    var keyUpdate = false
+
+    @Flag(help: "Move the HTTP/3 connection to a new local UDP port once its handshake is confirmed, with path validation (RFC 9000 §9.2).")
+    var migrate = false
+
     @Option(name: .customLong("dns-server"), help: "HOST:PORT of the DNS server for HTTPS-record look-ups (default: /etc/resolv.conf).")
     var dnsServer: String?
 
@@ -162,7 +168,8 @@ struct H3Get: AsyncParsableCommand {
     func run() async throws {
         LoggingSystem.bootstrap { label in
             var handler = StreamLogHandler.standardError(label: label)
-            handler.logLevel = .critical
+            // -v also shows what the library warns about (a migration or key update that failed).
+            handler.logLevel = verbose ? .info : .critical
             return handler
         }
         var configuration = HTTPSession.Configuration()
@@ -170,6 +177,8 @@ struct H3Get: AsyncParsableCommand {
         configuration.tracksLosses = stats != nil
         if let sessionFile { configuration.sessionTicketStore = QUICSessionTicketStore(path: sessionFile) }
         if let ciphers { configuration.cipherSuites = ciphers.split(separator: ",").compactMap { QUICCipherSuite(rawValue: String($0)) } }
+        configuration.initiatesKeyUpdate = keyUpdate
+        configuration.migratesAfterHandshake = migrate
         configuration.happyEyeballsDelay = .milliseconds(happyEyeballsTimeout)
         configuration.altServiceCache = AltServiceCache(path: altSvcFile.flatMap { $0.isEmpty ? nil : $0 })
         if let dnsServer, let server = Self.hostPort(dnsServer) {

@@ -30,6 +30,7 @@ import json
 import logging
 import pickle
 import os
+import socket
 import ssl
 import sys
 from urllib.parse import urlsplit
@@ -235,6 +236,20 @@ def parse_urls(urls: list[str]) -> tuple[str, int, str, list[str]]:
     return host, port, authority, paths
 
 
+async def migrate(proto: QuicConnectionProtocol) -> None:
+    """Moves the connection to a new UDP socket (a new local port) under a fresh connection ID,
+    as a client whose network changed (RFC 9000 §9). aioquic tracks no local address, so it
+    does not validate the new path itself; the server does, with PATH_CHALLENGE."""
+    sock = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+    sock.bind(("::", 0, 0, 0))
+    # The protocol now sends from the new socket; the old one still delivers what is in flight.
+    await asyncio.get_running_loop().create_datagram_endpoint(lambda: proto, sock=sock)
+    proto._quic.change_connection_id()
+    proto.transmit()
+    log.info("migrated to local port %d", sock.getsockname()[1])
+
+
 async def run(args: argparse.Namespace, responses: list[Response | None]) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + args.timeout
@@ -301,6 +316,9 @@ async def run(args: argparse.Namespace, responses: list[Response | None]) -> Non
         if not early:
             for i, (url, path) in enumerate(zip(args.urls, paths)):
                 responses[i] = proto.request(url, authority, path, body)
+        if args.migrate:
+            await asyncio.sleep(args.migrate)
+            await migrate(proto)
         # Failures are recorded per request, so wait for all of them; mark the
         # unfinished ones before leaving `async with` closes the connection.
         _, pending = await asyncio.wait(
@@ -324,6 +342,8 @@ def main() -> int:
     p.add_argument("--zero-rtt", action="store_true", help="with a ticket, send the requests in 0-RTT")
     p.add_argument("--key-update", action="store_true", help="update keys once connected")
     p.add_argument("--cipher", choices=["chacha20"], help="offer only ChaCha20-Poly1305")
+    p.add_argument("--migrate", type=float, metavar="SECONDS",
+                   help="this long after sending the requests, move to a new local port and connection ID")
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args()
 
