@@ -28,6 +28,11 @@ public final class HTTP3Client: Sendable {
         public var sessionTicketStore: QUICSessionTicketStore?
         /// The AEADs to offer (RFC 9001 §5.3).
         public var cipherSuites: [QUICCipherSuite] = QUICCipherSuite.allCases
+        /// With a ticket for the server in `sessionTicketStore`, send the first GET, HEAD and
+        /// OPTIONS requests without a body in 0-RTT (Network.framework's `allowFastOpen`); they
+        /// are sent again if the server refuses early data. 0-RTT can be replayed by an attacker
+        /// (RFC 8446 §8, RFC 9114 §10.9), so only safe methods ride in it.
+        public var allowsEarlyData = false
         /// Start one 1-RTT key update (RFC 9001 §6) as soon as each handshake is confirmed.
         public var initiatesKeyUpdate = false
         /// Move each connection to a new local UDP port once its handshake is confirmed, with path

@@ -36,6 +36,8 @@ final class HTTP3ClientConnection: @unchecked Sendable {
     /// Streams request bodies that come from an AsyncThrowingStream.
     private var pump: HTTP3BodyPump?
     private var pending: [Pending] = []
+    /// Requests sent in 0-RTT, kept until the handshake says whether the server took them.
+    private var sentEarly: [Pending] = []
     private var exchanges: [Int64: HTTP3Exchange] = [:]
     /// Callers of `whenReady()` waiting for the handshake.
     private var readyWaiters: [EventLoopPromise<HTTP3ConnectionInfo>] = []
@@ -62,6 +64,7 @@ final class HTTP3ClientConnection: @unchecked Sendable {
         quic.sessionTicketStore = configuration.sessionTicketStore
         quic.cipherSuites = configuration.cipherSuites
         quic.idleTimeoutMilliseconds = UInt64(configuration.idleTimeoutMilliseconds)
+        quic.attemptsEarlyData = configuration.allowsEarlyData
         let connector = QUICClientConnector(
             host: configuration.connectTo?.host ?? host,
             port: configuration.connectTo?.port ?? port,
@@ -77,6 +80,7 @@ final class HTTP3ClientConnection: @unchecked Sendable {
             self.codec = driver?.core.applicationCodec as? HTTP3Codec
             self.pump = driver.map { HTTP3BodyPump(driver: $0, logger: logger) { [weak self] in self?.codec } }
             driver?.afterPass = { self.drainCodec() }
+            self.sendPending()
         }
         connector.onEvents = { events in self.handle(events) }
         connector.onFailure = { failure in self.fail(.connect(failure.description)) }
@@ -107,7 +111,12 @@ final class HTTP3ClientConnection: @unchecked Sendable {
         switch state {
         case .failed(let error): exchange.fail(error)
         case .draining: exchange.fail(.requestRejected)
-        case .connecting: pending.append(Pending(fields: fields, body: body, bodyStream: bodyStream, trailers: trailers, exchange: exchange))
+        case .connecting:
+            pending.append(Pending(fields: fields, body: body, bodyStream: bodyStream, trailers: trailers, exchange: exchange))
+            if canSendEarly {
+                sendPending()
+                driver?.afterInput()
+            }
         case .ready:
             pending.append(Pending(fields: fields, body: body, bodyStream: bodyStream, trailers: trailers, exchange: exchange))
             sendPending()
@@ -167,7 +176,10 @@ final class HTTP3ClientConnection: @unchecked Sendable {
     private func handle(_ events: [QUICConnectionEvent]) {
         for event in events {
             switch event {
+            case .earlyDataRejected:
+                restartAfterRejectedEarlyData()
             case .handshakeCompleted:
+                sentEarly.removeAll()
                 state = .ready
                 connectedAt = .now
                 negotiatedALPN = driver?.core.negotiatedALPN
@@ -212,9 +224,43 @@ final class HTTP3ClientConnection: @unchecked Sendable {
         }
     }
 
+    /// Whether requests may go out in 0-RTT now: the core is attempting it and its codec runs.
+    private var canSendEarly: Bool {
+        guard case .connecting = state, let core = driver?.core else { return false }
+        return codec != nil && core.earlyDataAttempted && core.canOpenStreams
+    }
+
+    /// Only safe, bodiless requests ride in 0-RTT, which an attacker can replay (RFC 9114 §10.9).
+    private static func isReplaySafe(_ request: Pending) -> Bool {
+        let method = request.fields.first { $0.name == ":method" }?.value
+        return ["GET", "HEAD", "OPTIONS"].contains(method ?? "") && (request.body ?? []).isEmpty
+            && request.bodyStream == nil && request.trailers == nil
+    }
+
+    /// The server refused 0-RTT: ngtcp2 forgot the streams, and the core replaced the codec
+    /// that had opened them with a fresh one on 1-RTT. The early requests go back to the front
+    /// of the queue, to be sent again in order now that the handshake is complete.
+    private func restartAfterRejectedEarlyData() {
+        codec = driver?.core.applicationCodec as? HTTP3Codec
+        logger.debug("0-RTT refused; sending \(sentEarly.count) request(s) again")
+        for request in sentEarly {
+            if let streamID = request.exchange.streamID { exchanges[streamID] = nil }
+            request.exchange.streamID = nil
+        }
+        pending.insert(contentsOf: sentEarly, at: 0)
+        sentEarly.removeAll()
+    }
+
     private func sendPending() {
-        guard case .ready = state, let codec else { return }
+        let early = canSendEarly
+        guard let codec else { return }
+        switch state {
+        case .ready: break
+        case .connecting where early: break
+        default: return
+        }
         while let next = pending.first {
+            if early && !Self.isReplaySafe(next) { return }
             do {
                 guard let streamID = try codec.submitRequest(
                     headers: next.fields,
@@ -224,6 +270,7 @@ final class HTTP3ClientConnection: @unchecked Sendable {
                 ) else { return }
                 if let stream = next.bodyStream { pump?.pump(streamID: streamID, from: stream) }
                 pending.removeFirst()
+                if early { sentEarly.append(next) }
                 exchanges[streamID] = next.exchange
                 next.exchange.streamID = streamID
                 // Body bytes earn flow-control credit back only as the caller reads them.

@@ -154,6 +154,8 @@ public final class HTTPSession: Sendable {
         public var sessionTicketStore: QUICSessionTicketStore?
         /// The AEADs HTTP/3 offers (RFC 9001 §5.3).
         public var cipherSuites: [QUICCipherSuite] = QUICCipherSuite.allCases
+        /// HTTP/3 sends safe requests in 0-RTT when it resumes (`HTTP3Client.Configuration`).
+        public var allowsEarlyData = false
         /// HTTP/3 connections update their keys once confirmed (`HTTP3Client.Configuration`).
         public var initiatesKeyUpdate = false
         /// HTTP/3 connections migrate to a new local port once confirmed (`HTTP3Client.Configuration`).
@@ -316,6 +318,7 @@ public final class HTTPSession: Sendable {
             configuration.tracksLosses = self.configuration.tracksLosses
             configuration.sessionTicketStore = self.configuration.sessionTicketStore
             configuration.cipherSuites = self.configuration.cipherSuites
+            configuration.allowsEarlyData = self.configuration.allowsEarlyData
             configuration.initiatesKeyUpdate = self.configuration.initiatesKeyUpdate
             configuration.migratesAfterHandshake = self.configuration.migratesAfterHandshake
             let client = HTTP3Client(configuration: configuration)

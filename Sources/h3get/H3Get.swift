@@ -86,6 +86,9 @@ struct H3Get: AsyncParsableCommand {
     @Option(name: .customLong("session-file"), help: "Keep TLS session tickets in FILE and resume HTTP/3 connections from it.")
     var sessionFile: String?
 
+    @Flag(name: .customLong("0rtt"), help: "With --session-file holding a ticket for the server, send GET and HEAD requests in 0-RTT (replayable: RFC 9114 §10.9).")
+    var zeroRTT = false
+
     @Flag(name: .customLong("key-update"), help: "Update the HTTP/3 connection's 1-RTT keys (RFC 9001 §6) as soon as its handshake is confirmed.")
     var keyUpdate = false
 
@@ -153,6 +156,7 @@ struct H3Get: AsyncParsableCommand {
         if let ciphers, ciphers.split(separator: ",").contains(where: { QUICCipherSuite(rawValue: String($0)) == nil }) {
             throw ValidationError("--cipher takes aes128gcm, aes256gcm or chacha20 (comma-separated)")
         }
+        if zeroRTT && sessionFile == nil { throw ValidationError("--0rtt needs --session-file (the ticket to resume with)") }
         if happyEyeballsTimeout < 0 { throw ValidationError("--happy-eyeballs-timeout-ms must not be negative") }
         if let dnsServer, Self.hostPort(dnsServer) == nil {
             throw ValidationError("--dns-server takes HOST:PORT, e.g. 127.0.0.1:53 or [::1]:53")
@@ -177,6 +181,7 @@ struct H3Get: AsyncParsableCommand {
         configuration.tracksLosses = stats != nil
         if let sessionFile { configuration.sessionTicketStore = QUICSessionTicketStore(path: sessionFile) }
         if let ciphers { configuration.cipherSuites = ciphers.split(separator: ",").compactMap { QUICCipherSuite(rawValue: String($0)) } }
+        configuration.allowsEarlyData = zeroRTT
         configuration.initiatesKeyUpdate = keyUpdate
         configuration.migratesAfterHandshake = migrate
         configuration.happyEyeballsDelay = .milliseconds(happyEyeballsTimeout)

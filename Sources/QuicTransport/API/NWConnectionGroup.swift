@@ -376,7 +376,7 @@ public final class NWConnectionGroup: @unchecked Sendable {
             case .closed(let reason):
                 if let driver, !driver.core.isHandshakeCompleted { onHandshakeFailure?(reason) }
                 finish(reason)
-            case .connectionIDIssued, .connectionIDRetired, .handshakeConfirmed, .pathValidated:
+            case .connectionIDIssued, .connectionIDRetired, .handshakeConfirmed, .pathValidated, .earlyDataRejected:
                 break
             }
         }

@@ -258,7 +258,25 @@ extension QUICConnectionCore {
         if role == .server { tlsSession.sendSessionTicket() }
         if earlyDataAttempted {
             earlyDataAccepted = tlsSession.earlyDataAccepted
-            if !earlyDataAccepted, resendRejectedEarlyData() != 0 { return NGTCP2_ERR_CALLBACK_FAILURE }
+            if !earlyDataAccepted {
+                if codecStarted && applicationCodec != nil {
+                    // ngtcp2 forgets every stream, and the codec's state (HTTP/3 control streams,
+                    // requests) is void with them. A fresh codec takes over now, before the
+                    // server's 1-RTT stream data that ngtcp2 buffered is delivered; the owner
+                    // sends its requests again on `.earlyDataRejected` (RFC 9001 §4.6.2).
+                    guard ngtcp2_conn_early_data_rejected(conn) == 0 else { return NGTCP2_ERR_CALLBACK_FAILURE }
+                    do {
+                        applicationCodec = try makeApplicationCodec?()
+                    } catch {
+                        codecFailure = error
+                        return NGTCP2_ERR_CALLBACK_FAILURE
+                    }
+                    codecStarted = false
+                    events.append(.earlyDataRejected)
+                } else if resendRejectedEarlyData() != 0 {
+                    return NGTCP2_ERR_CALLBACK_FAILURE
+                }
+            }
         }
         logALPN()
         events.append(.handshakeCompleted)
@@ -267,11 +285,19 @@ extension QUICConnectionCore {
 
     /// Lets the application codec open its streams, once: a server does it as soon as it can
     /// send 1-RTT data (0-RTT requests may already be waiting for an answer, RFC 9001 §4.1.1),
-    /// a client when the handshake completes.
+    /// a client when the handshake completes, or at once when it attempts 0-RTT.
     func startCodec() -> Int32 {
         guard !codecStarted else { return 0 }
         codecStarted = true
         return withCodec { try $0.connectionEstablished(self) }
+    }
+
+    /// A client attempting 0-RTT starts its codec before the handshake, so HTTP/3's control
+    /// streams and the first requests ride in 0-RTT packets (RFC 9114 §4.1, RFC 9001 §4.6.1).
+    package func startCodecForEarlyData() throws {
+        guard role == .client, earlyDataAttempted, applicationCodec != nil, !codecStarted else { return }
+        codecStarted = true
+        try applicationCodec?.connectionEstablished(self)
     }
 
     func didReceiveStreamData(streamID: Int64, bytes: UnsafeRawBufferPointer, fin: Bool) {

@@ -52,6 +52,8 @@ package final class QUICConnectionCore {
     var verificationFailure: TLSVerificationFailure?
     /// The application protocol running inside the read and write loops, if any (HTTP/3).
     package var applicationCodec: (any QUICApplicationCodec)?
+    /// Makes the fresh codec that replaces `applicationCodec` when the server refuses 0-RTT.
+    package var makeApplicationCodec: (() throws -> any QUICApplicationCodec)?
     /// The peer's stateless reset arrived (ngtcp2's `recv_stateless_reset`, RFC 9000 §10.3).
     var receivedStatelessReset = false
     /// What a codec threw inside a callback; closes the connection after the ngtcp2 call returns.

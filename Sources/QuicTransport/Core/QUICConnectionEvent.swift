@@ -10,6 +10,10 @@ package enum QUICConnectionEvent: Sendable, Equatable {
     case handshakeConfirmed
     /// A path validation (RFC 9000 §8.2) ended; on success the connection now uses `path`.
     case pathValidated(QUICPath, succeeded: Bool)
+    /// The server refused 0-RTT and ngtcp2 forgot every stream. A core with an application
+    /// codec replaced it with a fresh one (`makeApplicationCodec`): the owner sends its requests
+    /// again. Streams without a codec are resent by the core itself.
+    case earlyDataRejected
     /// The peer opened a stream.
     case streamOpened(streamID: Int64)
     /// Data, FIN or a reset is ready for `read(streamID:maximumLength:)`.

@@ -148,6 +148,8 @@ package final class QUICClientConnector: @unchecked Sendable {
             logger: logger
         )
         core.applicationCodec = try makeCodec?()
+        core.makeApplicationCodec = makeCodec
+        try core.startCodecForEarlyData()
         let driver = QUICConnectionDriver(core: core, socket: socket, eventLoop: eventLoop)
         self.driver = driver
         var heardFromPeer = false

@@ -1,0 +1,93 @@
+import Foundation
+import QuicTestSupport
+import Testing
+
+/// h3get --0rtt against h3serve over real UDP and TLS: safe requests ride in 0-RTT on a
+/// resumed connection (RFC 9001 §4.6.1, RFC 9114 §4.1), and are sent again in 1-RTT when the
+/// server refuses early data.
+@Suite("HTTP/3 0-RTT", .serialized, .timeLimit(.minutes(2)))
+struct EarlyDataTests {
+    struct Fetch {
+        let run: ChildProcess
+        let trace: [[String: Any]]
+        let zeroRTTAccepted: Bool?
+    }
+
+    static func fetch(port: UInt16, root: URL, sessionFile: String, arguments: [String], urls: [String]) async throws -> Fetch {
+        let qlogDirectory = root.appendingPathComponent("qlog-\(UUID())").path
+        let run = try ChildProcess(try TestEnvironment.executable("h3get"), [
+            "--http3-only", "-k", "--session-file", sessionFile, "--stats=json", "--qlog-dir", qlogDirectory,
+            "--output-dir", root.path,
+        ] + arguments + urls.map { "https://127.0.0.1:\(port)/\($0)" })
+        #expect(try await run.waitForExit() == 0, "\(run.standardError)")
+        let name = try #require(try FileManager.default.contentsOfDirectory(atPath: qlogDirectory).first)
+        let data = try Data(contentsOf: URL(fileURLWithPath: qlogDirectory + "/" + name))
+        let trace = data.split(separator: 0x1E).dropFirst(2).compactMap { try? JSONSerialization.jsonObject(with: Data($0)) as? [String: Any] }
+        let stats = run.standardError.split(separator: "\n").last { $0.hasPrefix("{") }
+            .flatMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+        let zeroRTT = (stats?["establishment"] as? [String: Any])?["zero_rtt"] as? Bool
+        return Fetch(run: run, trace: trace, zeroRTTAccepted: zeroRTT)
+    }
+
+    /// Stream IDs of the STREAM frames the client sent in packets of `type`.
+    static func streamsSent(in trace: [[String: Any]], packetType type: String) -> Set<Int> {
+        var ids = Set<Int>()
+        for event in trace where event["name"] as? String == "transport:packet_sent" {
+            let data = event["data"] as? [String: Any]
+            guard (data?["header"] as? [String: Any])?["packet_type"] as? String == type else { continue }
+            for frame in data?["frames"] as? [[String: Any]] ?? [] where frame["frame_type"] as? String == "stream" {
+                if let id = frame["stream_id"] as? Int { ids.insert(id) }
+            }
+        }
+        return ids
+    }
+
+    @Test(arguments: [true, false])
+    func safeRequestsRideIn0RTTAndAreResentWhenRefused(serverAccepts: Bool) async throws {
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("0rtt-\(UUID())")
+        try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
+        let payload = (0..<300_000).map { UInt8(truncatingIfNeeded: $0 &* 7) }
+        try Data(payload).write(to: root.appendingPathComponent("a.bin"))
+        try Data(payload.reversed()).write(to: root.appendingPathComponent("b.bin"))
+        let server = try await startH3serve(root: root, serverAccepts ? ["--early-data"] : [])
+        defer { server.process.stop() }
+        let sessionFile = root.appendingPathComponent("session").path
+
+        let first = try await Self.fetch(port: server.port, root: root, sessionFile: sessionFile, arguments: ["-o", "first.bin"], urls: ["a.bin"])
+        #expect(first.zeroRTTAccepted == false)
+        let second = try await Self.fetch(
+            port: server.port, root: root, sessionFile: sessionFile,
+            arguments: ["--0rtt", "-o", "second-a.bin", "-o", "second-b.bin"], urls: ["a.bin", "b.bin"]
+        )
+        #expect(try Data(contentsOf: root.appendingPathComponent("second-a.bin")) == Data(payload))
+        #expect(try Data(contentsOf: root.appendingPathComponent("second-b.bin")) == Data(payload.reversed()))
+        #expect(second.zeroRTTAccepted == serverAccepts)
+        // Both requests (streams 0 and 4) and the control and QPACK streams left in 0-RTT.
+        let early = Self.streamsSent(in: second.trace, packetType: "0RTT")
+        #expect(early.isSuperset(of: [0, 4, 2, 6, 10]), "0-RTT streams: \(early.sorted())")
+        let oneRTT = Self.streamsSent(in: second.trace, packetType: "1RTT")
+        if serverAccepts {
+            #expect(oneRTT.isDisjoint(with: [0, 4]), "accepted requests are not sent again: \(oneRTT.sorted())")
+        } else {
+            #expect(oneRTT.isSuperset(of: [0, 4, 2, 6, 10]), "refused 0-RTT is sent again in 1-RTT: \(oneRTT.sorted())")
+        }
+    }
+
+    /// A POST could be replayed by an attacker, so it waits for the handshake (RFC 9114 §10.9).
+    @Test func requestsWithABodyWaitFor1RTT() async throws {
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("0rtt-post-\(UUID())")
+        try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
+        try Data("hello".utf8).write(to: root.appendingPathComponent("a.txt"))
+        let server = try await startH3serve(root: root, ["--early-data"])
+        defer { server.process.stop() }
+        let sessionFile = root.appendingPathComponent("session").path
+        _ = try await Self.fetch(port: server.port, root: root, sessionFile: sessionFile, arguments: ["-o", "first.txt"], urls: ["a.txt"])
+        let post = try await Self.fetch(
+            port: server.port, root: root, sessionFile: sessionFile, arguments: ["--0rtt", "-d", "payload", "-o", "post.txt"], urls: ["a.txt"]
+        )
+        #expect(post.zeroRTTAccepted == true)
+        let early = Self.streamsSent(in: post.trace, packetType: "0RTT")
+        #expect(!early.contains(0), "the POST left in 0-RTT: \(early.sorted())")
+        #expect(Self.streamsSent(in: post.trace, packetType: "1RTT").contains(0))
+    }
+}
