@@ -337,6 +337,10 @@ async def main(args: argparse.Namespace) -> None:
     await stop.wait()
 
     log.info("shutting down")
+    if args.qlog_dir:
+        # aioquic writes a connection's trace when its closing or draining period ends (3 PTO,
+        # RFC 9000 §10.2); connections the clients just closed get the time to finish.
+        await asyncio.sleep(1.0)
     server.close()
     await asyncio.sleep(0.05)  # let CONNECTION_CLOSE packets leave
 
