@@ -21,7 +21,9 @@ public final class HTTP3Client: Sendable {
         public var connectTo: (host: String, port: UInt16)?
         /// Where to write qlog traces; defaults to `$QLOGDIR`.
         public var qlogDirectory: String? = ProcessInfo.processInfo.environment["QLOGDIR"]
-        public var idleTimeoutMilliseconds = 30_000
+        /// How long the connection may stay silent (RFC 9000 §10.1); 60 s, as curl's HTTP/3. It
+        /// also bounds the handshake, whose probes back off 1, 2, 4, … s on a lossy path.
+        public var idleTimeoutMilliseconds = 60_000
         /// Count losses for `HTTP3Response.statistics()` (see `NWProtocolQUIC.Options.tracksLosses`).
         public var tracksLosses = false
         /// Keep session tickets here and resume with them (see `TLSOptions.sessionTicketStore`).
