@@ -152,6 +152,7 @@ final class HTTP3ClientConnection: @unchecked Sendable {
         }
         codec?.cancel(streamID: streamID, code: .requestCancelled)
         exchanges[streamID] = nil
+        sentEarly.removeAll { $0.exchange === exchange }
         exchange.fail(.cancelled)
         driver?.afterInput()
     }
@@ -336,5 +337,6 @@ final class HTTP3ClientConnection: @unchecked Sendable {
         pending.removeAll()
         for exchange in exchanges.values { exchange.fail(error) }
         exchanges.removeAll()
+        sentEarly.removeAll()
     }
 }
