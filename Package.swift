@@ -81,7 +81,7 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
-        // What the command-line tools share: the --stats option.
+        // What the command-line tools share: the --stats option, HOST:PORT arguments.
         .target(
             name: "CommandLineSupport",
             dependencies: ["QuicTransport", .product(name: "ArgumentParser", package: "swift-argument-parser")],
@@ -127,7 +127,7 @@ let package = Package(
         .executableTarget(
             name: "h3serve",
             dependencies: [
-                "H3",
+                "H3", "CommandLineSupport",
                 "QuicTransport",
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),

@@ -31,6 +31,9 @@ public final class HTTP3Server: Sendable {
         public var acceptsEarlyData = false
         /// The congestion controller for responses.
         public var congestionControl: QUICCongestionControl = .cubic
+        /// Also listen here (a numeric address; port 0 picks one) and offer it to clients as
+        /// `preferred_address` (RFC 9000 §9.6): they may move there once the handshake is confirmed.
+        public var preferredAddress: (host: String, port: UInt16)?
 
         public init() {}
     }
@@ -77,6 +80,7 @@ public final class HTTP3Server: Sendable {
         let endpoint = try await QUICServerEndpoint.bind(
             host: configuration.host,
             port: Int(configuration.port),
+            preferred: configuration.preferredAddress.map { ($0.host, Int($0.port)) },
             configuration: endpointConfiguration,
             eventLoop: eventLoop,
             logger: logger
@@ -92,6 +96,11 @@ public final class HTTP3Server: Sendable {
         }.get()
         self.endpoint.withLockedValue { $0 = endpoint }
         return endpoint.port
+    }
+
+    /// The bound `preferred_address` (`HOST:PORT`) once started, if one was configured.
+    public var boundPreferredAddress: String? {
+        endpoint.withLockedValue { $0?.endpoint.preferredAddress?.description }
     }
 
     /// Shuts down gracefully (RFC 9114 §5.2): GOAWAY on every connection, requests already

@@ -158,7 +158,7 @@ struct H3Get: AsyncParsableCommand {
         }
         if zeroRTT && sessionFile == nil { throw ValidationError("--0rtt needs --session-file (the ticket to resume with)") }
         if happyEyeballsTimeout < 0 { throw ValidationError("--happy-eyeballs-timeout-ms must not be negative") }
-        if let dnsServer, Self.hostPort(dnsServer) == nil {
+        if let dnsServer, parseHostPort(dnsServer) == nil {
             throw ValidationError("--dns-server takes HOST:PORT, e.g. 127.0.0.1:53 or [::1]:53")
         }
         for priority in self.priority where HTTPPriority(fieldValue: priority) == .default && !["u=3", "u=3, i=?0", ""].contains(priority) {
@@ -186,7 +186,7 @@ struct H3Get: AsyncParsableCommand {
         configuration.migratesAfterHandshake = migrate
         configuration.happyEyeballsDelay = .milliseconds(happyEyeballsTimeout)
         configuration.altServiceCache = AltServiceCache(path: altSvcFile.flatMap { $0.isEmpty ? nil : $0 })
-        if let dnsServer, let server = Self.hostPort(dnsServer) {
+        if let dnsServer, let server = parseHostPort(dnsServer) {
             configuration.httpsRecordResolver = HTTPSRecordResolver(server: server)
         }
         if let qlogDirectory { configuration.qlogDirectory = qlogDirectory }
@@ -458,12 +458,6 @@ struct H3Get: AsyncParsableCommand {
     }
 
     /// "host:port" or "[v6]:port".
-    static func hostPort(_ text: String) -> (host: String, port: UInt16)? {
-        guard let colon = text.lastIndex(of: ":"), let port = UInt16(text[text.index(after: colon)...]) else { return nil }
-        let host = text[..<colon].trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
-        return host.isEmpty ? nil : (host, port)
-    }
-
     private func log(_ text: String) {
         FileHandle.standardError.write(Data((text + "\n").utf8))
     }

@@ -1,4 +1,5 @@
 import ArgumentParser
+import CommandLineSupport
 import Foundation
 import H3
 import HTTPTypes
@@ -54,6 +55,9 @@ struct H3Serve: AsyncParsableCommand {
     @Flag(help: "Validate client addresses with a Retry round trip (RFC 9000 §8.1.2).")
     var retry = false
 
+    @Option(name: .customLong("preferred-address"), help: "Also listen for QUIC at IP:PORT (port 0 picks one) and offer it to clients as preferred_address (RFC 9000 §9.6).")
+    var preferredAddress: String?
+
     @Flag(name: .customLong("no-tcp"), help: "Do not listen on TCP: HTTP/3 only.")
     var noTCP = false
 
@@ -64,6 +68,12 @@ struct H3Serve: AsyncParsableCommand {
         if (cert == nil) != (key == nil) { throw ValidationError("--cert and --key go together") }
         if QUICCongestionControl(rawValue: cc) == nil { throw ValidationError("--cc is cubic, reno, bbr or bbr2") }
         if noQUIC && noTCP { throw ValidationError("--no-quic and --no-tcp together leave nothing to serve") }
+        if let preferredAddress {
+            guard let parsed = parseHostPort(preferredAddress), isNumericAddress(parsed.host) else {
+                throw ValidationError("--preferred-address takes a numeric IP:PORT, e.g. 127.0.0.2:0 or [::1]:4434")
+            }
+            if noQUIC { throw ValidationError("--preferred-address is a QUIC address; it makes no sense with --no-quic") }
+        }
         if noAltSvc && altSvc != nil { throw ValidationError("--alt-svc and --no-alt-svc contradict each other") }
         if let altSvc {
             do { _ = try AltServiceFieldValue(parsing: altSvc) } catch { throw ValidationError("--alt-svc '\(altSvc)': \(error)") }
@@ -142,6 +152,7 @@ struct H3Serve: AsyncParsableCommand {
             configuration.acceptsEarlyData = earlyData
             configuration.requiresAddressValidation = retry
             configuration.congestionControl = QUICCongestionControl(rawValue: cc) ?? .cubic
+            configuration.preferredAddress = preferredAddress.flatMap(parseHostPort)
             if let qlogDirectory { configuration.qlogDirectory = qlogDirectory }
             do {
                 let server = try HTTP3Server(configuration: configuration, handler: handler)
@@ -169,6 +180,7 @@ struct H3Serve: AsyncParsableCommand {
         }
         let versions = [noQUIC ? nil : "HTTP/3", noTCP ? nil : "HTTP/2", noTCP ? nil : "HTTP/1.1"].compactMap { $0 }
         say("serving \(root) on https://\(host):\(boundPort)/ (\(versions.joined(separator: ", ")))")
+        if let preferred = quicServer?.boundPreferredAddress { say("preferred address: \(preferred)") }
         signal(SIGINT, SIG_IGN)
         signal(SIGTERM, SIG_IGN)
         let (stopped, stop) = AsyncStream<Void>.makeStream()

@@ -126,6 +126,43 @@ struct HTTP3LoopbackTests {
         #expect(ect0 > 100, "ACKs count ECT(0)-marked packets: \(ect0)")
     }
 
+    /// h3serve --preferred-address offers a second address (RFC 9000 §9.6); ngtcp2's example
+    /// client moves there once the handshake is confirmed, and the server validates the new path
+    /// and carries on from the preferred socket.
+    @Test func gtlsclientMovesToH3servesPreferredAddress() async throws {
+        let gtlsclient = try TestEnvironment.systemTool("gtlsclient", package: "ngtcp2-client")
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("h3serve-pa-\(UUID())")
+        let traces = root.appendingPathComponent("qlog")
+        try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
+        let body = (0..<3_000_000).map { UInt8(truncatingIfNeeded: $0 &* 13) }
+        try Data(body).write(to: root.appendingPathComponent("3mb.bin"))
+        let (server, port) = try await startH3serve(root: root, ["--no-tcp", "--qlog-dir", traces.path, "--preferred-address", "127.0.0.2:0"])
+        defer { server.stop() }
+        let line = try await server.waitForLine(containing: "preferred address: ")
+        let preferredPort = try #require(line.split(separator: ":").last.flatMap { UInt16($0.trimmingCharacters(in: .whitespaces)) })
+        let downloads = root.appendingPathComponent("downloads")
+        try FileManager.default.createDirectory(at: downloads, withIntermediateDirectories: true)
+        let client = try ChildProcess(gtlsclient, [
+            "--quiet", "--exit-on-all-streams-close", "--download", downloads.path,
+            "127.0.0.1", "\(port)", "https://127.0.0.1:\(port)/3mb.bin",
+        ])
+        _ = try await client.waitForExit(seconds: 60)
+        let fetched = try Data(contentsOf: downloads.appendingPathComponent("3mb.bin"))
+        #expect(try SHA256.hash(Array(fetched)) == (try SHA256.hash(body)))
+        server.terminate()
+        _ = try await server.waitForExit()
+        let trace = try #require(try FileManager.default.contentsOfDirectory(atPath: traces.path).first { $0.hasSuffix("_server.sqlog") })
+        let text = try String(contentsOfFile: traces.appendingPathComponent(trace).path, encoding: .utf8)
+        #expect(text.contains(#""new":{"ip":"127.0.0.2","port":\#(preferredPort)}"#), "the connection moved to the preferred address")
+        #expect(text.contains(#""frame_type":"path_challenge""#))
+    }
+
+    @Test func h3serveRefusesAPreferredAddressThatIsNotAnIP() async throws {
+        let run = try ChildProcess(try TestEnvironment.executable("h3serve"), ["--preferred-address", "localhost:4434"])
+        #expect(try await run.waitForExit() != 0)
+        #expect(run.standardError.contains("numeric IP:PORT"), "\(run.standardError)")
+    }
+
     /// ngtcp2's example client resumes with its session and transport-parameter files and sends
     /// its request in 0-RTT: h3serve --early-data answers it (the server reads 0-RTT packets and
     /// sends a handshake without a certificate); plain h3serve refuses the early data and the

@@ -57,6 +57,9 @@ package struct QUICConfiguration: Sendable {
     /// (it sees a stateless reset, or an idle timeout). The idle timeout still applies.
     package var handshakeTimeoutMilliseconds: UInt64 = 60_000
     package var cipherSuites: [QUICCipherSuite] = QUICCipherSuite.allCases
+    /// Servers: an address the client may move to once the handshake is confirmed, advertised
+    /// as `preferred_address` (RFC 9000 §9.6). The endpoint must also receive there.
+    package var preferredAddress: QUICSocketAddress?
     package var congestionControl: QUICCongestionControl = .cubic
     /// Clients: where session tickets are kept for resumption (RFC 8446 §2.2); nil for none.
     package var sessionTicketStore: QUICSessionTicketStore?

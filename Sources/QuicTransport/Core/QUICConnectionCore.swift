@@ -203,6 +203,7 @@ package final class QUICConnectionCore {
         params.stateless_reset_token_present = 1
         let resetToken = idFactory.statelessResetToken(for: scid)
         withUnsafeMutableBytes(of: &params.stateless_reset_token) { $0.copyBytes(from: resetToken) }
+        let preferredID = configuration.preferredAddress.map { Self.advertise(preferred: $0, in: &params, idFactory: idFactory) }
         var callbacks = Self.makeCallbacks(role: .server)
         var clientSCID = header.scid
         var scidC = scid.ngtcp2
@@ -227,7 +228,28 @@ package final class QUICConnectionCore {
         self.antiReplay = antiReplay
         ngtcp2_conn_set_tls_native_handle(conn, UnsafeMutableRawPointer(tlsSession.raw))
         events.append(.connectionIDIssued(scid))
+        if let preferredID { events.append(.connectionIDIssued(preferredID)) }
         logConnectionStarted()
+    }
+
+    /// Fills `preferred_address` (RFC 9000 §18.2) with `address` and a fresh connection ID (its
+    /// sequence number is 1, §5.1.1) and reset token; returns the ID, which the endpoint routes.
+    private static func advertise(preferred address: QUICSocketAddress, in params: inout ngtcp2_transport_params, idFactory: QUICConnectionIDFactory) -> QUICConnectionID {
+        let id = idFactory.makeConnectionID()
+        params.preferred_address_present = 1
+        params.preferred_address.cid = id.ngtcp2
+        let token = idFactory.statelessResetToken(for: id)
+        withUnsafeMutableBytes(of: &params.preferred_address.stateless_reset_token) { $0.copyBytes(from: token) }
+        withUnsafeBytes(of: address.storage) { raw in
+            if address.family == AF_INET {
+                params.preferred_address.ipv4 = raw.load(as: ngtcp2_sockaddr_in.self)
+                params.preferred_address.ipv4_present = 1
+            } else {
+                params.preferred_address.ipv6 = raw.load(as: ngtcp2_sockaddr_in6.self)
+                params.preferred_address.ipv6_present = 1
+            }
+        }
+        return id
     }
 
     /// `connectivity:connection_started` (qlog QUIC events §3.2): the addresses ngtcp2 0.12 leaves out.

@@ -7,6 +7,9 @@ import NIOCore
 /// other connections are not involved. Loop-confined.
 package final class QUICServerEndpoint {
     let socket: QUICDatagramSocket
+    /// A second socket at the address advertised as `preferred_address` (RFC 9000 §9.6), where
+    /// clients may move once their handshake is confirmed.
+    let preferredSocket: QUICDatagramSocket?
     package let core: QUICEndpointCore
     private var drivers: [ObjectIdentifier: QUICConnectionDriver] = [:]
     private var touched: [QUICConnectionDriver] = []
@@ -14,29 +17,46 @@ package final class QUICServerEndpoint {
     /// Called for each connection the endpoint accepts, before its first events.
     package var onNewConnection: ((QUICConnectionDriver) -> Void)?
 
-    /// Binds a UDP socket on `eventLoop` and serves `configuration` on it.
+    /// Binds a UDP socket on `eventLoop` and serves `configuration` on it; with `preferred`, also
+    /// binds there and advertises that socket's address as `preferred_address`.
     package static func bind(
         host: String,
         port: Int,
+        preferred: (host: String, port: Int)? = nil,
         configuration: QUICEndpointCore.Configuration,
         eventLoop: any EventLoop,
         logger: Logger
     ) -> EventLoopFuture<QUICServerEndpoint> {
-        QUICDatagramSocket.bind(host: host, port: port, eventLoop: eventLoop, logger: logger).map { socket in
-            QUICServerEndpoint(socket: socket, configuration: configuration, logger: logger)
+        let main = QUICDatagramSocket.bind(host: host, port: port, eventLoop: eventLoop, logger: logger)
+            .map { NIOLoopBound($0, eventLoop: eventLoop) }
+        let second = preferred.map {
+            QUICDatagramSocket.bind(host: $0.host, port: $0.port, eventLoop: eventLoop, logger: logger).map { Optional(NIOLoopBound($0, eventLoop: eventLoop)) }
+        } ?? eventLoop.makeSucceededFuture(nil)
+        // Whichever bind fails, the other socket must not stay open.
+        main.whenSuccess { socket in second.whenFailure { _ in socket.value.close() } }
+        second.whenSuccess { socket in main.whenFailure { _ in socket?.value.close() } }
+        return main.and(second).map { main, second in
+            var configuration = configuration
+            configuration.quic.preferredAddress = second?.value.localAddress
+            return QUICServerEndpoint(socket: main.value, preferredSocket: second?.value, configuration: configuration, logger: logger)
         }
     }
 
     /// The bound port.
     package var port: UInt16 { socket.localAddress.port }
+    /// The address advertised as `preferred_address`, when there is one.
+    package var preferredAddress: QUICSocketAddress? { preferredSocket?.localAddress }
 
-    init(socket: QUICDatagramSocket, configuration: QUICEndpointCore.Configuration, logger: Logger) {
+    init(socket: QUICDatagramSocket, preferredSocket: QUICDatagramSocket? = nil, configuration: QUICEndpointCore.Configuration, logger: Logger) {
         self.socket = socket
+        self.preferredSocket = preferredSocket
         self.core = QUICEndpointCore(configuration: configuration, logger: logger)
         self.logger = logger
-        // The socket keeps the endpoint alive until `close()` breaks the cycle.
-        socket.onDatagram = { envelope in self.receive(envelope) }
-        socket.onReadComplete = { self.serviceTouched() }
+        // The sockets keep the endpoint alive until `close()` breaks the cycle.
+        for listening in [socket] + (preferredSocket.map { [$0] } ?? []) {
+            listening.onDatagram = { envelope in self.receive(envelope, on: listening) }
+            listening.onReadComplete = { self.serviceTouched() }
+        }
     }
 
     package var connectionCount: Int { drivers.count }
@@ -68,16 +88,18 @@ package final class QUICServerEndpoint {
             driver.core.close(applicationErrorCode: 0, reason: "server shutting down", now: QUICConnectionDriver.now())
             driver.afterInput()
         }
-        socket.onDatagram = nil
-        socket.onReadComplete = nil
-        socket.close()
+        for listening in [socket] + (preferredSocket.map { [$0] } ?? []) {
+            listening.onDatagram = nil
+            listening.onReadComplete = nil
+            listening.close()
+        }
     }
 
-    private func receive(_ envelope: AddressedEnvelope<ByteBuffer>) {
-        let path = QUICPath(local: socket.localAddress, remote: QUICSocketAddress(nio: envelope.remoteAddress))
+    private func receive(_ envelope: AddressedEnvelope<ByteBuffer>, on listening: QUICDatagramSocket) {
+        let path = QUICPath(local: listening.localAddress, remote: QUICSocketAddress(nio: envelope.remoteAddress))
         let disposition = envelope.data.withUnsafeReadableBytes { datagram in
             core.receive(datagram: datagram, path: path, ecn: envelope.ecnCodepoint, now: QUICConnectionDriver.now()) { reply in
-                socket.sendNow(reply, to: path.remote)
+                listening.sendNow(reply, to: path.remote)
             }
         }
         switch disposition {
@@ -85,6 +107,7 @@ package final class QUICServerEndpoint {
             let driver: QUICConnectionDriver
             if isNew {
                 driver = QUICConnectionDriver(core: connection, socket: socket, eventLoop: socket.channel.eventLoop)
+                if let preferredSocket { driver.addSocket(preferredSocket) }
                 driver.takeEvents = { [weak self] in self?.core.takeEvents(of: $0) ?? $0.takeEvents() }
                 driver.onFinished = { [weak self] finished in
                     self?.core.remove(finished.core)
