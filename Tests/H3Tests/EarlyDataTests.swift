@@ -9,7 +9,7 @@ import Testing
 struct EarlyDataTests {
     struct Fetch {
         let run: ChildProcess
-        let trace: [[String: Any]]
+        let trace: [QLogEvent]
         let zeroRTTAccepted: Bool?
     }
 
@@ -21,8 +21,7 @@ struct EarlyDataTests {
         ] + arguments + urls.map { "https://127.0.0.1:\(port)/\($0)" })
         #expect(try await run.waitForExit() == 0, "\(run.standardError)")
         let name = try #require(try FileManager.default.contentsOfDirectory(atPath: qlogDirectory).first)
-        let data = try Data(contentsOf: URL(fileURLWithPath: qlogDirectory + "/" + name))
-        let trace = data.split(separator: 0x1E).dropFirst(2).compactMap { try? JSONSerialization.jsonObject(with: Data($0)) as? [String: Any] }
+        let trace = try QLogEvent.read(qlogDirectory + "/" + name)
         let stats = run.standardError.split(separator: "\n").last { $0.hasPrefix("{") }
             .flatMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
         let zeroRTT = (stats?["establishment"] as? [String: Any])?["zero_rtt"] as? Bool
@@ -30,12 +29,10 @@ struct EarlyDataTests {
     }
 
     /// Stream IDs of the STREAM frames the client sent in packets of `type`.
-    static func streamsSent(in trace: [[String: Any]], packetType type: String) -> Set<Int> {
+    static func streamsSent(in trace: [QLogEvent], packetType type: String) -> Set<Int> {
         var ids = Set<Int>()
-        for event in trace where event["name"] as? String == "transport:packet_sent" {
-            let data = event["data"] as? [String: Any]
-            guard (data?["header"] as? [String: Any])?["packet_type"] as? String == type else { continue }
-            for frame in data?["frames"] as? [[String: Any]] ?? [] where frame["frame_type"] as? String == "stream" {
+        for event in trace where event.name == "transport:packet_sent" && event.packetType == type {
+            for frame in event.frames where frame["frame_type"] as? String == "stream" {
                 if let id = frame["stream_id"] as? Int { ids.insert(id) }
             }
         }

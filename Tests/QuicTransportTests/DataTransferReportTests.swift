@@ -7,22 +7,6 @@ import Testing
 /// same connection over the same interval, on an in-memory pair with loss and a virtual clock.
 @Suite("Data-transfer report")
 struct DataTransferReportTests {
-    /// One qlog event: its time in milliseconds, its name and its data.
-    struct Event {
-        let time: Double
-        let name: String
-        let data: [String: Any]
-    }
-
-    static func events(in path: String) throws -> [Event] {
-        let bytes = try Data(contentsOf: URL(fileURLWithPath: path))
-        return try bytes.split(separator: 0x1E).dropFirst().compactMap { record in
-            let object = try #require(try JSONSerialization.jsonObject(with: Data(record)) as? [String: Any])
-            guard let name = object["name"] as? String, let time = object["time"] as? Double else { return nil }
-            return Event(time: time, name: name, data: object["data"] as? [String: Any] ?? [:])
-        }
-    }
-
     @Test(arguments: [0.0, 0.05])
     func reportAgreesWithTheQLogOfTheSameInterval(lossRate: Double) throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("report-\(UUID())").path
@@ -52,7 +36,7 @@ struct DataTransferReportTests {
         pair.client.flushQLog()
 
         let path = try #require(pair.client.qlogPath)
-        let inside = try Self.events(in: path).filter { $0.time >= startMS && $0.time <= endMS }
+        let inside = try QLogEvent.read(path).filter { $0.time >= startMS && $0.time <= endMS }
         let sent = inside.filter { $0.name == "transport:packet_sent" }
         let received = inside.filter { $0.name == "transport:packet_received" }
         let lost = inside.filter { $0.name == "recovery:packet_lost" }

@@ -15,19 +15,14 @@ struct ResumptionTests {
         var zeroRTTReceived = 0
 
         init(_ path: String) throws {
-            let data = try Data(contentsOf: URL(fileURLWithPath: path))
-            for record in data.split(separator: 0x1E).dropFirst() {
-                guard let event = try JSONSerialization.jsonObject(with: Data(record)) as? [String: Any],
-                    let name = event["name"] as? String, let body = event["data"] as? [String: Any],
-                    let type = (body["header"] as? [String: Any])?["packet_type"] as? String
-                else { continue }
-                if name == "transport:packet_sent", type == "handshake" {
-                    let frames = body["frames"] as? [[String: Any]] ?? []
-                    handshakeCryptoSent += frames.filter { $0["frame_type"] as? String == "crypto" }.compactMap { $0["length"] as? Int }.reduce(0, +)
+            for event in try QLogEvent.read(path) {
+                guard let type = event.packetType else { continue }
+                if event.name == "transport:packet_sent", type == "handshake" {
+                    handshakeCryptoSent += event.frames.filter { $0["frame_type"] as? String == "crypto" }.compactMap { $0["length"] as? Int }.reduce(0, +)
                 }
                 if type == "0RTT" {
-                    if name == "transport:packet_sent" { zeroRTTSent += 1 }
-                    if name == "transport:packet_received" { zeroRTTReceived += 1 }
+                    if event.name == "transport:packet_sent" { zeroRTTSent += 1 }
+                    if event.name == "transport:packet_received" { zeroRTTReceived += 1 }
                 }
             }
         }

@@ -1,0 +1,32 @@
+import Foundation
+
+/// One event of a JSON-SEQ qlog trace (`.sqlog`, RFC 7464): its time in milliseconds, its name
+/// and its data.
+package struct QLogEvent {
+    package let time: Double
+    package let name: String
+    package let data: [String: Any]
+
+    /// The packet type of a `transport:packet_*` event's header, if it has one.
+    package var packetType: String? { (data["header"] as? [String: Any])?["packet_type"] as? String }
+    /// The frames of a packet event.
+    package var frames: [[String: Any]] { data["frames"] as? [[String: Any]] ?? [] }
+
+    package struct MalformedRecord: Error, CustomStringConvertible {
+        package let path: String
+        package var description: String { "\(path) holds a record that is not a JSON object" }
+    }
+
+    /// Every event in the trace at `path`, after its header record. A record that is not a JSON
+    /// object fails the read: the writer must only ever leave whole records.
+    package static func read(_ path: String) throws -> [QLogEvent] {
+        let bytes = try Data(contentsOf: URL(fileURLWithPath: path))
+        return try bytes.split(separator: 0x1E).dropFirst().compactMap { record in
+            guard let object = try JSONSerialization.jsonObject(with: Data(record)) as? [String: Any] else {
+                throw MalformedRecord(path: path)
+            }
+            guard let name = object["name"] as? String, let time = object["time"] as? Double else { return nil }
+            return QLogEvent(time: time, name: name, data: object["data"] as? [String: Any] ?? [:])
+        }
+    }
+}
