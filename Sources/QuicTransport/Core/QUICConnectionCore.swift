@@ -393,7 +393,7 @@ package final class QUICConnectionCore {
         let rv = QUICPath(local: local, remote: path.remote).withNGTCP2Path { newPath in
             ngtcp2_conn_initiate_migration(conn, newPath, now)
         }
-        guard rv == 0 else { throw QUICMigrationError(code: rv) }
+        guard rv == 0 else { throw QUICMigrationError.refused(rv) }
     }
 
     /// The next time `handleTimeout(now:)` must run; `UInt64.max` for never.
@@ -879,17 +879,19 @@ extension QUICPath {
 /// A key update could not start now (RFC 9001 §6: not before the handshake is confirmed, and not
 /// while the previous update is unacknowledged).
 /// Why a connection could not migrate (RFC 9000 §9).
-public struct QUICMigrationError: Error, Sendable, CustomStringConvertible {
-    let code: Int32
+public enum QUICMigrationError: Error, Sendable, CustomStringConvertible {
+    /// ngtcp2 would not start: the handshake is not confirmed, the server disabled active
+    /// migration, or it issued no spare connection ID (its error code).
+    case refused(Int32)
     /// The server did not answer PATH_CHALLENGE on the new path (RFC 9000 §8.2.4).
-    package static let pathValidationFailed = QUICMigrationError(code: 0)
+    case pathValidationFailed
 
     public var description: String {
-        switch code {
-        case 0: return "migration failed: the new path did not validate (no PATH_RESPONSE)"
-        case NGTCP2_ERR_CONN_ID_BLOCKED: return "cannot migrate: the server has issued no spare connection ID"
-        case NGTCP2_ERR_INVALID_STATE: return "cannot migrate: the handshake is not confirmed or the server disabled active migration"
-        default: return "cannot migrate: \(String(cString: ngtcp2_strerror(code)))"
+        switch self {
+        case .pathValidationFailed: return "migration failed: the new path did not validate (no PATH_RESPONSE)"
+        case .refused(NGTCP2_ERR_CONN_ID_BLOCKED): return "cannot migrate: the server has issued no spare connection ID"
+        case .refused(NGTCP2_ERR_INVALID_STATE): return "cannot migrate: the handshake is not confirmed or the server disabled active migration"
+        case .refused(let code): return "cannot migrate: \(String(cString: ngtcp2_strerror(code)))"
         }
     }
 }

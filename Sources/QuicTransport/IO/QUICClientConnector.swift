@@ -179,12 +179,7 @@ package final class QUICClientConnector: @unchecked Sendable {
             self.onEvents?(events)
         }
         driver.onFinished = { finished in
-            for socket in finished.sockets {
-                socket.onDatagram = nil
-                socket.onError = nil
-                socket.onReadComplete = nil
-                socket.close()
-            }
+            for socket in finished.sockets { socket.detachAndClose() }
             self.migration?.promise.fail(NWError.posix(.ENOTCONN))
             self.migration = nil
             self.didConfirmHandshake(failing: NWError.posix(.ENOTCONN))
@@ -261,17 +256,12 @@ package final class QUICClientConnector: @unchecked Sendable {
         if succeeded {
             for old in driver.sockets where old !== migration.socket {
                 driver.removeSocket(old)
-                old.onDatagram = nil
-                old.onError = nil
-                old.onReadComplete = nil
-                old.close()
+                old.detachAndClose()
             }
             migration.promise.succeed(path)
         } else {
             driver.removeSocket(migration.socket)
-            migration.socket.onDatagram = nil
-            migration.socket.onReadComplete = nil
-            migration.socket.close()
+            migration.socket.detachAndClose()
             migration.promise.fail(QUICMigrationError.pathValidationFailed)
         }
     }
@@ -317,9 +307,7 @@ package final class QUICClientConnector: @unchecked Sendable {
     private func abandon(_ driver: QUICConnectionDriver, socket: QUICDatagramSocket) {
         driver.eventHandler = nil
         driver.onFinished = nil
-        socket.onDatagram = nil
-        socket.onError = nil
-        socket.close()
+        socket.detachAndClose()
         self.driver = nil
         onAttempt?(nil)
     }

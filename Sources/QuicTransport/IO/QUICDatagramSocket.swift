@@ -115,6 +115,14 @@ final class QUICDatagramSocket {
         channel.close(promise: nil)
     }
 
+    /// Drops the handlers, which keep their owners alive, and closes the socket.
+    func detachAndClose() {
+        onDatagram = nil
+        onError = nil
+        onReadComplete = nil
+        close()
+    }
+
     /// Runs `body` with the scratch area that cores write packets into.
     func withScratch<R>(_ body: (UnsafeMutableRawBufferPointer) -> R) -> R { body(scratch) }
 

@@ -42,6 +42,8 @@ package final class QUICServerEndpoint {
         }
     }
 
+    private var listeningSockets: [QUICDatagramSocket] { [socket] + (preferredSocket.map { [$0] } ?? []) }
+
     /// The bound port.
     package var port: UInt16 { socket.localAddress.port }
     /// The address advertised as `preferred_address`, when there is one.
@@ -53,7 +55,7 @@ package final class QUICServerEndpoint {
         self.core = QUICEndpointCore(configuration: configuration, logger: logger)
         self.logger = logger
         // The sockets keep the endpoint alive until `close()` breaks the cycle.
-        for listening in [socket] + (preferredSocket.map { [$0] } ?? []) {
+        for listening in listeningSockets {
             listening.onDatagram = { envelope in self.receive(envelope, on: listening) }
             listening.onReadComplete = { self.serviceTouched() }
         }
@@ -88,11 +90,7 @@ package final class QUICServerEndpoint {
             driver.core.close(applicationErrorCode: 0, reason: "server shutting down", now: QUICConnectionDriver.now())
             driver.afterInput()
         }
-        for listening in [socket] + (preferredSocket.map { [$0] } ?? []) {
-            listening.onDatagram = nil
-            listening.onReadComplete = nil
-            listening.close()
-        }
+        for listening in listeningSockets { listening.detachAndClose() }
     }
 
     private func receive(_ envelope: AddressedEnvelope<ByteBuffer>, on listening: QUICDatagramSocket) {
