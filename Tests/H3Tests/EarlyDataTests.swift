@@ -10,6 +10,8 @@ struct EarlyDataTests {
     struct Fetch {
         let run: ChildProcess
         let trace: [QLogEvent]
+        /// The original destination connection ID that names both sides' traces.
+        let odcid: String
         let zeroRTTAccepted: Bool?
     }
 
@@ -25,7 +27,8 @@ struct EarlyDataTests {
         let stats = run.standardError.split(separator: "\n").last { $0.hasPrefix("{") }
             .flatMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
         let zeroRTT = (stats?["establishment"] as? [String: Any])?["zero_rtt"] as? Bool
-        return Fetch(run: run, trace: trace, zeroRTTAccepted: zeroRTT)
+        let odcid = String(name.prefix { $0 != "_" })
+        return Fetch(run: run, trace: trace, odcid: odcid, zeroRTTAccepted: zeroRTT)
     }
 
     /// Stream IDs of the STREAM frames the client sent in packets of `type`.
@@ -39,6 +42,39 @@ struct EarlyDataTests {
         return ids
     }
 
+    /// Stream IDs of the STREAM frames a server received in packets of `type`.
+    static func streamsReceived(in trace: [QLogEvent], packetType type: String) -> Set<Int> {
+        var ids = Set<Int>()
+        for event in trace where event.name == "transport:packet_received" && event.packetType == type {
+            for frame in event.frames where frame["frame_type"] as? String == "stream" {
+                if let id = frame["stream_id"] as? Int { ids.insert(id) }
+            }
+        }
+        return ids
+    }
+
+    /// The server's trace of a connection: both sides name theirs after the original destination
+    /// connection ID (`<odcid>_server.sqlog`).
+    static func serverTrace(in directory: String, of fetch: Fetch) throws -> [QLogEvent] {
+        try QLogEvent.read(directory + "/" + fetch.odcid + "_server.sqlog")
+    }
+
+    /// Waits until h3serve has logged the expected number of `GET path` lines, then checks that
+    /// no path was served more often: a replayed or re-submitted request would log twice.
+    static func expectRequestsServed(by server: ChildProcess, _ expected: [String: Int]) async throws {
+        func served(_ path: String) -> Int {
+            server.standardError.split(separator: "\n").filter { $0.hasPrefix("GET \(path) 200 ") }.count
+        }
+        let deadline = ContinuousClock.now + .seconds(10)
+        while expected.contains(where: { served($0.key) < $0.value }), ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        try await Task.sleep(for: .milliseconds(200))  // A duplicate, if any, has time to show.
+        for (path, count) in expected {
+            #expect(served(path) == count, "h3serve served \(path) \(served(path)) times, not \(count): \(server.standardError)")
+        }
+    }
+
     @Test(arguments: [true, false])
     func safeRequestsRideIn0RTTAndAreResentWhenRefused(serverAccepts: Bool) async throws {
         let root = FileManager.default.temporaryDirectory.appendingPathComponent("0rtt-\(UUID())")
@@ -46,7 +82,8 @@ struct EarlyDataTests {
         let payload = (0..<300_000).map { UInt8(truncatingIfNeeded: $0 &* 7) }
         try Data(payload).write(to: root.appendingPathComponent("a.bin"))
         try Data(payload.reversed()).write(to: root.appendingPathComponent("b.bin"))
-        let server = try await startH3serve(root: root, serverAccepts ? ["--early-data"] : [])
+        let serverQLog = root.appendingPathComponent("server-qlog").path
+        let server = try await startH3serve(root: root, ["--qlog-dir", serverQLog] + (serverAccepts ? ["--early-data"] : []))
         defer { server.process.stop() }
         let sessionFile = root.appendingPathComponent("session").path
 
@@ -62,10 +99,16 @@ struct EarlyDataTests {
         // Both requests (streams 0 and 4) and the control and QPACK streams left in 0-RTT.
         let early = Self.streamsSent(in: second.trace, packetType: "0RTT")
         #expect(early.isSuperset(of: [0, 4, 2, 6, 10]), "0-RTT streams: \(early.sorted())")
-        let oneRTT = Self.streamsSent(in: second.trace, packetType: "1RTT")
+        // ngtcp2 may send accepted 0-RTT data again in 1-RTT (declared lost, or the early keys
+        // dropped before the ACK came), and the server discards the copy by offset. What must hold
+        // is that the server ran each request exactly once, whichever packets carried it.
+        try await Self.expectRequestsServed(by: server.process, ["/a.bin": 2, "/b.bin": 1])
         if serverAccepts {
-            #expect(oneRTT.isDisjoint(with: [0, 4]), "accepted requests are not sent again: \(oneRTT.sorted())")
+            let serverTrace = try Self.serverTrace(in: serverQLog, of: second)
+            let read = Self.streamsReceived(in: serverTrace, packetType: "0RTT")
+            #expect(read.isSuperset(of: [0, 4]), "the server read both requests from 0-RTT packets: \(read.sorted())")
         } else {
+            let oneRTT = Self.streamsSent(in: second.trace, packetType: "1RTT")
             #expect(oneRTT.isSuperset(of: [0, 4, 2, 6, 10]), "refused 0-RTT is sent again in 1-RTT: \(oneRTT.sorted())")
         }
     }
