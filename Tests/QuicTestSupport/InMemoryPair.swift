@@ -155,6 +155,14 @@ package final class InMemoryPair {
         now = end
     }
 
+    /// Does what the server's driver does once its connection has reached `.closed` (its
+    /// closing or draining period is over): the endpoint forgets it, and so does the pair.
+    package func forgetClosedServerConnection() {
+        guard let serverConnection, serverConnection.state == .closed else { return }
+        server.remove(serverConnection)
+        self.serverConnection = nil
+    }
+
     package func inject(toServer bytes: [UInt8], from clientAddress: QUICSocketAddress = InMemoryPair.clientAddress) -> QUICEndpointCore.Disposition {
         var replies: [[UInt8]] = []
         let disposition = bytes.withUnsafeBytes { datagram in

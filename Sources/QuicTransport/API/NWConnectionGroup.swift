@@ -84,9 +84,7 @@ public final class NWConnectionGroup: @unchecked Sendable {
         driver.eventHandler = { events in self.handle(events) }
         driver.onFinished = { [previous = driver.onFinished] finished in
             previous?(finished)
-            finished.eventHandler = nil
-            finished.onFinished = nil
-            self.onFinished?()
+            self.connectionEnded()
         }
     }
 
@@ -344,7 +342,7 @@ public final class NWConnectionGroup: @unchecked Sendable {
         }
         connector.onFinished = {
             self.connector = nil
-            self.onFinished?()
+            self.connectionEnded()
         }
         self.connector = connector
         connector.start()
@@ -391,10 +389,45 @@ public final class NWConnectionGroup: @unchecked Sendable {
         default: setState(.failed(error))
         }
         failAllStreams(error)
-        lock.withLock {
-            for continuation in streamContinuations { continuation.finish() }
-            for continuation in datagramContinuations { continuation.finish() }
+        finishObservers()
+    }
+
+    /// Ends the `inboundStreams` and `datagrams` sequences.
+    private func finishObservers() {
+        let (streamObservers, datagramObservers) = lock.withLock {
+            defer {
+                streamContinuations.removeAll()
+                datagramContinuations.removeAll()
+            }
+            return (streamContinuations, datagramContinuations)
         }
+        for continuation in streamObservers { continuation.finish() }
+        for continuation in datagramObservers { continuation.finish() }
+    }
+
+    /// The connection is over and its driver has stopped: lets go of everything that could keep
+    /// the group alive. The user's handlers often capture the group, and every stream points back
+    /// at it; held on to, they would keep the core, its TLS session and its buffers forever.
+    /// Network.framework likewise releases the handlers of a group that has ended. A group that
+    /// was never started keeps its state handler until `start(queue:)` reports the end.
+    private func connectionEnded() {
+        let onFinished = self.onFinished
+        self.onFinished = nil
+        onEstablished = nil
+        onHandshakeFailure = nil
+        for connection in Array(streams.values) + pendingOpens + heldInbound {
+            connection.groupFailed(.posix(.ECANCELED))
+        }
+        streams.removeAll()
+        pendingOpens.removeAll()
+        heldInbound.removeAll()
+        heldDatagrams.removeAll()
+        lock.withLock {
+            _newConnectionHandler = nil
+            _receiveHandler = nil
+        }
+        finishObservers()
+        onFinished?()
     }
 
     private func failAllStreams(_ error: NWError) {

@@ -43,6 +43,9 @@ public final class NWListener: @unchecked Sendable {
     private var groupContinuations: [AsyncStream<NWConnectionGroup>.Continuation] = []
     private var _maximumConcurrentTunnels = 1024
 
+    /// The tunnels this listener accepted that are still in memory, open or closed.
+    package let liveConnections = QUICLiveConnections()
+
     // MARK: Loop-confined
     private var endpoint: QUICServerEndpoint?
     private var liveGroups: [ObjectIdentifier: NWConnectionGroup] = [:]
@@ -119,6 +122,7 @@ public final class NWListener: @unchecked Sendable {
         configuration.requiresRetry = options.requiresAddressValidation
         configuration.acceptsEarlyData = options.acceptsEarlyData
         configuration.maximumConnections = maximumConcurrentTunnels
+        configuration.liveConnections = liveConnections
         if configuration.quic.alpn.isEmpty {
             setState(.failed(.quic(.invalid("at least one ALPN protocol is required"))))
             return
@@ -147,7 +151,14 @@ public final class NWListener: @unchecked Sendable {
             self.endpoint?.close()
             self.endpoint = nil
             self.setState(.cancelled)
-            let continuations = self.lock.withLock { self.groupContinuations }
+            // As Network.framework does, a cancelled listener lets go of its handler.
+            let continuations = self.lock.withLock {
+                defer {
+                    self.groupContinuations.removeAll()
+                    self._newConnectionGroupHandler = nil
+                }
+                return self.groupContinuations
+            }
             for continuation in continuations { continuation.finish() }
         }
     }

@@ -3,6 +3,10 @@ import NIOConcurrencyHelpers
 
 /// The state every public handle reports, with its update handler, the caller's queue and the
 /// `AsyncStream` observers: one lock, one place that decides when a state is final.
+///
+/// Once a final state has been delivered the handler is released, as Network.framework releases a
+/// cancelled connection's handlers: handlers routinely capture their own connection, and holding
+/// them past the end would keep the connection, its core and its C objects alive for good.
 // @unchecked Sendable: every stored property is guarded by `lock`.
 final class ObservableState<State: Equatable & Sendable>: @unchecked Sendable {
     private let lock = NIOLock()
@@ -21,7 +25,8 @@ final class ObservableState<State: Equatable & Sendable>: @unchecked Sendable {
 
     var updateHandler: (@Sendable (State) -> Void)? {
         get { lock.withLock { handler } }
-        set { lock.withLock { handler = newValue } }
+        // After a final state nothing would call it, so it is not kept.
+        set { lock.withLock { handler = isFinal(value) ? nil : newValue } }
     }
 
     /// The queue given to `start(queue:)`, where handlers and completions run.
@@ -37,7 +42,12 @@ final class ObservableState<State: Equatable & Sendable>: @unchecked Sendable {
         let (changed, handler, observers) = lock.withLock { () -> (Bool, (@Sendable (State) -> Void)?, [AsyncStream<State>.Continuation]) in
             guard value != new, !isFinal(value) else { return (false, nil, []) }
             value = new
-            return (true, self.handler, continuations)
+            let delivery = (true, self.handler, continuations)
+            if isFinal(new) {
+                self.handler = nil
+                continuations.removeAll()
+            }
+            return delivery
         }
         guard changed else { return }
         if let handler { callback { handler(new) } }

@@ -86,6 +86,13 @@ package final class QUICConnectionCore {
         isHandshakeCompleted || (earlyDataAttempted && ngtcp2_conn_get_early_data_rejected(conn) == 0)
     }
     var localKeyUpdateRequested = false
+    /// The owner's count of cores in memory; this core is in it until `deinit`.
+    package var liveConnections: QUICLiveConnections? {
+        didSet {
+            oldValue?.coreFreed()
+            liveConnections?.coreCreated()
+        }
+    }
 
     // MARK: Creation
 
@@ -291,6 +298,7 @@ package final class QUICConnectionCore {
         if let conn { ngtcp2_conn_del(conn) }
         qlog?.close()
         connectionRef.deallocate()
+        liveConnections?.coreFreed()
     }
 
     private func makeSettings(now: UInt64, qlogID: QUICConnectionID) -> ngtcp2_settings {

@@ -23,6 +23,8 @@ package final class QUICEndpointCore {
         /// §8): the anti-replay cache covers this endpoint only, so accept it only for requests
         /// that are safe to repeat.
         package var acceptsEarlyData = false
+        /// Counts the connections this endpoint made that are still in memory.
+        package var liveConnections = QUICLiveConnections()
 
         package init(quic: QUICConfiguration, credentials: TLSCredentials) {
             self.quic = quic
@@ -142,6 +144,7 @@ package final class QUICEndpointCore {
             logger.warning("cannot create connection", metadata: ["error": "\(error)"])
             return .dropped("connection setup failed: \(error)")
         }
+        core.liveConnections = configuration.liveConnections
         core.applicationCodec = configuration.makeApplicationCodec?()
         connections[ObjectIdentifier(core)] = core
         addRoute(dcid, to: core)

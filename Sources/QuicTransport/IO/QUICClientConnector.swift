@@ -36,6 +36,8 @@ package final class QUICClientConnector: @unchecked Sendable {
     let verification: CertificateVerification
     let serverName: String?
     let makeCodec: (() throws -> any QUICApplicationCodec)?
+    /// The owner's count of connections in memory, which every attempt's core joins.
+    let liveConnections: QUICLiveConnections?
     let eventLoop: any EventLoop
     let logger: Logger
 
@@ -60,9 +62,11 @@ package final class QUICClientConnector: @unchecked Sendable {
         verification: CertificateVerification,
         serverName: String?,
         makeCodec: (() throws -> any QUICApplicationCodec)? = nil,
+        liveConnections: QUICLiveConnections? = nil,
         eventLoop: any EventLoop,
         logger: Logger
     ) {
+        self.liveConnections = liveConnections
         self.host = host
         self.port = port
         self.configuration = configuration
@@ -147,6 +151,7 @@ package final class QUICClientConnector: @unchecked Sendable {
             now: QUICConnectionDriver.now(),
             logger: logger
         )
+        core.liveConnections = liveConnections
         core.applicationCodec = try makeCodec?()
         core.makeApplicationCodec = makeCodec
         try core.startCodecForEarlyData()
@@ -183,8 +188,6 @@ package final class QUICClientConnector: @unchecked Sendable {
             self.migration?.promise.fail(NWError.posix(.ENOTCONN))
             self.migration = nil
             self.didConfirmHandshake(failing: NWError.posix(.ENOTCONN))
-            finished.eventHandler = nil
-            finished.onFinished = nil
             self.isConnecting = false
             self.onFinished?()
         }

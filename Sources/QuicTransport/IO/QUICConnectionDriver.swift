@@ -21,7 +21,7 @@ package final class QUICConnectionDriver: @unchecked Sendable {
     package var eventHandler: (([QUICConnectionEvent]) -> Void)?
     /// Pulls events out of the core; the server's endpoint wraps this to keep its routing table current.
     var takeEvents: (QUICConnectionCore) -> [QUICConnectionEvent] = { $0.takeEvents() }
-    /// Runs once the core reaches `.closed` and may be freed.
+    /// Runs once the core reaches `.closed` and may be freed; the driver drops its hooks first.
     package var onFinished: ((QUICConnectionDriver) -> Void)?
     /// Runs after every pass, for an application codec's own events; returns true when it queued
     /// work that needs another pass (new requests, consumed data).
@@ -132,11 +132,18 @@ package final class QUICConnectionDriver: @unchecked Sendable {
         }
     }
 
+    /// Once the core is closed nothing runs here again, so the driver lets go of every hook:
+    /// each one holds its owner (a group, a connector, an HTTP/3 connection), and each owner
+    /// holds this driver, so any hook kept would keep the core and its C objects forever.
     private func checkFinished() {
         guard !finished, core.state == .closed else { return }
         finished = true
         timer?.cancel()
         timer = nil
-        onFinished?(self)
+        let finish = onFinished
+        onFinished = nil
+        eventHandler = nil
+        afterPass = nil
+        finish?(self)
     }
 }

@@ -1,0 +1,124 @@
+import Foundation
+import QuicTestSupport
+import QuicTransport
+import Testing
+
+/// Every closed connection is freed: its core, and with it ngtcp2's connection, the GnuTLS
+/// session and the stream buffers, once its closing or draining period (RFC 9000 §10.2) is over.
+/// A server is judged over hours of connections, so nothing may outlive its connection.
+@Suite("Connection lifetime", .timeLimit(.minutes(2)))
+struct ConnectionLifetimeTests {
+    /// In memory on the virtual clock: after the client closes and both periods end, the endpoint
+    /// has forgotten the server core, the owner's count is zero, and neither core is left.
+    @Test func bothCoresAreFreedOnceTheirClosingAndDrainingPeriodsEnd() throws {
+        weak var clientCore: QUICConnectionCore?
+        weak var serverCore: QUICConnectionCore?
+        var pair: InMemoryPair? = try InMemoryPair()
+        let live = pair!.server.configuration.liveConnections
+        do {
+            let pair = pair!
+            try pair.run(until: { pair.client.isHandshakeCompleted && pair.serverConnection?.isHandshakeCompleted == true })
+            let stream = try #require(try pair.client.openStream(bidirectional: true))
+            try Array("bytes to keep a stream busy".utf8).withUnsafeBytes {
+                try pair.client.send(streamID: stream, bytes: $0, fin: true, token: nil)
+            }
+            try pair.run(until: { pair.serverConnection?.receiveStatus(streamID: stream)?.finReceived == true })
+            clientCore = pair.client
+            serverCore = pair.serverConnection
+            #expect(live.count == 1)
+            pair.client.close(applicationErrorCode: 0, reason: "done", now: pair.now)
+            try pair.run(until: { pair.client.state == .closed && pair.serverConnection?.state == .closed })
+            pair.forgetClosedServerConnection()
+            #expect(pair.server.connections.isEmpty, "the endpoint still routes to a closed connection")
+        }
+        #expect(serverCore == nil, "the server core outlived its draining period")
+        #expect(live.count == 0)
+        pair = nil
+        #expect(clientCore == nil, "the client core outlived its owner")
+    }
+
+    /// Real UDP on loopback: tunnels served by `NWListener` with the echo protocol (whose
+    /// receive handler captures its group, as `quic-echo serve`'s does) are all freed, whichever
+    /// client ended them: in-process groups that cancel, and `quic-echo connect` processes.
+    @Test func aListenerFreesEveryTunnelItServed() async throws {
+        let server = try await LoopbackServer { $0.isDatagram = true }
+        server.echo()
+        let live = server.listener.liveConnections
+        var clients: [WeakGroup] = []
+        for index in 0..<4 {
+            clients.append(try await Self.echoOnce(through: server, datagram: index.isMultiple(of: 2)))
+        }
+        for _ in 0..<2 {
+            let client = try ChildProcess(try TestEnvironment.executable("quic-echo"), [
+                "connect", "127.0.0.1", "\(server.port)", "--pin-sha256", server.certificate.sha256FingerprintHex,
+                "--streams", "3", "--datagrams", "2", "--data", "hello",
+            ])
+            #expect(try await client.waitForExit() == 0, "quic-echo connect: \(client.standardError)")
+        }
+        #expect(live.count <= 6)
+        // A tunnel is freed once it has closed and drained; one whose client vanished without a
+        // CONNECTION_CLOSE closes at the idle timeout (30 s). Then nothing may be left.
+        let allClosed = await eventually(within: 45) { await server.listener.connectionCount() == 0 }
+        let stillOpen = await server.listener.connectionCount()
+        #expect(allClosed, "\(stillOpen) tunnels still open past the idle timeout")
+        let freed = await eventually(within: 10) { live.count == 0 }
+        #expect(freed, "\(live.count) of 6 server connections are still in memory after they all closed")
+        let clientsFreed = await eventually(within: 45) { clients.allSatisfy(\.isFreed) }
+        #expect(clientsFreed, "client groups still in memory: \(clients.filter { !$0.isFreed }.map(\.name))")
+        server.listener.cancel()
+    }
+
+    /// A client tunnel and its stream that are cancelled are freed, even when the user's handlers
+    /// capture them, as Network.framework code commonly does.
+    @Test func aCancelledClientTunnelIsFreedDespiteHandlersThatCaptureIt() async throws {
+        let server = try await LoopbackServer { $0.isDatagram = true }
+        server.echo()
+        let client = try await Self.echoOnce(through: server, datagram: true)
+        let freed = await eventually(within: 45) { client.isFreed }
+        #expect(freed, "\(client.name) is still in memory")
+        server.listener.cancel()
+    }
+
+    /// Weak references to one client group, its stream and its QUIC connection.
+    // @unchecked Sendable: the weak references are set once, in init, and only read after.
+    final class WeakGroup: @unchecked Sendable {
+        let name: String
+        weak var group: NWConnectionGroup?
+        weak var stream: NWConnection?
+
+        init(_ name: String, group: NWConnectionGroup, stream: NWConnection) {
+            self.name = name
+            self.group = group
+            self.stream = stream
+        }
+
+        var isFreed: Bool { group == nil && stream == nil }
+    }
+
+    /// One tunnel that echoes a stream (and a datagram), with handlers that capture the group and
+    /// the stream, then cancels; returns weak references to them.
+    static func echoOnce(through server: LoopbackServer, datagram: Bool) async throws -> WeakGroup {
+        let group = server.makeClient { $0.isDatagram = datagram }
+        let received = Recorder<Data>()
+        group.setReceiveHandler { _, content, _ in
+            if let content { received.append(content) }
+            _ = group.state  // Captures the group, as handlers in ported code do.
+        }
+        group.stateUpdateHandler = { _ in _ = group.descriptor }
+        try await startAndWaitUntilReady(group)
+        let stream = NWConnection(from: group)
+        stream.stateUpdateHandler = { _ in _ = stream.endpoint }
+        #expect(try await roundTrip(Data("echo".utf8), on: group) == Data("echo".utf8))
+        if datagram {
+            try await group.send(datagram: Data("ping".utf8))
+            let echoed = await eventually(within: 5) { received.values == [Data("ping".utf8)] }
+            #expect(echoed, "the datagram did not come back")
+        }
+        stream.start(queue: DispatchQueue(label: "test.stream"))
+        let weak = WeakGroup("tunnel \(datagram ? "with" : "without") datagrams", group: group, stream: stream)
+        let states = group.states
+        group.cancel()
+        _ = try await within(5) { for await state in states where state == .cancelled { return true }; return false }
+        return weak
+    }
+}
