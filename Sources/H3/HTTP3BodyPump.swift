@@ -17,6 +17,8 @@ final class HTTP3BodyPump: @unchecked Sendable {
     private let logger: Logger
     /// A producer waiting for room (nil while it is running), by stream.
     private var producers: [Int64: CheckedContinuation<Bool, Never>?] = [:]
+    /// The task pulling each stream's body, cancelled when the stream or connection ends.
+    private var tasks: [Int64: Task<Void, Never>] = [:]
 
     init(driver: QUICConnectionDriver, logger: Logger, codec: @escaping () -> HTTP3Codec?) {
         self.driver = driver
@@ -27,7 +29,7 @@ final class HTTP3BodyPump: @unchecked Sendable {
     /// Starts pulling `stream` into the body of `streamID`, which was submitted as streaming.
     func pump(streamID: Int64, from stream: AsyncThrowingStream<[UInt8], any Error>) {
         producers[streamID] = .some(nil)
-        Task {
+        tasks[streamID] = Task {
             var iterator = stream.makeAsyncIterator()
             do {
                 while await self.waitForRoom(streamID) {
@@ -35,14 +37,15 @@ final class HTTP3BodyPump: @unchecked Sendable {
                     self.driver.eventLoop.execute {
                         guard self.producers[streamID] != nil else { return }
                         self.codec()?.appendBody(streamID: streamID, chunk ?? [], finished: chunk == nil)
-                        if chunk == nil { self.producers[streamID] = nil }
+                        if chunk == nil { self.stop(streamID) }
                         self.driver.afterInput()
                     }
                     if chunk == nil { return }
                 }
             } catch {
                 self.driver.eventLoop.execute {
-                    self.producers[streamID] = nil
+                    guard self.producers[streamID] != nil else { return }  // Ended by the stream's close.
+                    self.stop(streamID)
                     self.logger.warning("body producer failed", metadata: ["stream": "\(streamID)", "error": "\(error)"])
                     self.codec()?.cancel(streamID: streamID, code: .internalError)
                     self.driver.afterInput()
@@ -61,7 +64,19 @@ final class HTTP3BodyPump: @unchecked Sendable {
 
     /// The stream is gone: its producer stops.
     func streamClosed(_ streamID: Int64) {
+        stop(streamID)
+    }
+
+    /// The connection is gone: every producer stops, so no task waits forever holding the driver.
+    func connectionClosed() {
+        for streamID in Array(producers.keys) { stop(streamID) }
+    }
+
+    /// Wakes a waiting producer with "no more room" and cancels its task, which ends the
+    /// producer's stream (`AsyncThrowingStream` finishes an iteration that is cancelled).
+    private func stop(_ streamID: Int64) {
         if let waiting = producers.removeValue(forKey: streamID) { waiting?.resume(returning: false) }
+        tasks.removeValue(forKey: streamID)?.cancel()
     }
 
     /// Returns true once the stream has room for more body, false when it is gone.

@@ -48,6 +48,8 @@ public final class HTTP3Client: Sendable {
     private let eventLoop: any EventLoop
     private let logger: Logger
     private let connections = NIOLockedValueBox([String: HTTP3ClientConnection]())
+    /// The QUIC connections this client made that are still in memory, closed or not.
+    package let liveConnections = QUICLiveConnections()
 
     public init(configuration: Configuration = Configuration()) {
         self.configuration = configuration
@@ -159,7 +161,8 @@ public final class HTTP3Client: Sendable {
         return connections.withLockedValue { pool in
             if let existing = pool[key], !existing.isFinished { return existing }
             let created = HTTP3ClientConnection(
-                host: host, port: port, configuration: self.configuration, eventLoop: self.eventLoop, logger: self.logger
+                host: host, port: port, configuration: self.configuration, liveConnections: self.liveConnections,
+                eventLoop: self.eventLoop, logger: self.logger
             )
             created.onClosed = { [weak self, weak created] in
                 self?.connections.withLockedValue { pool in

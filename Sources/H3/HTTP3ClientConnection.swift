@@ -52,7 +52,14 @@ final class HTTP3ClientConnection: @unchecked Sendable {
     private let initiatesKeyUpdate: Bool
     private let migratesAfterHandshake: Bool
 
-    init(host: String, port: UInt16, configuration: HTTP3Client.Configuration, eventLoop: any EventLoop, logger: Logger) {
+    init(
+        host: String,
+        port: UInt16,
+        configuration: HTTP3Client.Configuration,
+        liveConnections: QUICLiveConnections? = nil,
+        eventLoop: any EventLoop,
+        logger: Logger
+    ) {
         self.eventLoop = eventLoop
         self.logger = logger
         self.initiatesKeyUpdate = configuration.initiatesKeyUpdate
@@ -72,6 +79,7 @@ final class HTTP3ClientConnection: @unchecked Sendable {
             verification: configuration.certificateVerification,
             serverName: configuration.serverName ?? (configuration.connectTo != nil ? host : nil),
             makeCodec: { try HTTP3Codec(role: .client) },
+            liveConnections: liveConnections,
             eventLoop: eventLoop,
             logger: logger
         )
@@ -86,11 +94,11 @@ final class HTTP3ClientConnection: @unchecked Sendable {
         connector.onFailure = { failure in self.fail(.connect(failure.description)) }
         connector.onFinished = {
             self.fail(.connectionClosed(self.driver?.core.closeReason.map { "\($0)" } ?? "closed"))
-            // Break the cycles through the driver's hook and the connector so the core (and its
-            // qlog trace) is freed.
-            self.driver?.afterPass = nil
+            // The driver has dropped its hooks; dropping the driver and the connector here frees
+            // the core (and closes its qlog trace).
             self.driver = nil
             self.codec = nil
+            self.pump?.connectionClosed()
             self.pump = nil
             self.connector = nil
             self.onClosed?()
@@ -283,8 +291,10 @@ final class HTTP3ClientConnection: @unchecked Sendable {
         }
     }
 
-    /// Credit for response bytes the callers have read.
-    private lazy var flowCredit = HTTP3FlowCredit(eventLoop: eventLoop) { credits in
+    /// Credit for response bytes the callers have read. Weak: response bodies outlive the
+    /// connection, and a strong capture would make the connection hold itself.
+    private lazy var flowCredit = HTTP3FlowCredit(eventLoop: eventLoop) { [weak self] credits in
+        guard let self else { return }
         for (streamID, bytes) in credits { self.codec?.consumeBody(streamID: streamID, bytes: bytes) }
         self.driver?.afterInput()
     }

@@ -46,6 +46,8 @@ public final class HTTP3Server: Sendable {
     private let eventLoop: any EventLoop
     private let logger: Logger
     private let endpoint = NIOLockedValueBox<QUICServerEndpointBox?>(nil)
+    /// The connections this server accepted that are still in memory, open or closed.
+    package let liveConnections = QUICLiveConnections()
 
     public init(configuration: Configuration, handler: @escaping Handler) throws {
         self.configuration = configuration
@@ -75,6 +77,7 @@ public final class HTTP3Server: Sendable {
         endpointConfiguration.requiresRetry = configuration.requiresAddressValidation
         endpointConfiguration.acceptsEarlyData = configuration.acceptsEarlyData
         endpointConfiguration.makeApplicationCodec = { try! HTTP3Codec(role: .server) }
+        endpointConfiguration.liveConnections = liveConnections
         let handler = self.handler
         let logger = self.logger
         let endpoint = try await QUICServerEndpoint.bind(
@@ -96,6 +99,12 @@ public final class HTTP3Server: Sendable {
         }.get()
         self.endpoint.withLockedValue { $0 = endpoint }
         return endpoint.port
+    }
+
+    /// How many connections are open now, handshakes and closing or draining periods included.
+    public func connectionCount() async -> Int {
+        guard let box = endpoint.withLockedValue({ $0 }) else { return 0 }
+        return (try? await eventLoop.submit { box.endpoint.connectionCount }.get()) ?? 0
     }
 
     /// The bound `preferred_address` (`HOST:PORT`) once started, if one was configured.
@@ -257,8 +266,10 @@ final class HTTP3ServerConnection: @unchecked Sendable {
     private let handler: HTTP3Server.Handler
     private let logger: Logger
     private var incoming: [Int64: Incoming] = [:]
-    /// Credit for request bytes handlers have read.
-    private lazy var flowCredit = HTTP3FlowCredit(eventLoop: driver.eventLoop) { credits in
+    /// Credit for request bytes handlers have read. Weak: request bodies live in handler tasks
+    /// that can outlast the connection, and a strong capture would make it hold itself.
+    private lazy var flowCredit = HTTP3FlowCredit(eventLoop: driver.eventLoop) { [weak self] credits in
+        guard let self else { return }
         for (streamID, bytes) in credits { self.codec?.consumeBody(streamID: streamID, bytes: bytes) }
         self.driver.afterInput()
     }
@@ -267,7 +278,7 @@ final class HTTP3ServerConnection: @unchecked Sendable {
     private var isShuttingDown = false
     var onFinished: (() -> Void)?
     /// Streams response bodies that come from an AsyncThrowingStream.
-    private lazy var pump = HTTP3BodyPump(driver: driver, logger: logger) { [unowned self] in self.codec }
+    private lazy var pump = HTTP3BodyPump(driver: driver, logger: logger) { [weak self] in self?.codec }
 
     init(driver: QUICConnectionDriver, handler: @escaping HTTP3Server.Handler, logger: Logger) {
         self.driver = driver
@@ -277,16 +288,27 @@ final class HTTP3ServerConnection: @unchecked Sendable {
 
     private var codec: HTTP3Codec? { driver.core.applicationCodec as? HTTP3Codec }
 
-    /// The driver keeps this connection alive through its hook until the QUIC connection ends.
+    /// The driver keeps this connection alive through its hooks until the QUIC connection ends,
+    /// and drops them then.
     func attach() {
         driver.afterPass = { self.drainCodec() }
         let previous = driver.onFinished
         driver.onFinished = { finished in
             previous?(finished)
-            finished.afterPass = nil
-            self.onFinished?()
-            self.onFinished = nil
+            self.connectionEnded()
         }
+    }
+
+    /// The QUIC connection is over: request bodies still arriving fail, response producers stop,
+    /// and the server forgets this connection.
+    private func connectionEnded() {
+        let reason = driver.core.closeReason.map { "\($0)" } ?? "closed"
+        for (_, request) in incoming { request.body.finish(throwing: HTTP3ClientError.connectionClosed(reason)) }
+        incoming.removeAll()
+        active.removeAll()
+        pump.connectionClosed()
+        onFinished?()
+        onFinished = nil
     }
 
     /// GOAWAY now with the largest ID, the final GOAWAY a moment later, then close when idle.
