@@ -14,7 +14,7 @@ struct EchoServer: Sendable {
             group.send(content: content) { _ in }
         }
         group.start(queue: DispatchQueue(label: "quic-echo.tunnel"))
-        await withTaskGroup(of: Void.self) { tasks in
+        await withDiscardingTaskGroup { tasks in
             for await stream in streams {
                 tasks.addTask { await self.echo(stream, in: group) }
             }

@@ -86,7 +86,9 @@ struct Serve: AsyncParsableCommand {
             source.setEventHandler { listener.cancel() }
             source.resume()
         }
-        await withTaskGroup(of: Void.self) { tasks in
+        // Discarding: a plain task group keeps every finished child until someone awaits it,
+        // which here would be one per tunnel ever served.
+        await withDiscardingTaskGroup { tasks in
             for await group in groups {
                 tasks.addTask { await server.serve(group) }
             }
