@@ -96,9 +96,11 @@ struct EarlyDataTests {
         #expect(try Data(contentsOf: root.appendingPathComponent("second-a.bin")) == Data(payload))
         #expect(try Data(contentsOf: root.appendingPathComponent("second-b.bin")) == Data(payload.reversed()))
         #expect(second.zeroRTTAccepted == serverAccepts)
-        // Both requests (streams 0 and 4) and the control and QPACK streams left in 0-RTT.
+        // The first request (stream 0) and the control and QPACK streams leave with the first
+        // flight, in 0-RTT. h3get submits the second request (stream 4) from its own task, which
+        // a busy machine may run after the handshake: then it rightly goes in 1-RTT.
         let early = Self.streamsSent(in: second.trace, packetType: "0RTT")
-        #expect(early.isSuperset(of: [0, 4, 2, 6, 10]), "0-RTT streams: \(early.sorted())")
+        #expect(early.isSuperset(of: [0, 2, 6, 10]), "0-RTT streams: \(early.sorted())")
         // ngtcp2 may send accepted 0-RTT data again in 1-RTT (declared lost, or the early keys
         // dropped before the ACK came), and the server discards the copy by offset. What must hold
         // is that the server ran each request exactly once, whichever packets carried it.
@@ -106,10 +108,10 @@ struct EarlyDataTests {
         if serverAccepts {
             let serverTrace = try Self.serverTrace(in: serverQLog, of: second)
             let read = Self.streamsReceived(in: serverTrace, packetType: "0RTT")
-            #expect(read.isSuperset(of: [0, 4]), "the server read both requests from 0-RTT packets: \(read.sorted())")
+            #expect(read.isSuperset(of: early.intersection([0, 4])), "the server read the early requests from 0-RTT packets: \(read.sorted())")
         } else {
             let oneRTT = Self.streamsSent(in: second.trace, packetType: "1RTT")
-            #expect(oneRTT.isSuperset(of: [0, 4, 2, 6, 10]), "refused 0-RTT is sent again in 1-RTT: \(oneRTT.sorted())")
+            #expect(oneRTT.isSuperset(of: early), "refused 0-RTT is sent again in 1-RTT: \(oneRTT.sorted())")
         }
     }
 

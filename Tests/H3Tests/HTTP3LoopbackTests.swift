@@ -8,11 +8,15 @@ import Testing
 /// Our HTTP/3 client and server over real UDP on 127.0.0.1, and h3serve against Debian's gtlsclient.
 @Suite("HTTP/3 over loopback", .serialized, .timeLimit(.minutes(2)))
 struct HTTP3LoopbackTests {
-    static func startServer(_ handler: @escaping HTTP3Server.Handler) async throws -> (HTTP3Server, UInt16, SelfSignedCertificate) {
+    static func startServer(
+        qlogDirectory: String? = nil,
+        _ handler: @escaping HTTP3Server.Handler
+    ) async throws -> (HTTP3Server, UInt16, SelfSignedCertificate) {
         let identity = try SelfSignedCertificate.generate()
         var configuration = HTTP3Server.Configuration()
         configuration.port = 0
         configuration.identity = identity
+        if let qlogDirectory { configuration.qlogDirectory = qlogDirectory }
         let server = try HTTP3Server(configuration: configuration, handler: handler)
         let port = try await server.start()
         return (server, port, identity)
@@ -275,72 +279,150 @@ struct HTTP3LoopbackTests {
 
     actor Timeline {
         private(set) var finished: [Int] = []
-        private(set) var chunks: [Int] = []
         func finish(_ index: Int) { finished.append(index) }
-        func chunk(_ index: Int) { chunks.append(index) }
     }
 
-    @Test func responsesCompleteInUrgencyOrder() async throws {
+    /// A response body of `size` bytes in 64 KiB chunks whose first chunk waits at a barrier.
+    actor HeldBody {
+        private var remaining: Int
+        private var held: Barrier?
+
+        init(size: Int, heldUntil barrier: Barrier) {
+            remaining = size
+            held = barrier
+        }
+
+        func next() async -> [UInt8]? {
+            if let barrier = held {
+                held = nil
+                await barrier.arrive()
+            }
+            guard remaining > 0 else { return nil }
+            let chunk = min(64 << 10, remaining)
+            remaining -= chunk
+            return [UInt8](repeating: 0x62, count: chunk)
+        }
+    }
+
+    /// Which request each response stream answers, as the server's handler saw it.
+    actor StreamLabels {
+        private(set) var labels: [Int: Int] = [:]
+        func label(_ streamID: Int64, _ value: Int) { labels[Int(streamID)] = value }
+    }
+
+    /// The response STREAM frames of a server trace that carried new bytes (not retransmissions),
+    /// in the order they were sent, for the streams in `streams`: (stream, offset, end, fin).
+    static func newResponseBytes(in events: [QLogEvent], streams: Set<Int>) -> [(stream: Int, offset: Int, end: Int, fin: Bool)] {
+        var sentUpTo: [Int: Int] = [:]
+        var frames: [(stream: Int, offset: Int, end: Int, fin: Bool)] = []
+        for event in events where event.name == "transport:packet_sent" {
+            for frame in event.frames where frame["frame_type"] as? String == "stream" {
+                guard let id = frame["stream_id"] as? Int, streams.contains(id) else { continue }
+                let offset = frame["offset"] as? Int ?? 0
+                let end = offset + (frame["length"] as? Int ?? 0)
+                let fin = frame["fin"] as? Bool ?? false
+                guard end > sentUpTo[id, default: 0] || (fin && end == 0) else { continue }
+                sentUpTo[id] = end
+                frames.append((id, offset, end, fin))
+            }
+        }
+        return frames
+    }
+
+    /// The server's trace of its only connection, once closed.
+    static func serverEvents(in directory: String) async throws -> [QLogEvent] {
+        _ = try await QLogEvent.closedTrace(in: directory, named: "_server.sqlog")
+        let name = try #require(try FileManager.default.contentsOfDirectory(atPath: directory).first { $0.hasSuffix("_server.sqlog") })
+        return try QLogEvent.read(directory + "/" + name)
+    }
+
+    /// RFC 9218 §4 on the wire: once a response of urgency u has started, no new byte of a less
+    /// urgent (non-incremental) response leaves until it has finished. This is checked in the
+    /// server's trace, not by when the client's tasks finish reading, which depends on how a busy
+    /// machine schedules them; handlers may also submit in any order.
+    @Test func responsesGoOutInUrgencyOrder() async throws {
         let size = 1_500_000
         let barrier = Barrier(count: 8)
-        let (server, port, identity) = try await Self.startServer { _ in
+        let urgencyOfStream = StreamLabels()
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("urgency-\(UUID())").path
+        let (server, port, identity) = try await Self.startServer(qlogDirectory: directory) { request in
+            await urgencyOfStream.label(request.streamID, request.priority.urgency)
             await barrier.arrive()
             return HTTP3ServerResponse(status: .ok, body: [UInt8](repeating: 0x61, count: size))
         }
         defer { server.shutdown() }
         let client = Self.client(trusting: identity)
-        defer { client.shutdown() }
-        let timeline = Timeline()
         try await withThrowingTaskGroup(of: Void.self) { tasks in
-            // Least urgent first: urgency 7 is sent first, urgency 0 last.
+            // Least urgent first: urgency 7 is asked for first, urgency 0 last.
             for urgency in stride(from: 7, through: 0, by: -1) {
                 tasks.addTask {
                     let request = HTTPRequest(method: .get, scheme: "https", authority: "localhost:\(port)", path: "/u\(urgency)")
                     let response = try await client.execute(request, priority: HTTPPriority(urgency: urgency))
-                    let body = try await response.body.collect()
-                    #expect(body.count == size)
-                    await timeline.finish(urgency)
+                    #expect(try await response.body.collect().count == size)
                 }
                 try await Task.sleep(for: .milliseconds(5))
             }
             try await tasks.waitForAll()
         }
-        #expect(await timeline.finished == Array(0...7))
+        await client.close()
+        let urgency = await urgencyOfStream.labels
+        #expect(Set(urgency.values) == Set(0...7))
+        let frames = Self.newResponseBytes(in: try await Self.serverEvents(in: directory), streams: Set(urgency.keys))
+        var started: Set<Int> = []
+        var finished: Set<Int> = []
+        var inversions: [String] = []
+        for frame in frames {
+            let waiting = started.subtracting(finished).filter { urgency[$0]! < urgency[frame.stream]! && $0 != frame.stream }
+            if !waiting.isEmpty {
+                inversions.append("u\(urgency[frame.stream]!) sent [\(frame.offset), \(frame.end)) before u\(waiting.map { urgency[$0]! }.sorted()) finished")
+            }
+            started.insert(frame.stream)
+            if frame.fin { finished.insert(frame.stream) }
+        }
+        #expect(finished.count == 8, "every response ended with FIN")
+        #expect(inversions.isEmpty, "\(inversions.count) inversions, first: \(inversions.prefix(3))")
     }
 
+    /// Two incremental responses of one urgency share the connection (RFC 9218 §4): their bytes
+    /// interleave on the wire. Both bodies are held until both responses are under way, so
+    /// neither can be sent whole before the other exists; the check reads the server's trace.
     @Test func incrementalResponsesOfOneUrgencyInterleave() async throws {
-        let size = 2_000_000
-        let barrier = Barrier(count: 2)
-        let (server, port, identity) = try await Self.startServer { _ in
-            await barrier.arrive()
-            return HTTP3ServerResponse(status: .ok, body: [UInt8](repeating: 0x62, count: size))
+        let size = 4_000_000
+        let bodiesReady = Barrier(count: 2)
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("incremental-\(UUID())").path
+        let (server, port, identity) = try await Self.startServer(qlogDirectory: directory) { _ in
+            var response = HTTP3ServerResponse(status: .ok)
+            let source = HeldBody(size: size, heldUntil: bodiesReady)
+            response.bodyStream = AsyncThrowingStream<[UInt8], any Error> { await source.next() }
+            return response
         }
         defer { server.shutdown() }
         let client = Self.client(trusting: identity)
-        defer { client.shutdown() }
-        let timeline = Timeline()
+        var streams: Set<Int> = []
         try await withThrowingTaskGroup(of: Void.self) { tasks in
             for index in 0..<2 {
                 tasks.addTask {
                     let request = HTTPRequest(method: .get, scheme: "https", authority: "localhost:\(port)", path: "/i\(index)")
                     let response = try await client.execute(request, priority: HTTPPriority(urgency: 3, incremental: true))
-                    var received = 0
-                    for try await chunk in response.body {
-                        received += chunk.count
-                        await timeline.chunk(index)
-                    }
-                    #expect(received == size)
+                    #expect(try await response.body.collect().count == size)
                 }
             }
             try await tasks.waitForAll()
         }
-        // Interleaved: each response's chunks do not all come before the other's first chunk.
-        let chunks = await timeline.chunks
-        let firstOfZero = try #require(chunks.firstIndex(of: 0))
-        let firstOfOne = try #require(chunks.firstIndex(of: 1))
-        let lastOfZero = try #require(chunks.lastIndex(of: 0))
-        let lastOfOne = try #require(chunks.lastIndex(of: 1))
-        #expect(firstOfOne < lastOfZero && firstOfZero < lastOfOne, "responses did not interleave")
+        await client.close()
+        let events = try await Self.serverEvents(in: directory)
+        for event in events where event.name == "transport:packet_sent" {
+            for frame in event.frames where frame["frame_type"] as? String == "stream" {
+                if let id = frame["stream_id"] as? Int, id % 4 == 0 { streams.insert(id) }
+            }
+        }
+        #expect(streams == [0, 4])
+        let frames = Self.newResponseBytes(in: events, streams: streams).map(\.stream)
+        let firstOfZero = try #require(frames.firstIndex(of: 0))
+        let firstOfFour = try #require(frames.firstIndex(of: 4))
+        let lastOfZero = try #require(frames.lastIndex(of: 0))
+        let lastOfFour = try #require(frames.lastIndex(of: 4))
+        #expect(firstOfFour < lastOfZero && firstOfZero < lastOfFour, "the two responses did not interleave")
     }
 
     @Test func priorityReachesTheServerAndCanBeUpdated() async throws {

@@ -9,6 +9,8 @@ package final class ChildProcess: Sendable {
     private let process: Process
     private let output = NIOLockedValueBox(Data())
     private let errorOutput = NIOLockedValueBox(Data())
+    /// How many of the two pipes have reached end of file.
+    private let closedPipes = NIOLockedValueBox(0)
 
     package init(_ executable: URL, _ arguments: [String], environment: [String: String] = [:]) throws {
         let process = Process()
@@ -20,15 +22,17 @@ package final class ChildProcess: Sendable {
         let stderr = Pipe()
         process.standardOutput = stdout
         process.standardError = stderr
-        let output = self.output
-        let errorOutput = self.errorOutput
-        stdout.fileHandleForReading.readabilityHandler = { handle in
-            let chunk = handle.availableData
-            output.withLockedValue { $0.append(chunk) }
-        }
-        stderr.fileHandleForReading.readabilityHandler = { handle in
-            let chunk = handle.availableData
-            errorOutput.withLockedValue { $0.append(chunk) }
+        let closedPipes = self.closedPipes
+        for (pipe, buffer) in [(stdout, self.output), (stderr, self.errorOutput)] {
+            pipe.fileHandleForReading.readabilityHandler = { handle in
+                let chunk = handle.availableData
+                guard !chunk.isEmpty else {
+                    handle.readabilityHandler = nil
+                    closedPipes.withLockedValue { $0 += 1 }
+                    return
+                }
+                buffer.withLockedValue { $0.append(chunk) }
+            }
         }
         try process.run()
         self.process = process
@@ -46,9 +50,11 @@ package final class ChildProcess: Sendable {
             if let line = standardOutput.split(separator: "\n").first(where: { $0.contains(marker) }) {
                 return String(line)
             }
-            guard process.isRunning else { break }
+            // A process that exited may still have output in its pipes: look once more after they end.
+            if !process.isRunning && closedPipes.withLockedValue({ $0 }) == 2 { break }
             try await Task.sleep(for: .milliseconds(20))
         }
+        if let line = standardOutput.split(separator: "\n").first(where: { $0.contains(marker) }) { return String(line) }
         throw SetupError("no line with '\(marker)' from \(process.executableURL?.lastPathComponent ?? "?"); stdout: \(standardOutput) stderr: \(standardError)")
     }
 
@@ -62,7 +68,12 @@ package final class ChildProcess: Sendable {
             }
             try await Task.sleep(for: .milliseconds(20))
         }
-        try await Task.sleep(for: .milliseconds(50))  // Let the pipes drain.
+        // Everything the process wrote is read once both pipes reach end of file. A grandchild
+        // that inherited them can hold them open, so this wait is bounded.
+        let drained = ContinuousClock.now + .seconds(10)
+        while closedPipes.withLockedValue({ $0 }) < 2, ContinuousClock.now < drained {
+            try await Task.sleep(for: .milliseconds(10))
+        }
         return process.terminationStatus
     }
 

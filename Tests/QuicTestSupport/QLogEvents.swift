@@ -30,3 +30,20 @@ package struct QLogEvent {
         }
     }
 }
+
+extension QLogEvent {
+    /// The text of the trace in `directory` whose name ends with `suffix`, once its connection
+    /// has written `connectivity:connection_closed`: traces are buffered until then, so a peer
+    /// stopped earlier would leave its tail unwritten. A connection whose CONNECTION_CLOSE was
+    /// lost still ends at the idle timeout (30 s), hence the bound.
+    package static func closedTrace(in directory: String, named suffix: String, within seconds: Double = 45) async throws -> String {
+        var text = ""
+        let closed = await eventually(within: seconds) {
+            let name = (try? FileManager.default.contentsOfDirectory(atPath: directory))?.first { $0.hasSuffix(suffix) }
+            text = name.flatMap { try? String(contentsOfFile: directory + "/" + $0, encoding: .utf8) } ?? ""
+            return text.contains("\"connectivity:connection_closed\"")
+        }
+        guard closed else { throw SetupError("no closed trace *\(suffix) in \(directory) after \(seconds) s") }
+        return text
+    }
+}

