@@ -41,8 +41,9 @@ struct GtlsServerInteropTests {
             for _ in 0..<10 {
                 let port = Int.random(in: 20_000...60_000)
                 let process = try ChildProcess(gtlsserver, ["-q", "-d", directory.path, "127.0.0.1", "\(port)", key, cert])
-                try await Task.sleep(for: .milliseconds(300))
-                if process.isRunning {
+                // Ready once its socket is bound; a port someone else holds makes it exit.
+                _ = await eventually(within: 10) { !process.isRunning || udpPortIsBound(port) }
+                if process.isRunning && udpPortIsBound(port) {
                     started = (process, port)
                     break
                 }

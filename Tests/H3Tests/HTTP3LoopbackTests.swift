@@ -88,7 +88,7 @@ struct HTTP3LoopbackTests {
             "--quiet", "--exit-on-all-streams-close", "--download", downloads.path, "127.0.0.1", "\(port)",
             "https://127.0.0.1:\(port)/1mb.bin", "https://127.0.0.1:\(port)/50mb.bin",
         ])
-        _ = try await client.waitForExit(seconds: 60)
+        _ = try await client.waitForExit(seconds: 100)
         for name in ["1mb.bin", "50mb.bin"] {
             let original = try SHA256.hash(Array(Data(contentsOf: root.appendingPathComponent(name))))
             let fetched = try SHA256.hash(Array(Data(contentsOf: downloads.appendingPathComponent(name))))
@@ -118,7 +118,7 @@ struct HTTP3LoopbackTests {
             "--ciphers=NORMAL:-VERS-ALL:+VERS-TLS1.3:-CIPHER-ALL:+CHACHA20-POLY1305",
             "--download", downloads.path, "127.0.0.1", "\(port)", "https://127.0.0.1:\(port)/4mb.bin",
         ])
-        _ = try await client.waitForExit(seconds: 60)
+        _ = try await client.waitForExit(seconds: 100)
         let fetched = try Data(contentsOf: downloads.appendingPathComponent("4mb.bin"))
         #expect(try SHA256.hash(Array(fetched)) == (try SHA256.hash(body)), "sha256 of the body after the key update")
         server.terminate()
@@ -150,7 +150,7 @@ struct HTTP3LoopbackTests {
             "--quiet", "--exit-on-all-streams-close", "--download", downloads.path,
             "127.0.0.1", "\(port)", "https://127.0.0.1:\(port)/3mb.bin",
         ])
-        _ = try await client.waitForExit(seconds: 60)
+        _ = try await client.waitForExit(seconds: 100)
         let fetched = try Data(contentsOf: downloads.appendingPathComponent("3mb.bin"))
         #expect(try SHA256.hash(Array(fetched)) == (try SHA256.hash(body)))
         server.terminate()

@@ -5,7 +5,7 @@ import Testing
 /// The fast part of the interop matrix (`scripts/interop --fast`): handshake, transfer,
 /// resumption, 0-RTT, key update, Retry and transfer under 2% loss, against gtlsclient,
 /// gtlsserver and aioquic in both roles, each cell verified from sha256 and qlog facts.
-@Suite("Interop matrix (fast)", .timeLimit(.minutes(5)))
+@Suite("Interop matrix (fast)", .timeLimit(.minutes(10)))
 struct InteropMatrixTests {
     @Test func theFastCasesPassAgainstEveryPeer() async throws {
         let python = try TestEnvironment.python()
@@ -15,7 +15,8 @@ struct InteropMatrixTests {
         _ = try TestEnvironment.executable("quic-netem")
         let script = TestEnvironment.repositoryRoot.appendingPathComponent("scripts/interop").path
         let run = try ChildProcess(python, [script, "--fast", "--bin-dir", binDirectory])
-        let status = try await run.waitForExit(seconds: 280)
+        // About two minutes on an idle machine; CI shares two cores with the rest of the suite.
+        let status = try await run.waitForExit(seconds: 540)
         #expect(status == 0, "\(run.standardOutput)\n\(run.standardError.suffix(3000))")
         #expect(run.standardOutput.contains("0 failed"), "\(run.standardOutput)")
         // Every fast case is a row; no row may be all unsupported.

@@ -91,18 +91,19 @@ final class Recorder<Value: Sendable>: Sendable {
     var values: [Value] { box.withLockedValue { $0 } }
 }
 
-/// Starts `group` and waits, at most 5 s, until its handshake completes.
+/// Starts `group` and waits until its handshake completes: at most 20 s, a bound for a busy
+/// machine (a handshake on loopback takes milliseconds).
 func startAndWaitUntilReady(_ group: NWConnectionGroup) async throws {
     group.start(queue: DispatchQueue(label: "test"))
-    try await within(5) { try await group.waitUntilReady() }
+    try await within(20) { try await group.waitUntilReady() }
 }
 
-/// Sends `message` whole on a new bidirectional stream of `group` and returns the reply, waiting at most 5 s.
+/// Sends `message` whole on a new bidirectional stream of `group` and returns the reply, waiting at most 20 s.
 func roundTrip(_ message: Data, on group: NWConnectionGroup) async throws -> Data {
     let stream = NWConnection(from: group)
     stream.start(queue: DispatchQueue(label: "test.stream"))
     try await stream.send(content: message, isComplete: true)
-    return try await within(5) { try await stream.receiveMessage() }
+    return try await within(20) { try await stream.receiveMessage() }
 }
 
 /// Fails the test with `message` instead of hanging when `body` takes longer than `seconds`.
