@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""Connection churn with aioquic 1.7.2 (an independent load for server benchmarks).
+
+Opens --connections short HTTP/3 connections to one URL, --parallel at a time. Each one does a
+full handshake (no resumption), one GET, and closes with H3_NO_ERROR. Prints one JSON line:
+
+    {"connections": 300, "ok": 300, "failed": 0, "seconds": 4.1, "errors": []}
+
+Usage:
+    h3_churn.py URL [--connections N] [--parallel P] [--cacert PEM | -k] [--timeout S]
+
+Exit status: 0 when every connection got a 200 with a body, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import ssl
+import sys
+import time
+
+from aioquic.asyncio import connect
+from aioquic.h3.connection import H3_ALPN
+from aioquic.quic.configuration import QuicConfiguration
+
+from h3_client import SYSTEM_CA_BUNDLE, H3ClientProtocol, parse_urls
+
+H3_NO_ERROR = 0x100
+
+
+async def one_connection(args: argparse.Namespace, host: str, port: int, authority: str, path: str) -> None:
+    configuration = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN, server_name=host)
+    if args.insecure:
+        configuration.verify_mode = ssl.CERT_NONE
+    elif args.cacert:
+        configuration.load_verify_locations(cafile=args.cacert)
+    elif os.path.exists(SYSTEM_CA_BUNDLE):
+        configuration.load_verify_locations(cafile=SYSTEM_CA_BUNDLE)
+    async with connect(host, port, configuration=configuration, create_protocol=H3ClientProtocol,
+                       wait_connected=False) as proto:
+        proto.transmit()
+        await proto.wait_handshake()
+        response = proto.request(args.url, authority, path, None)
+        await response.done
+        if response.status != 200 or response.length == 0:
+            raise RuntimeError(f"status {response.status}, {response.length} bytes")
+        proto.close(error_code=H3_NO_ERROR)
+
+
+async def run(args: argparse.Namespace) -> dict:
+    host, port, authority, paths = parse_urls([args.url])
+    remaining = args.connections
+    ok, errors = 0, []
+
+    async def worker() -> None:
+        nonlocal remaining, ok
+        while remaining > 0:
+            remaining -= 1
+            try:
+                await asyncio.wait_for(one_connection(args, host, port, authority, paths[0]), args.timeout)
+                ok += 1
+            except Exception as exc:  # one failed connection must not stop the churn
+                errors.append(f"{type(exc).__name__}: {exc}")
+
+    started = time.monotonic()
+    await asyncio.gather(*(worker() for _ in range(max(1, args.parallel))))
+    return {"connections": args.connections, "ok": ok, "failed": len(errors),
+            "seconds": round(time.monotonic() - started, 3), "errors": errors[:5]}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description="HTTP/3 connection churn (aioquic)")
+    p.add_argument("url", metavar="URL")
+    p.add_argument("--connections", type=int, default=300)
+    p.add_argument("--parallel", type=int, default=8)
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--cacert", help="CA (or self-signed) certificate PEM to trust")
+    g.add_argument("-k", "--insecure", action="store_true", help="skip certificate verification")
+    p.add_argument("--timeout", type=float, default=10.0, help="per connection, seconds")
+    args = p.parse_args()
+    summary = asyncio.run(run(args))
+    print(json.dumps(summary), flush=True)
+    return 0 if summary["failed"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
