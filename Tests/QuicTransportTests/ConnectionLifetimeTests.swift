@@ -79,6 +79,27 @@ struct ConnectionLifetimeTests {
         server.listener.cancel()
     }
 
+    /// A tunnel cancelled before it has connected starts no attempt afterwards, and is freed.
+    @Test func aTunnelCancelledBeforeItConnectsIsFreed() async throws {
+        let server = try await LoopbackServer()
+        weak var weakGroup: NWConnectionGroup?
+        do {
+            let group = server.makeClient()
+            group.stateUpdateHandler = { _ in _ = group.descriptor }
+            let states = group.states
+            group.start(queue: DispatchQueue(label: "test"))
+            group.cancel()
+            let ended = try await within(10) { for await state in states { if state == .cancelled { return true } }; return false }
+            #expect(ended)
+            weakGroup = group
+        }
+        let freed = await eventually(within: 45) { weakGroup == nil }
+        #expect(freed, "a tunnel cancelled while connecting is still in memory")
+        let open = await server.listener.connectionCount()
+        #expect(open <= 1, "at most the attempt that was under way reached the server")
+        server.listener.cancel()
+    }
+
     /// Weak references to one client group, its stream and its QUIC connection.
     // @unchecked Sendable: the weak references are set once, in init, and only read after.
     final class WeakGroup: @unchecked Sendable {

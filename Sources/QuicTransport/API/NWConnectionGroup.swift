@@ -141,9 +141,12 @@ public final class NWConnectionGroup: @unchecked Sendable {
     public func cancel(applicationError: UInt64, reason: String = "") {
         eventLoop.execute {
             guard let driver = self.driver else {
+                // Not connected yet: no attempt starts after this, so nothing else will end the group.
                 self.connector?.stop()
+                self.connector = nil
                 self.setState(.cancelled)
                 self.failAllStreams(.posix(.ECANCELED))
+                self.connectionEnded()
                 return
             }
             driver.perform { core in core.close(applicationErrorCode: applicationError, reason: reason, now: QUICConnectionDriver.now()) }

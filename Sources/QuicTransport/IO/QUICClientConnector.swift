@@ -117,6 +117,11 @@ package final class QUICClientConnector: @unchecked Sendable {
                 self.logger.debug("cannot open socket", metadata: ["address": "\(address)", "error": "\(error)"])
                 self.attempt(remaining, lastFailure: .unreachable)
             case .success(let socket):
+                // The owner may have been cancelled while the socket was opening.
+                guard self.isConnecting else {
+                    socket.close()
+                    return
+                }
                 do {
                     try self.start(on: socket, remote: address, fallback: remaining)
                 } catch {
