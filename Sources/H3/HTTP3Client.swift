@@ -49,10 +49,17 @@ public final class HTTP3Client: Sendable {
     private let logger: Logger
     private let connections = NIOLockedValueBox([String: HTTP3ClientConnection]())
     /// The QUIC connections this client made that are still in memory, closed or not.
-    package let liveConnections = QUICLiveConnections()
+    package let liveConnections: QUICLiveConnections
 
-    public init(configuration: Configuration = Configuration()) {
+    public convenience init(configuration: Configuration = Configuration()) {
+        self.init(configuration: configuration, liveConnections: QUICLiveConnections())
+    }
+
+    /// A client whose connections join `liveConnections`, which an owner of several clients
+    /// (`HTTPSession`, one client per target) shares among them.
+    package init(configuration: Configuration, liveConnections: QUICLiveConnections) {
         self.configuration = configuration
+        self.liveConnections = liveConnections
         self.eventLoop = MultiThreadedEventLoopGroup.singleton.next()
         self.logger = Logger(label: "h3.client")
     }

@@ -166,6 +166,8 @@ public final class HTTPSession: Sendable {
 
     public let configuration: Configuration
     private let http3Clients = NIOLockedValueBox([String: HTTP3Client]())
+    /// The HTTP/3 connections this session's clients made that are still in memory.
+    package let liveHTTP3Connections = QUICLiveConnections()
     private let tcpTransports = NIOLockedValueBox([String: HTTPTCPTransport]())
     private let brokenUntil = NIOLockedValueBox([String: ContinuousClock.Instant]())
 
@@ -321,7 +323,7 @@ public final class HTTPSession: Sendable {
             configuration.allowsEarlyData = self.configuration.allowsEarlyData
             configuration.initiatesKeyUpdate = self.configuration.initiatesKeyUpdate
             configuration.migratesAfterHandshake = self.configuration.migratesAfterHandshake
-            let client = HTTP3Client(configuration: configuration)
+            let client = HTTP3Client(configuration: configuration, liveConnections: self.liveHTTP3Connections)
             clients[target.key] = client
             return client
         }

@@ -80,14 +80,27 @@ struct HTTP3ConnectionLifetimeTests {
         #expect(try await whole.body.collect() == small)
         await client.close()
 
+        // HTTPSession, as h3get uses it: one HTTP/3 client per target, shut down at the end.
+        var sessionConfiguration = HTTPSession.Configuration()
+        sessionConfiguration.policy = .http3Only
+        sessionConfiguration.certificateVerification = .pinnedSHA256(identity.sha256Fingerprint)
+        sessionConfiguration.altServiceCache = nil
+        let session = HTTPSession(configuration: sessionConfiguration)
+        let viaSession = try await session.execute(HTTPRequest(method: .get, scheme: "https", authority: "localhost:\(port)", path: "/small.txt"))
+        #expect(viaSession.version == .http3)
+        #expect(try await viaSession.body.collect() == small)
+        await session.shutdown()
+
         // A connection is freed once it has closed and drained; one whose client vanished without
         // a CONNECTION_CLOSE closes at the idle timeout (30 s). Then nothing may be left.
         let allClosed = await eventually(within: 45) { await server.connectionCount() == 0 }
         let stillOpen = await server.connectionCount()
         #expect(allClosed, "\(stillOpen) connections still open past the idle timeout")
         let serverFreed = await eventually(within: 10) { server.liveConnections.count == 0 }
-        #expect(serverFreed, "\(server.liveConnections.count) of 4 server connections are still in memory after they all closed")
+        #expect(serverFreed, "\(server.liveConnections.count) of 5 server connections are still in memory after they all closed")
         let clientFreed = await eventually(within: 45) { client.liveConnections.count == 0 }
         #expect(clientFreed, "the client's closed connection is still in memory")
+        let sessionFreed = await eventually(within: 45) { session.liveHTTP3Connections.count == 0 }
+        #expect(sessionFreed, "the session's closed connection is still in memory")
     }
 }
