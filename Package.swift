@@ -141,6 +141,7 @@ let package = Package(
             dependencies: [
                 "QuicTransport",
                 "QuicTestSupport",
+                "CommandLineSupport",
                 "CQuicShims",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),

@@ -277,16 +277,7 @@ struct PayloadGenerator: RandomNumberGenerator {
 
 /// Runs `body`, failing with a timeout error after `seconds`.
 func withDeadline<T: Sendable>(seconds: Double, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
-    try await withThrowingTaskGroup(of: T.self) { tasks in
-        tasks.addTask { try await body() }
-        tasks.addTask {
-            try await Task.sleep(for: .milliseconds(Int(seconds * 1000)))
-            throw EchoError("timed out after \(seconds) s")
-        }
-        let result = try await tasks.next()!
-        tasks.cancelAll()
-        return result
-    }
+    try await withDeadline(seconds: seconds, timeoutError: { EchoError("timed out after \(seconds) s") }, body)
 }
 
 struct EchoError: Error, CustomStringConvertible {

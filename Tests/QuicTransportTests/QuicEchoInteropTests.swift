@@ -143,6 +143,30 @@ struct QuicEchoInteropTests {
         #expect(trace.contains(#""frame_type":"path_challenge""#))
     }
 
+    /// --timeout ends a run whose server accepts the tunnel but never answers: the wait for the
+    /// echo does not answer cancellation, and the deadline must not wait for it.
+    @Test func timeoutEndsARunWhoseServerNeverAnswers() async throws {
+        let server = try await LoopbackServer()
+        let groups = server.groups
+        let silent = Task {
+            var held: [NWConnectionGroup] = []
+            for await group in groups {
+                group.start(queue: DispatchQueue(label: "silent"))
+                held.append(group)
+            }
+            _ = held
+        }
+        defer { silent.cancel(); server.listener.cancel() }
+        let client = try ChildProcess(try TestEnvironment.executable("quic-echo"), [
+            "connect", "127.0.0.1", "\(server.port)", "--pin-sha256", server.certificate.sha256FingerprintHex,
+            "--data", "hello", "--timeout", "2",
+        ])
+        // A deadline that waited for the stuck receive would run into this bound instead.
+        let status = try await client.waitForExit(seconds: 30)
+        #expect(status != 0, "a run with no echo succeeded: \(client.standardOutput)")
+        #expect(client.standardError.contains("timed out after 2"), "\(client.standardError)")
+    }
+
     @Test func wrongALPNIsReportedByBothSides() async throws {
         let server = try await EchoServerProcess()
         let client = try ChildProcess(try TestEnvironment.executable("quic-echo"), [

@@ -1,4 +1,5 @@
 import Foundation
+import CommandLineSupport
 import QuicTestSupport
 import NIOConcurrencyHelpers
 import QuicTransport
@@ -112,19 +113,7 @@ func within<T: Sendable>(
     _ message: String = "timed out",
     _ body: @escaping @Sendable () async throws -> T
 ) async throws -> T {
-    try await withThrowingTaskGroup(of: T?.self) { tasks in
-        tasks.addTask { try await body() }
-        tasks.addTask {
-            try await Task.sleep(for: .milliseconds(Int(seconds * 1000)))
-            return nil
-        }
-        guard let first = try await tasks.next(), let value = first else {
-            tasks.cancelAll()
-            throw TimeoutError(message: "\(message) after \(seconds) s")
-        }
-        tasks.cancelAll()
-        return value
-    }
+    try await withDeadline(seconds: seconds, timeoutError: { TimeoutError(message: "\(message) after \(seconds) s") }, body)
 }
 
 struct TimeoutError: Error, CustomStringConvertible {
