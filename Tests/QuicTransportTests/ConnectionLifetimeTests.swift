@@ -39,7 +39,8 @@ struct ConnectionLifetimeTests {
 
     /// Real UDP on loopback: tunnels served by `NWListener` with the echo protocol (whose
     /// receive handler captures its group, as `quic-echo serve`'s does) are all freed, whichever
-    /// client ended them: in-process groups that cancel, and `quic-echo connect` processes.
+    /// client ended them: in-process groups that cancel, `quic-echo connect` processes, and one
+    /// whose handshake fails.
     @Test func aListenerFreesEveryTunnelItServed() async throws {
         let server = try await LoopbackServer { $0.isDatagram = true }
         server.echo()
@@ -55,14 +56,20 @@ struct ConnectionLifetimeTests {
             ])
             #expect(try await client.waitForExit() == 0, "quic-echo connect: \(client.standardError)")
         }
-        #expect(live.count <= 6)
+        // A handshake that fails (no ALPN in common) never reaches the user, and is freed too.
+        let refused = try ChildProcess(try TestEnvironment.executable("quic-echo"), [
+            "connect", "127.0.0.1", "\(server.port)", "--pin-sha256", server.certificate.sha256FingerprintHex,
+            "--alpn", "not-echo", "--data", "hello",
+        ])
+        #expect(try await refused.waitForExit() != 0, "a client with the wrong ALPN was served")
+        #expect(live.count <= 7)
         // A tunnel is freed once it has closed and drained; one whose client vanished without a
         // CONNECTION_CLOSE closes at the idle timeout (30 s). Then nothing may be left.
         let allClosed = await eventually(within: 45) { await server.listener.connectionCount() == 0 }
         let stillOpen = await server.listener.connectionCount()
         #expect(allClosed, "\(stillOpen) tunnels still open past the idle timeout")
         let freed = await eventually(within: 10) { live.count == 0 }
-        #expect(freed, "\(live.count) of 6 server connections are still in memory after they all closed")
+        #expect(freed, "\(live.count) of 7 server connections are still in memory after they all closed")
         let clientsFreed = await eventually(within: 45) { clients.allSatisfy(\.isFreed) }
         #expect(clientsFreed, "client groups still in memory: \(clients.filter { !$0.isFreed }.map(\.name))")
         server.listener.cancel()
