@@ -31,21 +31,11 @@ struct EarlyDataTests {
         return Fetch(run: run, trace: trace, odcid: odcid, zeroRTTAccepted: zeroRTT)
     }
 
-    /// Stream IDs of the STREAM frames the client sent in packets of `type`.
-    static func streamsSent(in trace: [QLogEvent], packetType type: String) -> Set<Int> {
+    /// Stream IDs of the STREAM frames in packets of `type` that a trace records as `event`
+    /// (`transport:packet_sent` by default, or `transport:packet_received`).
+    static func streams(in trace: [QLogEvent], packetType type: String, event name: String = "transport:packet_sent") -> Set<Int> {
         var ids = Set<Int>()
-        for event in trace where event.name == "transport:packet_sent" && event.packetType == type {
-            for frame in event.frames where frame["frame_type"] as? String == "stream" {
-                if let id = frame["stream_id"] as? Int { ids.insert(id) }
-            }
-        }
-        return ids
-    }
-
-    /// Stream IDs of the STREAM frames a server received in packets of `type`.
-    static func streamsReceived(in trace: [QLogEvent], packetType type: String) -> Set<Int> {
-        var ids = Set<Int>()
-        for event in trace where event.name == "transport:packet_received" && event.packetType == type {
+        for event in trace where event.name == name && event.packetType == type {
             for frame in event.frames where frame["frame_type"] as? String == "stream" {
                 if let id = frame["stream_id"] as? Int { ids.insert(id) }
             }
@@ -99,7 +89,7 @@ struct EarlyDataTests {
         // The first request (stream 0) and the control and QPACK streams leave with the first
         // flight, in 0-RTT. h3get submits the second request (stream 4) from its own task, which
         // a busy machine may run after the handshake: then it rightly goes in 1-RTT.
-        let early = Self.streamsSent(in: second.trace, packetType: "0RTT")
+        let early = Self.streams(in: second.trace, packetType: "0RTT")
         #expect(early.isSuperset(of: [0, 2, 6, 10]), "0-RTT streams: \(early.sorted())")
         // ngtcp2 may send accepted 0-RTT data again in 1-RTT (declared lost, or the early keys
         // dropped before the ACK came), and the server discards the copy by offset. What must hold
@@ -107,10 +97,10 @@ struct EarlyDataTests {
         try await Self.expectRequestsServed(by: server.process, ["/a.bin": 2, "/b.bin": 1])
         if serverAccepts {
             let serverTrace = try Self.serverTrace(in: serverQLog, of: second)
-            let read = Self.streamsReceived(in: serverTrace, packetType: "0RTT")
+            let read = Self.streams(in: serverTrace, packetType: "0RTT", event: "transport:packet_received")
             #expect(read.isSuperset(of: early.intersection([0, 4])), "the server read the early requests from 0-RTT packets: \(read.sorted())")
         } else {
-            let oneRTT = Self.streamsSent(in: second.trace, packetType: "1RTT")
+            let oneRTT = Self.streams(in: second.trace, packetType: "1RTT")
             #expect(oneRTT.isSuperset(of: early), "refused 0-RTT is sent again in 1-RTT: \(oneRTT.sorted())")
         }
     }
@@ -128,8 +118,8 @@ struct EarlyDataTests {
             port: server.port, root: root, sessionFile: sessionFile, arguments: ["--0rtt", "-d", "payload", "-o", "post.txt"], urls: ["a.txt"]
         )
         #expect(post.zeroRTTAccepted == true)
-        let early = Self.streamsSent(in: post.trace, packetType: "0RTT")
+        let early = Self.streams(in: post.trace, packetType: "0RTT")
         #expect(!early.contains(0), "the POST left in 0-RTT: \(early.sorted())")
-        #expect(Self.streamsSent(in: post.trace, packetType: "1RTT").contains(0))
+        #expect(Self.streams(in: post.trace, packetType: "1RTT").contains(0))
     }
 }

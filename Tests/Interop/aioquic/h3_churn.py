@@ -17,8 +17,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import ssl
 import sys
 import time
 
@@ -26,19 +24,14 @@ from aioquic.asyncio import connect
 from aioquic.h3.connection import H3_ALPN
 from aioquic.quic.configuration import QuicConfiguration
 
-from h3_client import SYSTEM_CA_BUNDLE, H3ClientProtocol, parse_urls
+from h3_client import H3ClientProtocol, apply_verification, parse_urls
 
 H3_NO_ERROR = 0x100
 
 
 async def one_connection(args: argparse.Namespace, host: str, port: int, authority: str, path: str) -> None:
     configuration = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN, server_name=host)
-    if args.insecure:
-        configuration.verify_mode = ssl.CERT_NONE
-    elif args.cacert:
-        configuration.load_verify_locations(cafile=args.cacert)
-    elif os.path.exists(SYSTEM_CA_BUNDLE):
-        configuration.load_verify_locations(cafile=SYSTEM_CA_BUNDLE)
+    apply_verification(configuration, args)
     async with connect(host, port, configuration=configuration, create_protocol=H3ClientProtocol,
                        wait_connected=False) as proto:
         proto.transmit()

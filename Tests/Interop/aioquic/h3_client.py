@@ -250,6 +250,17 @@ async def migrate(proto: QuicConnectionProtocol) -> None:
     log.info("migrated to local port %d", sock.getsockname()[1])
 
 
+def apply_verification(configuration: QuicConfiguration, args: argparse.Namespace) -> None:
+    """-k turns verification off; --cacert trusts that file; otherwise the system trust store
+    (aioquic's own default is certifi's bundle)."""
+    if args.insecure:
+        configuration.verify_mode = ssl.CERT_NONE
+    elif args.cacert:
+        configuration.load_verify_locations(cafile=args.cacert)
+    elif os.path.exists(SYSTEM_CA_BUNDLE):
+        configuration.load_verify_locations(cafile=SYSTEM_CA_BUNDLE)
+
+
 async def run(args: argparse.Namespace, responses: list[Response | None]) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + args.timeout
@@ -266,13 +277,7 @@ async def run(args: argparse.Namespace, responses: list[Response | None]) -> Non
         max_data=FLOW_CONTROL_WINDOW,
         max_stream_data=FLOW_CONTROL_WINDOW,
     )
-    if args.insecure:
-        configuration.verify_mode = ssl.CERT_NONE
-    elif args.cacert:
-        configuration.load_verify_locations(cafile=args.cacert)
-    elif os.path.exists(SYSTEM_CA_BUNDLE):
-        # aioquic defaults to certifi's bundle; prefer the system trust store.
-        configuration.load_verify_locations(cafile=SYSTEM_CA_BUNDLE)
+    apply_verification(configuration, args)
     if args.qlog_dir:
         os.makedirs(args.qlog_dir, exist_ok=True)
         configuration.quic_logger = QuicFileLogger(args.qlog_dir)
