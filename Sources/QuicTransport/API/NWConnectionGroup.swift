@@ -418,8 +418,10 @@ public final class NWConnectionGroup: @unchecked Sendable {
         self.onFinished = nil
         onEstablished = nil
         onHandshakeFailure = nil
+        // Streams of a started group failed already, with the close reason; the rest fail now.
+        let error = driver?.core.closeReason.map { NWError.quic(QUICError($0)) } ?? .posix(.ECANCELED)
         for connection in Array(streams.values) + pendingOpens + heldInbound {
-            connection.groupFailed(.posix(.ECANCELED))
+            connection.groupFailed(error)
         }
         streams.removeAll()
         pendingOpens.removeAll()
