@@ -192,7 +192,11 @@ struct H3Serve: AsyncParsableCommand {
         for await _ in stopped { break }
         say("shutting down: GOAWAY sent, finishing requests in flight")
         await tcpServer?.shutdown()
-        await quicServer?.shutdownGracefully()
+        if let quicServer {
+            await quicServer.shutdownGracefully()
+            let remaining = await quicServer.liveConnections.remainingAfterStop(within: .seconds(2))
+            say("stopped: \(remaining) connections still in memory")
+        }
         // A real use after the wait: `_ = sources` let the optimizer free the sources early, and
         // release builds then ignored SIGTERM.
         for source in sources { source.cancel() }

@@ -1,4 +1,5 @@
 import ArgumentParser
+import CommandLineSupport
 import Foundation
 import Logging
 import QuicTransport
@@ -93,6 +94,9 @@ struct Serve: AsyncParsableCommand {
                 tasks.addTask { await server.serve(group) }
             }
         }
+        // The listener closed every tunnel; their closing periods end within a few PTOs.
+        let remaining = await listener.liveConnections.remainingAfterStop(within: .seconds(5))
+        FileHandle.standardOutput.write(Data("stopped: \(remaining) connections still in memory\n".utf8))
         // Used after the wait, so the sources live until then (optimised builds free unused ones).
         stop.cancel()
         interrupt.cancel()

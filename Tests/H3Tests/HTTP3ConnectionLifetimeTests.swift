@@ -41,6 +41,29 @@ struct HTTP3ConnectionLifetimeTests {
         #expect(clientCore == nil && clientCodec == nil, "the client's core or codec outlived its owner")
     }
 
+    /// The real `h3serve`: after h3get and aioquic have fetched from it, it stops (SIGTERM)
+    /// with no connection left in memory, which it reports from its own count.
+    @Test func h3serveStopsWithNoConnectionInMemory() async throws {
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("h3serve-lifetime-\(UUID())")
+        try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
+        try Data((0..<(3 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 7) }).write(to: root.appendingPathComponent("large.bin"))
+        let (server, port) = try await startH3serve(root: root, ["--no-tcp"])
+        defer { server.stop() }
+        for _ in 0..<2 {
+            let fetch = try ChildProcess(try TestEnvironment.executable("h3get"), [
+                "--http3-only", "-k", "-o", "/dev/null", "https://127.0.0.1:\(port)/large.bin",
+            ])
+            #expect(try await fetch.waitForExit() == 0, "h3get: \(fetch.standardError)")
+        }
+        let aioquic = try ChildProcess(try TestEnvironment.python(), [
+            AioquicHTTP3InteropTests.script("h3_client.py"), "-k", "https://127.0.0.1:\(port)/large.bin",
+        ])
+        #expect(try await aioquic.waitForExit() == 0, "aioquic: \(aioquic.standardError)")
+        server.terminate()
+        #expect(try await server.waitForExit() == 0, "\(server.standardError)")
+        #expect(server.standardOutput.contains("stopped: 0 connections still in memory"), "\(server.standardOutput)")
+    }
+
     /// Real UDP on loopback against `HTTP3Server` with the file handler h3serve runs: h3get and
     /// aioquic fetch whole files, and our client walks away from a large response mid-transfer, so
     /// the server's body pump is waiting for room when the connection ends. Afterwards no

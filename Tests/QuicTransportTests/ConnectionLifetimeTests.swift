@@ -86,6 +86,22 @@ struct ConnectionLifetimeTests {
         server.listener.cancel()
     }
 
+    /// The real `quic-echo serve`: after it has served echo clients, it stops (SIGTERM) with no
+    /// connection left in memory, which it reports from its own count.
+    @Test func quicEchoServeStopsWithNoConnectionInMemory() async throws {
+        let server = try await EchoServerProcess(["--datagrams"])
+        defer { server.process.stop() }
+        for arguments in [["--streams", "3"], ["--uni", "2", "--datagrams", "2"], ["--reset-code", "9"]] {
+            let client = try ChildProcess(try TestEnvironment.executable("quic-echo"), [
+                "connect", "127.0.0.1", "\(server.port)", "--pin-sha256", server.fingerprint, "--data", "hello",
+            ] + arguments)
+            #expect(try await client.waitForExit() == 0, "quic-echo connect \(arguments): \(client.standardError)")
+        }
+        server.process.terminate()
+        #expect(try await server.process.waitForExit() == 0, "\(server.process.standardError)")
+        #expect(server.process.standardOutput.contains("stopped: 0 connections still in memory"), "\(server.process.standardOutput)")
+    }
+
     /// A tunnel cancelled before it has connected starts no attempt afterwards, and is freed.
     @Test func aTunnelCancelledBeforeItConnectsIsFreed() async throws {
         let server = try await LoopbackServer()
