@@ -358,14 +358,32 @@ private func resetUnidirectional(_ group: NWConnectionGroup, collector: Unidirec
     return 0
 }
 
-/// Sends `count` datagrams and waits until each comes back unchanged.
+/// Sends `count` datagrams and waits until each comes back unchanged. Datagrams are unreliable
+/// (RFC 9221 §5): those not back within a second are sent again, five attempts in all, and a
+/// second echo of a datagram sent twice is ignored.
 private func echoDatagrams(_ group: NWConnectionGroup, received: AsyncStream<Data>, count: Int) async throws -> Int {
-    var expected = Set((0..<count).map { Data("dgram-\($0)".utf8) })
-    for datagram in expected { try await group.send(datagram: datagram) }
+    let outstanding = OutstandingDatagrams(Set((0..<count).map { Data("dgram-\($0)".utf8) }))
+    let sender = Task {
+        for attempt in 0..<5 {
+            if attempt > 0 { try await Task.sleep(for: .seconds(1)) }
+            for datagram in await outstanding.missing { try await group.send(datagram: datagram) }
+        }
+    }
+    defer { sender.cancel() }
     var bytes = 0
     for await datagram in received {
-        if expected.remove(datagram) != nil { bytes += datagram.count }
-        if expected.isEmpty { return bytes }
+        if await outstanding.arrived(datagram) { bytes += datagram.count }
+        if await outstanding.missing.isEmpty { return bytes }
     }
-    throw EchoError("datagrams: \(expected.count) of \(count) never came back")
+    throw EchoError("datagrams: \(await outstanding.missing.count) of \(count) never came back")
+}
+
+/// The datagrams sent and not yet echoed.
+private actor OutstandingDatagrams {
+    private(set) var missing: Set<Data>
+
+    init(_ datagrams: Set<Data>) { missing = datagrams }
+
+    /// Whether `datagram` was still awaited.
+    func arrived(_ datagram: Data) -> Bool { missing.remove(datagram) != nil }
 }

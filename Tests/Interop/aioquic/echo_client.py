@@ -47,6 +47,8 @@ from aioquic.quic.logger import QuicFileLogger
 log = logging.getLogger("echo_client")
 
 MAX_DATAGRAM_FRAME_SIZE = 65536
+# How many times a datagram that has not come back is sent (RFC 9221 datagrams are unreliable).
+DATAGRAM_ATTEMPTS = 5
 # Keep datagram payloads well inside one QUIC packet (aioquic's default 1200-byte MTU).
 MAX_DATAGRAM_PAYLOAD = 1000
 SYSTEM_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
@@ -264,20 +266,35 @@ async def run_reset(proto: EchoClientProtocol, code: int, res: Results) -> None:
 
 
 async def run_datagrams(proto: EchoClientProtocol, payloads: list[bytes], res: Results) -> None:
+    """Sends each payload in a DATAGRAM frame and expects each back unchanged. DATAGRAM frames
+    are unreliable (RFC 9221 §5), so what has not come back within a second is sent again, up to
+    DATAGRAM_ATTEMPTS times; a second echo of a payload sent twice is not an error."""
     if not proto._quic._remote_max_datagram_frame_size:
         res.errors.append("datagrams: server did not advertise max_datagram_frame_size")
         return
-    for payload in payloads:
-        proto._quic.send_datagram_frame(payload)
-    proto.transmit()
-    expected = Counter(payloads)
-    while sum(expected.values()) > 0:
-        got = await proto.next_item(proto.datagrams)
-        if expected[got] > 0:
-            expected[got] -= 1
-            res.datagrams += 1
-        else:
-            res.errors.append(f"datagrams: unexpected datagram {preview(got)}")
+    loop = asyncio.get_running_loop()
+    sent = set(payloads)
+    assert len(sent) == len(payloads), "datagram payloads must differ"
+    missing = set(payloads)
+    for _ in range(DATAGRAM_ATTEMPTS):
+        for payload in payloads:
+            if payload in missing:
+                proto._quic.send_datagram_frame(payload)
+        proto.transmit()
+        deadline = loop.time() + 1.0
+        while missing:
+            try:
+                got = await asyncio.wait_for(proto.next_item(proto.datagrams), max(0.0, deadline - loop.time()))
+            except asyncio.TimeoutError:
+                break
+            if got in missing:
+                missing.discard(got)
+                res.datagrams += 1
+            elif got not in sent:
+                res.errors.append(f"datagrams: unexpected datagram {preview(got)}")
+        if not missing:
+            return
+    res.errors.append(f"datagrams: {len(missing)} of {len(payloads)} never came back in {DATAGRAM_ATTEMPTS} attempts")
 
 
 async def run(args: argparse.Namespace, res: Results, meta: dict) -> None:
