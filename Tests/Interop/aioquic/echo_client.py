@@ -28,7 +28,6 @@ import asyncio
 import json
 import logging
 import os
-import ssl
 import sys
 from collections import Counter
 
@@ -44,6 +43,8 @@ from aioquic.quic.events import (
 )
 from aioquic.quic.logger import QuicFileLogger
 
+from client_trust import apply_verification
+
 log = logging.getLogger("echo_client")
 
 MAX_DATAGRAM_FRAME_SIZE = 65536
@@ -51,7 +52,6 @@ MAX_DATAGRAM_FRAME_SIZE = 65536
 DATAGRAM_ATTEMPTS = 5
 # Keep datagram payloads well inside one QUIC packet (aioquic's default 1200-byte MTU).
 MAX_DATAGRAM_PAYLOAD = 1000
-SYSTEM_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 # TLS alert names for CRYPTO_ERROR close codes (0x100 + alert), for clearer messages.
 TLS_ALERTS = {
     40: "handshake_failure", 42: "bad_certificate", 43: "unsupported_certificate",
@@ -304,13 +304,7 @@ async def run(args: argparse.Namespace, res: Results, meta: dict) -> None:
         server_name=args.sni or args.host,
         max_datagram_frame_size=MAX_DATAGRAM_FRAME_SIZE if args.datagrams else None,
     )
-    if args.insecure:
-        configuration.verify_mode = ssl.CERT_NONE
-    elif args.cacert:
-        configuration.load_verify_locations(cafile=args.cacert)
-    elif os.path.exists(SYSTEM_CA_BUNDLE):
-        # aioquic defaults to certifi's bundle; prefer the system trust store.
-        configuration.load_verify_locations(cafile=SYSTEM_CA_BUNDLE)
+    apply_verification(configuration, args)
     if args.qlog_dir:
         os.makedirs(args.qlog_dir, exist_ok=True)
         configuration.quic_logger = QuicFileLogger(args.qlog_dir)

@@ -24,7 +24,8 @@ from aioquic.asyncio import connect
 from aioquic.h3.connection import H3_ALPN
 from aioquic.quic.configuration import QuicConfiguration
 
-from h3_client import H3ClientProtocol, apply_verification, parse_urls
+from client_trust import apply_verification
+from h3_client import H3ClientProtocol, parse_urls
 
 H3_NO_ERROR = 0x100
 

@@ -31,7 +31,6 @@ import logging
 import pickle
 import os
 import socket
-import ssl
 import sys
 from urllib.parse import urlsplit
 
@@ -49,9 +48,10 @@ from aioquic.quic.events import (
 )
 from aioquic.quic.logger import QuicFileLogger
 
+from client_trust import apply_verification
+
 log = logging.getLogger("h3_client")
 
-SYSTEM_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 # Larger than aioquic's 1 MB defaults so big downloads are not throttled.
 FLOW_CONTROL_WINDOW = 16 * 1024 * 1024
 USER_AGENT = b"aioquic-h3_client"
@@ -248,17 +248,6 @@ async def migrate(proto: QuicConnectionProtocol) -> None:
     proto._quic.change_connection_id()
     proto.transmit()
     log.info("migrated to local port %d", sock.getsockname()[1])
-
-
-def apply_verification(configuration: QuicConfiguration, args: argparse.Namespace) -> None:
-    """-k turns verification off; --cacert trusts that file; otherwise the system trust store
-    (aioquic's own default is certifi's bundle)."""
-    if args.insecure:
-        configuration.verify_mode = ssl.CERT_NONE
-    elif args.cacert:
-        configuration.load_verify_locations(cafile=args.cacert)
-    elif os.path.exists(SYSTEM_CA_BUNDLE):
-        configuration.load_verify_locations(cafile=SYSTEM_CA_BUNDLE)
 
 
 async def run(args: argparse.Namespace, responses: list[Response | None]) -> None:

@@ -1,0 +1,22 @@
+"""How the aioquic client peers verify a server's certificate, shared by echo_client.py,
+h3_client.py and h3_churn.py: -k turns verification off, --cacert trusts that file, and
+otherwise the system trust store is used (aioquic's own default is certifi's bundle)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import ssl
+
+from aioquic.quic.configuration import QuicConfiguration
+
+SYSTEM_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
+
+
+def apply_verification(configuration: QuicConfiguration, args: argparse.Namespace) -> None:
+    if args.insecure:
+        configuration.verify_mode = ssl.CERT_NONE
+    elif args.cacert:
+        configuration.load_verify_locations(cafile=args.cacert)
+    elif os.path.exists(SYSTEM_CA_BUNDLE):
+        configuration.load_verify_locations(cafile=SYSTEM_CA_BUNDLE)
