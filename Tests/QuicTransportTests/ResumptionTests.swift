@@ -64,7 +64,9 @@ struct ResumptionTests {
             let report = try #require(await group.establishmentReport())
             #expect(report.resumed == (round == 1), "round \(round)")
             #expect(!report.usedZeroRTT)
-            #expect(await Self.ticketArrives(in: store, from: server), "round \(round): no session ticket")
+            if round == 0 {  // Round 1 would find round 0's ticket: only the first wait can fail.
+                #expect(await Self.ticketArrives(in: store, from: server), "the first connection brought no session ticket")
+            }
             group.cancel()
             facts.append(try await Self.trace(of: group, side: "server"))
         }

@@ -420,11 +420,8 @@ public final class NWConnectionGroup: @unchecked Sendable {
         onHandshakeFailure = nil
         // Streams of a started group failed already, with the close reason; the rest fail now.
         let error = driver?.core.closeReason.map { NWError.quic(QUICError($0)) } ?? .posix(.ECANCELED)
-        for connection in Array(streams.values) + pendingOpens + heldInbound {
-            connection.groupFailed(error)
-        }
+        failAllStreams(error)  // Held inbound streams are in `streams` too.
         streams.removeAll()
-        pendingOpens.removeAll()
         heldInbound.removeAll()
         heldDatagrams.removeAll()
         lock.withLock {
