@@ -1,7 +1,10 @@
 #include "CQuicShims.h"
 
+#include <linux/openat2.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 void cqs_ngtcp2_settings_default(ngtcp2_settings *settings) { ngtcp2_settings_default(settings); }
 
@@ -84,4 +87,9 @@ void cqs_gnutls_free(void *pointer) { gnutls_free(pointer); }
 
 void cqs_ngtcp2_conn_set_early_remote_transport_params(ngtcp2_conn *conn, const ngtcp2_transport_params *params) {
     ngtcp2_conn_set_early_remote_transport_params(conn, params);
+}
+
+int cqs_openat2(int dirfd, const char *path, uint64_t flags, uint64_t resolve) {
+    struct open_how how = {.flags = flags, .mode = 0, .resolve = resolve};
+    return (int)syscall(SYS_openat2, dirfd, path, &how, sizeof how);
 }

@@ -1,4 +1,5 @@
 import Foundation
+import CQuicShims
 import HTTPTypes
 
 /// Serves the files under one directory (RFC 9110 semantics over HTTP/3): GET and HEAD with
@@ -6,9 +7,11 @@ import HTTPTypes
 /// there, 405 for other methods, and nothing outside the root, whatever `..` or symlinks say.
 public struct HTTP3FileHandler: Sendable {
     public let root: URL
+    private let directory: HTTP3RootDirectory
 
     public init(root: String) {
         self.root = URL(fileURLWithPath: root).standardizedFileURL.resolvingSymlinksInPath()
+        self.directory = HTTP3RootDirectory(path: self.root.path)
     }
 
     public func respond(to request: HTTP3ServerRequest) -> HTTP3ServerResponse {
@@ -18,12 +21,12 @@ public struct HTTP3FileHandler: Sendable {
             fields[.allow] = "GET, HEAD"
             return HTTP3ServerResponse(status: .methodNotAllowed, headerFields: fields, body: Array("method not allowed\n".utf8))
         }
-        guard let file = resolve(request.head.path ?? "/"), let reader = HTTP3FileReader(path: file.path) else {
+        guard let (reader, name) = open(request.head.path ?? "/") else {
             return HTTP3ServerResponse(status: .notFound, body: Array("not found\n".utf8))
         }
         let size = reader.size
         var fields = HTTPFields()
-        fields[.contentType] = Self.contentType(for: file.pathExtension)
+        fields[.contentType] = Self.contentType(for: Self.pathExtension(of: name))
         fields[.acceptRanges] = "bytes"
         var status = HTTPResponse.Status.ok
         var range = 0..<size
@@ -40,7 +43,7 @@ public struct HTTP3FileHandler: Sendable {
                 break
             }
         }
-        fields[.contentLength] = "\(range.count)"
+        fields[.contentLength] = String(range.count)
         var response = HTTP3ServerResponse(status: status, headerFields: fields)
         guard method == .get else { return response }
         if range.count <= Self.inMemoryLimit {
@@ -56,20 +59,25 @@ public struct HTTP3FileHandler: Sendable {
     static let inMemoryLimit = 1 << 20
     static let chunkSize = 256 << 10
 
-    /// The file a request path names, or nil when it would leave the root or is not a regular file.
-    func resolve(_ path: String) -> URL? {
-        let withoutQuery = path.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first.map(String.init) ?? "/"
-        guard let decoded = withoutQuery.removingPercentEncoding, !decoded.contains("\0") else { return nil }
-        var candidate = root.appendingPathComponent(decoded).standardizedFileURL
-        var isDirectory: ObjCBool = false
-        if FileManager.default.fileExists(atPath: candidate.path, isDirectory: &isDirectory), isDirectory.boolValue {
-            candidate.appendPathComponent("index.html")
+    /// Opens the regular file a request path names (a directory's `index.html`), with the name
+    /// it was opened under; nil when it is missing, not a regular file, or would leave the root.
+    func open(_ path: String) -> (HTTP3FileReader, name: String)? {
+        var relative = path.prefix { $0 != "?" }
+        if relative.utf8.contains(UInt8(ascii: "%")) {
+            guard let decoded = relative.removingPercentEncoding else { return nil }
+            relative = Substring(decoded)
         }
-        let resolved = candidate.resolvingSymlinksInPath()
-        let rootPath = root.path.hasSuffix("/") ? root.path : root.path + "/"
-        guard resolved.path.hasPrefix(rootPath) else { return nil }
-        guard FileManager.default.fileExists(atPath: resolved.path, isDirectory: &isDirectory), !isDirectory.boolValue else { return nil }
-        return resolved
+        guard !relative.utf8.contains(0) else { return nil }
+        let name = relative.drop { $0 == "/" }
+        guard let reader = directory.openFile(name.isEmpty ? "." : String(name)) else { return nil }
+        switch reader {
+        case .file(let file):
+            return (file, String(name))
+        case .directory:
+            let index = name.isEmpty || name.hasSuffix("/") ? name + "index.html" : name + "/index.html"
+            guard case .file(let file) = directory.openFile(String(index)) else { return nil }
+            return (file, String(index))
+        }
     }
 
     enum RangeOutcome: Equatable {
@@ -100,7 +108,15 @@ public struct HTTP3FileHandler: Sendable {
         return .satisfiable(start..<min(end + 1, length))
     }
 
-    static func contentType(for pathExtension: String) -> String {
+    /// The text after the last dot of the last path component, "" when there is none.
+    static func pathExtension(of path: String) -> Substring {
+        let utf8 = path.utf8
+        let componentStart = utf8.lastIndex(of: UInt8(ascii: "/")).map(utf8.index(after:)) ?? utf8.startIndex
+        guard let dot = utf8[componentStart...].lastIndex(of: UInt8(ascii: ".")), dot != componentStart else { return "" }
+        return path[utf8.index(after: dot)...]
+    }
+
+    static func contentType(for pathExtension: Substring) -> String {
         switch pathExtension.lowercased() {
         case "html", "htm": return "text/html; charset=utf-8"
         case "txt": return "text/plain; charset=utf-8"
@@ -117,37 +133,88 @@ public struct HTTP3FileHandler: Sendable {
     }
 }
 
+/// The served directory, held open so every request is resolved beneath it by the kernel.
+///
+/// `openat2(2)` with `RESOLVE_BENEATH` refuses any path that would leave the directory, through
+/// `..` or through a symlink, in one system call and without a window between check and open.
+/// Where the kernel or a seccomp filter refuses openat2 itself, `realpath(3)` and a prefix check
+/// stand in for it.
+final class HTTP3RootDirectory: Sendable {
+    enum Entry {
+        case file(HTTP3FileReader)
+        case directory
+    }
+
+    private let descriptor: Int32
+    /// The canonical path with a trailing slash, for the fallback's prefix check.
+    private let canonicalPath: String
+    private let kernelResolves: Bool
+
+    init(path: String) {
+        descriptor = Glibc.open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        canonicalPath = path.hasSuffix("/") ? path : path + "/"
+        var probe: Int32 = -1
+        if descriptor >= 0 { probe = cqs_openat2(descriptor, ".", UInt64(O_RDONLY | O_DIRECTORY | O_CLOEXEC), UInt64(RESOLVE_BENEATH)) }
+        kernelResolves = probe >= 0
+        if probe >= 0 { close(probe) }
+    }
+
+    deinit { if descriptor >= 0 { close(descriptor) } }
+
+    /// Opens `relativePath` beneath the root: a regular file, or the news that it is a directory.
+    func openFile(_ relativePath: String) -> Entry? {
+        guard descriptor >= 0 else { return nil }
+        let opened: Int32
+        if kernelResolves {
+            opened = cqs_openat2(descriptor, relativePath, UInt64(O_RDONLY | O_CLOEXEC), UInt64(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS))
+        } else {
+            guard let resolved = realpath(canonicalPath + relativePath, nil) else { return nil }
+            defer { free(resolved) }
+            let path = String(cString: resolved)
+            guard path.hasPrefix(canonicalPath) || path + "/" == canonicalPath else { return nil }
+            opened = Glibc.open(path, O_RDONLY | O_CLOEXEC)
+        }
+        guard opened >= 0 else { return nil }
+        var info = stat()
+        guard fstat(opened, &info) == 0 else {
+            close(opened)
+            return nil
+        }
+        switch info.st_mode & S_IFMT {
+        case S_IFREG:
+            return .file(HTTP3FileReader(descriptor: opened, size: Int(info.st_size)))
+        case S_IFDIR:
+            close(opened)
+            return .directory
+        default:
+            close(opened)
+            return nil
+        }
+    }
+}
+
 /// An open file read by position (`pread`), closed when the last reference goes.
 // @unchecked Sendable: the descriptor is only read with pread, which is safe from any thread.
 final class HTTP3FileReader: @unchecked Sendable {
     let descriptor: Int32
     let size: Int
 
-    init?(path: String) {
-        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
-        guard descriptor >= 0 else { return nil }
-        var info = stat()
-        guard fstat(descriptor, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else {
-            close(descriptor)
-            return nil
-        }
+    /// Takes ownership of `descriptor`, an open regular file of `size` bytes.
+    init(descriptor: Int32, size: Int) {
         self.descriptor = descriptor
-        self.size = Int(info.st_size)
+        self.size = size
     }
 
     deinit { close(descriptor) }
 
     func read(_ range: Range<Int>) throws -> [UInt8] {
-        var bytes = [UInt8](repeating: 0, count: range.count)
-        var done = 0
-        while done < range.count {
-            let n = bytes.withUnsafeMutableBytes { buffer in
-                pread(descriptor, buffer.baseAddress! + done, range.count - done, off_t(range.lowerBound + done))
+        try [UInt8](unsafeUninitializedCapacity: range.count) { buffer, initialized in
+            while initialized < range.count {
+                let n = pread(descriptor, buffer.baseAddress! + initialized, range.count - initialized, off_t(range.lowerBound + initialized))
+                guard n > 0 else { throw CocoaError(.fileReadUnknown) }
+                initialized += n
             }
-            guard n > 0 else { throw CocoaError(.fileReadUnknown) }
-            done += n
         }
-        return bytes
     }
 
     /// The range as a stream of chunks, each read when the consumer asks for it.

@@ -14,6 +14,7 @@
 #include <gnutls/abstract.h>
 #include <sys/socket.h>
 #include <netinet/in.h>
+#include <linux/openat2.h>
 
 void cqs_ngtcp2_settings_default(ngtcp2_settings *settings);
 void cqs_ngtcp2_transport_params_default(ngtcp2_transport_params *params);
@@ -55,5 +56,10 @@ int cqs_nghttp3_conn_server_new(nghttp3_conn **pconn, const nghttp3_callbacks *c
 
 /// `gnutls_free` is a macro over a function-pointer variable; this is a plain function.
 void cqs_gnutls_free(void *pointer);
+
+/// openat2(2), which glibc 2.36 reaches only through the variadic `syscall`. Returns the
+/// descriptor, or -1 with errno set (ENOSYS on kernels before 5.6, EPERM under some seccomp
+/// filters; EXDEV when RESOLVE_BENEATH would leave `dirfd`).
+int cqs_openat2(int dirfd, const char *path, uint64_t flags, uint64_t resolve);
 
 #endif
