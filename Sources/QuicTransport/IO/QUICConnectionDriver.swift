@@ -15,7 +15,8 @@ package final class QUICConnectionDriver: @unchecked Sendable {
     private(set) var sockets: [QUICDatagramSocket]
     private var timer: Scheduled<Void>?
     private var timerDeadline: UInt64 = .max
-    private var flushScheduled = false
+    /// A pass is queued on the loop (`schedulePass`), so another request for one is redundant.
+    private var passScheduled = false
     private var finished = false
     /// Receives the core's events after every input; set by the API layer.
     package var eventHandler: (([QUICConnectionEvent]) -> Void)?
@@ -72,6 +73,18 @@ package final class QUICConnectionDriver: @unchecked Sendable {
     private var servicing = false
     private var serviceAgain = false
 
+    /// Runs a pass once the loop has finished what it is doing now, and only one however often
+    /// this is called meanwhile: answers produced by several tasks in one turn of the loop (the
+    /// responses to a batch of requests) leave together, coalesced into as few packets as fit.
+    package func schedulePass() {
+        guard !passScheduled else { return }
+        passScheduled = true
+        eventLoop.execute {
+            self.passScheduled = false
+            self.afterInput()
+        }
+    }
+
     /// Runs `body` against the core on the loop, then services it as after any input.
     package func perform(_ body: @escaping @Sendable (QUICConnectionCore) -> Void) {
         if eventLoop.inEventLoop {
@@ -104,14 +117,8 @@ package final class QUICConnectionDriver: @unchecked Sendable {
             }
         }
         for socket in sockets { socket.flush() }
-        if more && !flushScheduled {
-            // The send quantum ran out: let reads in, then continue.
-            flushScheduled = true
-            eventLoop.execute {
-                self.flushScheduled = false
-                self.afterInput()
-            }
-        }
+        // The send quantum ran out: let reads in, then continue.
+        if more { schedulePass() }
     }
 
     private func rearmTimer() {
