@@ -183,25 +183,29 @@ package final class HTTP3Codec: QUICApplicationCodec {
         guard rv == 0 else { throw HTTP3CodecError(function: "nghttp3_conn_submit", code: rv) }
     }
 
-    /// Builds an `nghttp3_nv` array over one contiguous copy of the names and values.
+    /// Builds an `nghttp3_nv` array over one contiguous copy of the names and values: two
+    /// temporary allocations however many fields there are.
     private func withFieldArray<R>(_ headers: [(name: String, value: String)], _ body: (UnsafePointer<nghttp3_nv>, Int) -> R) -> R {
-        let flat = headers.map { (Array($0.name.utf8), Array($0.value.utf8)) }
-        var storage = [UInt8]()
-        for (name, value) in flat { storage += name + value }
-        return storage.withUnsafeMutableBufferPointer { bytes in
-            var nva: [nghttp3_nv] = []
-            var offset = 0
-            for (name, value) in flat {
-                let namePointer = bytes.baseAddress! + offset
-                offset += name.count
-                let valuePointer = bytes.baseAddress! + offset
-                offset += value.count
-                nva.append(nghttp3_nv(
-                    name: namePointer, value: valuePointer, namelen: name.count, valuelen: value.count,
-                    flags: UInt8(NGHTTP3_NV_FLAG_NONE)
-                ))
+        var byteCount = 0
+        for field in headers { byteCount += field.name.utf8.count + field.value.utf8.count }
+        return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: max(byteCount, 1)) { bytes in
+            withUnsafeTemporaryAllocation(of: nghttp3_nv.self, capacity: max(headers.count, 1)) { nva in
+                var offset = 0
+                func place(_ text: String) -> (UnsafeMutablePointer<UInt8>, Int) {
+                    let start = bytes.baseAddress! + offset
+                    let count = UnsafeMutableBufferPointer(start: start, count: byteCount - offset).initialize(from: text.utf8).1
+                    offset += count
+                    return (start, count)
+                }
+                for (index, field) in headers.enumerated() {
+                    let (name, nameLength) = place(field.name)
+                    let (value, valueLength) = place(field.value)
+                    (nva.baseAddress! + index).initialize(to: nghttp3_nv(
+                        name: name, value: value, namelen: nameLength, valuelen: valueLength, flags: UInt8(NGHTTP3_NV_FLAG_NONE)
+                    ))
+                }
+                return body(nva.baseAddress!, headers.count)
             }
-            return body(nva, nva.count)
         }
     }
 
@@ -432,7 +436,7 @@ package final class HTTP3Codec: QUICApplicationCodec {
 
     /// Writes qlog events for the frames that start in `bytes` (RFC 9114 §7.2 frame types).
     private func logFrames(streamID: Int64, bytes: UnsafeRawBufferPointer, outgoing: Bool) {
-        guard let core else { return }
+        guard let core, core.isQLogEnabled else { return }
         let isUnidirectional = streamID & 0x2 != 0
         var scanner = (outgoing ? outgoingFrames[streamID] : incomingFrames[streamID])
             ?? HTTP3FrameScanner(unidirectional: isUnidirectional)

@@ -189,9 +189,11 @@ public struct HTTP3ServerRequest: Sendable {
 public struct HTTP3RequestBody: AsyncSequence, Sendable {
     public typealias Element = [UInt8]
 
-    let stream: AsyncThrowingStream<[UInt8], any Error>
+    /// Nil for a request that ended with its head (a GET, say): nothing to stream, nothing to
+    /// allocate for it.
+    let stream: AsyncThrowingStream<[UInt8], any Error>?
     let consumed: @Sendable (Int) -> Void
-    private let trailerBox: NIOLockedValueBox<HTTPFields?>
+    private let trailerBox: NIOLockedValueBox<HTTPFields?>?
 
     init(stream: AsyncThrowingStream<[UInt8], any Error>, trailers: NIOLockedValueBox<HTTPFields?>, consumed: @escaping @Sendable (Int) -> Void) {
         self.stream = stream
@@ -200,20 +202,33 @@ public struct HTTP3RequestBody: AsyncSequence, Sendable {
     }
 
     init(complete bytes: [UInt8], trailers: HTTPFields?) {
+        guard !bytes.isEmpty || trailers != nil else {
+            self = .empty
+            return
+        }
         let (stream, continuation) = AsyncThrowingStream.makeStream(of: [UInt8].self)
         if !bytes.isEmpty { continuation.yield(bytes) }
         continuation.finish()
         self.init(stream: stream, trailers: NIOLockedValueBox(trailers), consumed: { _ in })
     }
 
-    public func makeAsyncIterator() -> Iterator { Iterator(base: stream.makeAsyncIterator(), consumed: consumed) }
+    private init() {
+        stream = nil
+        trailerBox = nil
+        consumed = { _ in }
+    }
+
+    /// No body and no trailers.
+    static let empty = HTTP3RequestBody()
+
+    public func makeAsyncIterator() -> Iterator { Iterator(base: stream?.makeAsyncIterator(), consumed: consumed) }
 
     public struct Iterator: AsyncIteratorProtocol {
-        var base: AsyncThrowingStream<[UInt8], any Error>.Iterator
+        var base: AsyncThrowingStream<[UInt8], any Error>.Iterator?
         let consumed: @Sendable (Int) -> Void
 
         public mutating func next() async throws -> [UInt8]? {
-            guard let chunk = try await base.next() else { return nil }
+            guard let chunk = try await base?.next() else { return nil }
             consumed(chunk.count)
             return chunk
         }
@@ -227,7 +242,7 @@ public struct HTTP3RequestBody: AsyncSequence, Sendable {
     }
 
     /// Trailer fields the client sent after the body; known once the body has ended.
-    public var trailers: HTTPFields? { trailerBox.withLockedValue { $0 } }
+    public var trailers: HTTPFields? { trailerBox?.withLockedValue { $0 } }
 }
 
 /// A handler's answer: the head and the whole body.
@@ -277,6 +292,9 @@ final class HTTP3ServerConnection: @unchecked Sendable {
     private var active: Set<Int64> = []
     private var isShuttingDown = false
     var onFinished: (() -> Void)?
+    /// Handlers run on this connection's loop: a response is submitted where it was produced,
+    /// and the responses to one batch of requests leave in one pass.
+    private lazy var handlerExecutor = EventLoopTaskExecutor(eventLoop: driver.eventLoop)
     /// Streams response bodies that come from an AsyncThrowingStream.
     private lazy var pump = HTTP3BodyPump(driver: driver, logger: logger) { [weak self] in self?.codec }
 
@@ -343,14 +361,23 @@ final class HTTP3ServerConnection: @unchecked Sendable {
     private func drainCodec() -> Bool {
         guard let codec else { return false }
         let events = codec.takeEvents()
-        for event in events {
+        var skipsEndOf: Int64?
+        for (index, event) in events.enumerated() {
             switch event {
             case .headers(let streamID, let fields, false):
-                start(streamID: streamID, fields: fields)
+                // The FIN right behind the head: a request without a body.
+                var endsHere = false
+                if index + 1 < events.count, case .end(let ended) = events[index + 1], ended == streamID {
+                    endsHere = true
+                    skipsEndOf = streamID
+                }
+                start(streamID: streamID, fields: fields, hasBody: !endsHere)
             case .headers(let streamID, let fields, true):
                 incoming[streamID]?.trailers.withLockedValue { $0 = HTTPFields(pairs: fields) }
             case .data(let streamID, let bytes):
                 incoming[streamID]?.body.yield(bytes)
+            case .end(let streamID) where streamID == skipsEndOf:
+                skipsEndOf = nil
             case .end(let streamID):
                 incoming.removeValue(forKey: streamID)?.body.finish()
             case .reset(let streamID, let code):
@@ -370,22 +397,27 @@ final class HTTP3ServerConnection: @unchecked Sendable {
     }
 
     /// Calls the handler as soon as the request head is in; the body follows as it arrives.
-    private func start(streamID: Int64, fields: [(name: String, value: String)]) {
+    private func start(streamID: Int64, fields: [(name: String, value: String)], hasBody: Bool) {
         guard let head = Self.makeRequest(fields) else {
             respond(streamID: streamID, HTTP3ServerResponse(status: .badRequest, body: Array("malformed request\n".utf8)))
             return
         }
-        let (stream, continuation) = AsyncThrowingStream.makeStream(of: [UInt8].self)
-        let trailers = NIOLockedValueBox<HTTPFields?>(nil)
-        incoming[streamID] = Incoming(body: continuation, trailers: trailers)
         active.insert(streamID)
-        let flowCredit = self.flowCredit
-        let body = HTTP3RequestBody(stream: stream, trailers: trailers) { count in
-            flowCredit.credit(streamID: streamID, bytes: count)
+        let body: HTTP3RequestBody
+        if hasBody {
+            let (stream, continuation) = AsyncThrowingStream.makeStream(of: [UInt8].self)
+            let trailers = NIOLockedValueBox<HTTPFields?>(nil)
+            incoming[streamID] = Incoming(body: continuation, trailers: trailers)
+            let flowCredit = self.flowCredit
+            body = HTTP3RequestBody(stream: stream, trailers: trailers) { count in
+                flowCredit.credit(streamID: streamID, bytes: count)
+            }
+        } else {
+            body = .empty
         }
         let handler = self.handler
         let logger = self.logger
-        Task {
+        Task(executorPreference: handlerExecutor) {
             let response: HTTP3ServerResponse
             do {
                 response = try await handler(HTTP3ServerRequest(head: head, body: body, streamID: streamID))
@@ -393,7 +425,12 @@ final class HTTP3ServerConnection: @unchecked Sendable {
                 logger.warning("handler failed", metadata: ["stream": "\(streamID)", "error": "\(error)"])
                 response = HTTP3ServerResponse(status: .internalServerError, body: Array("internal error\n".utf8))
             }
-            self.driver.eventLoop.execute { self.respond(streamID: streamID, response) }
+            // A handler may have moved itself elsewhere (Task.detached work, another executor).
+            if self.driver.eventLoop.inEventLoop {
+                self.respond(streamID: streamID, response)
+            } else {
+                self.driver.eventLoop.execute { self.respond(streamID: streamID, response) }
+            }
         }
     }
 
@@ -415,15 +452,35 @@ final class HTTP3ServerConnection: @unchecked Sendable {
             logger.warning("cannot submit response", metadata: ["stream": "\(streamID)", "error": "\(error)"])
             codec.cancel(streamID: streamID, code: .internalError)
         }
-        driver.afterInput()
+        driver.schedulePass()
     }
 
     /// Builds the request head from the field section; nil when a required pseudo-header is missing (RFC 9114 §4.3.1).
+    /// One pass: the pseudo-header fields come first (§4.3), the regular ones go straight into the head.
     static func makeRequest(_ fields: [(name: String, value: String)]) -> HTTPRequest? {
-        func pseudo(_ name: String) -> String? { fields.first { $0.name == name }?.value }
-        guard let methodText = pseudo(":method"), let method = HTTPRequest.Method(methodText) else { return nil }
-        var request = HTTPRequest(method: method, scheme: pseudo(":scheme"), authority: pseudo(":authority"), path: pseudo(":path"))
-        request.headerFields = HTTPFields(pairs: fields.filter { !$0.name.hasPrefix(":") })
+        var method: HTTPRequest.Method?
+        var scheme: String?
+        var authority: String?
+        var path: String?
+        var headerFields = HTTPFields()
+        headerFields.reserveCapacity(fields.count)
+        for (name, value) in fields {
+            guard name.utf8.first == UInt8(ascii: ":") else {
+                if let fieldName = HTTPField.Name(name) { headerFields.append(HTTPField(name: fieldName, value: value)) }
+                continue
+            }
+            switch name {
+            // The first of a repeated pseudo-header counts, as before the field section was split.
+            case ":method" where method == nil: method = HTTPRequest.Method(value)
+            case ":scheme" where scheme == nil: scheme = value
+            case ":authority" where authority == nil: authority = value
+            case ":path" where path == nil: path = value
+            default: break
+            }
+        }
+        guard let method else { return nil }
+        var request = HTTPRequest(method: method, scheme: scheme, authority: authority, path: path)
+        request.headerFields = headerFields
         return request
     }
 }

@@ -481,12 +481,12 @@ package final class QUICConnectionCore {
     private(set) var handshakeRTT: Duration = .zero
 
     /// Appends one event of another layer (HTTP/3) to this connection's qlog trace, on the same
-    /// relative clock as ngtcp2's events. `data` is a JSON object.
-    package func appendQLogEvent(name: String, data: String) {
+    /// relative clock as ngtcp2's events. `data` is a JSON object, built only while a trace is written.
+    package func appendQLogEvent(name: String, data: @autoclosure () -> String) {
         guard let qlog else { return }
         // Whole milliseconds, truncated as ngtcp2 0.12 writes them, so the file stays in time order.
         let time = (latestTime &- qlogReferenceTime) / 1_000_000
-        let record = "\u{1E}{\"time\":\(time),\"name\":\"\(name)\",\"data\":\(data)}\n"
+        let record = "\u{1E}{\"time\":\(time),\"name\":\"\(name)\",\"data\":\(data())}\n"
         let bytes = Array(record.utf8)
         bytes.withUnsafeBytes { qlog.write($0, final: false) }
     }
