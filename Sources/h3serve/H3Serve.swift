@@ -8,7 +8,12 @@ import NIOConcurrencyHelpers
 import QuicTransport
 
 /// `h3serve`: serves a directory over HTTP/3 and logs one line per request.
+/// The entry point: see `mainWithBlockedMainThread` for why it is not the async `main()`.
 @main
+enum H3ServeMain {
+    static func main() { H3Serve.mainWithBlockedMainThread() }
+}
+
 struct H3Serve: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "h3serve",
@@ -63,6 +68,9 @@ struct H3Serve: AsyncParsableCommand {
 
     @Flag(name: .shortAndLong, help: "Verbose logging.")
     var verbose = false
+
+    @Flag(name: .shortAndLong, help: "No request log (as gtlsserver's -q): for benchmarks, where one write per request is measured too.")
+    var quiet = false
 
     func validate() throws {
         if (cert == nil) != (key == nil) { throw ValidationError("--cert and --key go together") }
@@ -122,17 +130,20 @@ struct H3Serve: AsyncParsableCommand {
         }
         let files = HTTP3FileHandler(root: root)
         let advertised = NIOLockedValueBox<String?>(nil)
+        let logsRequests = !quiet
         let handler: HTTP3Server.Handler = { request in
             let started = ContinuousClock.now
             var response = files.respond(to: request)
             if let value = advertised.withLockedValue({ $0 }), response.head.headerFields[.altSvc] == nil {
                 response.head.headerFields[.altSvc] = value
             }
-            let elapsed = ContinuousClock.now - started
+            guard logsRequests else { return response }
+            let elapsed = (ContinuousClock.now - started).components
+            let microseconds = elapsed.seconds * 1_000_000 + elapsed.attoseconds / 1_000_000_000_000
             let priority = request.head.headerFields[HTTPField.Name("priority")!] ?? "-"
             // Streamed bodies are counted by their content-length.
-            let bytes = response.bodyStream == nil ? "\(response.body.count)" : response.head.headerFields[.contentLength] ?? "?"
-            let line = "\(request.head.method) \(request.head.path ?? "/") \(response.head.status.code) \(bytes) priority=\(priority) \(elapsed)\n"
+            let bytes = response.bodyStream == nil ? String(response.body.count) : response.head.headerFields[.contentLength] ?? "?"
+            let line = "\(request.head.method) \(request.head.path ?? "/") \(response.head.status.code) \(bytes) priority=\(priority) \(microseconds)us\n"
             FileHandle.standardError.write(Data(line.utf8))
             return response
         }

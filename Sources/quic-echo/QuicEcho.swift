@@ -5,7 +5,12 @@ import Logging
 import QuicTransport
 
 /// `quic-echo`: serves and connects with the echo protocol documented in the README.
+/// The entry point: see `mainWithBlockedMainThread` for why it is not the async `main()`.
 @main
+enum QuicEchoMain {
+    static func main() { QuicEcho.mainWithBlockedMainThread() }
+}
+
 struct QuicEcho: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "quic-echo",
