@@ -6,8 +6,12 @@ full handshake (no resumption), one GET, and closes with H3_NO_ERROR. Prints one
 
     {"connections": 300, "ok": 300, "failed": 0, "seconds": 4.1, "errors": []}
 
+With --hold S, all connections open at once and stay open, idle, once each has its response:
+the line `HOLDING <n>` is printed when all are there, and they close S seconds later (for
+measuring a server's memory per idle connection).
+
 Usage:
-    h3_churn.py URL [--connections N] [--parallel P] [--cacert PEM | -k] [--timeout S]
+    h3_churn.py URL [--connections N] [--parallel P] [--hold S] [--cacert PEM | -k] [--timeout S]
 
 Exit status: 0 when every connection got a 200 with a body, 1 otherwise.
 """
@@ -30,7 +34,16 @@ from h3_client import H3ClientProtocol, parse_urls
 H3_NO_ERROR = 0x100
 
 
-async def one_connection(args: argparse.Namespace, host: str, port: int, authority: str, path: str) -> None:
+class Hold:
+    """Connections that have their response and wait, idle, for `release`."""
+
+    def __init__(self) -> None:
+        self.arrived = 0
+        self.release = asyncio.Event()
+
+
+async def one_connection(args: argparse.Namespace, host: str, port: int, authority: str, path: str,
+                         hold: Hold | None = None) -> None:
     configuration = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN, server_name=host)
     apply_verification(configuration, args)
     async with connect(host, port, configuration=configuration, create_protocol=H3ClientProtocol,
@@ -41,6 +54,9 @@ async def one_connection(args: argparse.Namespace, host: str, port: int, authori
         await response.done
         if response.status != 200 or response.length == 0:
             raise RuntimeError(f"status {response.status}, {response.length} bytes")
+        if hold is not None:
+            hold.arrived += 1
+            await hold.release.wait()
         proto.close(error_code=H3_NO_ERROR)
 
 
@@ -60,6 +76,28 @@ async def run(args: argparse.Namespace) -> dict:
                 errors.append(f"{type(exc).__name__}: {exc}")
 
     started = time.monotonic()
+    if args.hold > 0:
+        hold = Hold()
+
+        async def held_connection() -> None:
+            nonlocal ok
+            try:
+                await asyncio.wait_for(one_connection(args, host, port, authority, paths[0], hold),
+                                       args.timeout + args.hold)
+                ok += 1
+            except Exception as exc:
+                errors.append(f"{type(exc).__name__}: {exc}")
+
+        tasks = [asyncio.ensure_future(held_connection()) for _ in range(args.connections)]
+        # Every connection has its response (held at the event) or has failed.
+        while hold.arrived + len(errors) < args.connections:
+            await asyncio.sleep(0.05)
+        print(f"HOLDING {hold.arrived}", flush=True)
+        await asyncio.sleep(args.hold)
+        hold.release.set()
+        await asyncio.gather(*tasks)
+        return {"connections": args.connections, "ok": ok, "failed": len(errors),
+                "seconds": round(time.monotonic() - started, 3), "errors": errors[:5]}
     await asyncio.gather(*(worker() for _ in range(max(1, args.parallel))))
     return {"connections": args.connections, "ok": ok, "failed": len(errors),
             "seconds": round(time.monotonic() - started, 3), "errors": errors[:5]}
@@ -70,6 +108,7 @@ def main() -> int:
     p.add_argument("url", metavar="URL")
     p.add_argument("--connections", type=int, default=300)
     p.add_argument("--parallel", type=int, default=8)
+    p.add_argument("--hold", type=float, default=0, help="open all at once, keep them idle this long")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--cacert", help="CA (or self-signed) certificate PEM to trust")
     g.add_argument("-k", "--insecure", action="store_true", help="skip certificate verification")
