@@ -81,7 +81,7 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
-        // What the command-line tools share: the --stats option, HOST:PORT arguments.
+        // What the command-line tools share: the --stats option, HOST:PORT arguments, the trust flags.
         .target(
             name: "CommandLineSupport",
             dependencies: ["QuicTransport", .product(name: "ArgumentParser", package: "swift-argument-parser")],
