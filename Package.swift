@@ -162,6 +162,8 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // h3load's statistics and report; an executable target can be imported by its tests.
+        .testTarget(name: "H3LoadTests", dependencies: ["h3load"], swiftSettings: swiftSettings),
         .testTarget(
             name: "H3Tests",
             dependencies: [

@@ -21,6 +21,9 @@ struct LoadReport: Sendable {
         /// Why requests errored, with how often.
         var errors: [String: Int] = [:]
 
+        /// Requests that got a complete response, whatever its status.
+        var responses: Int { done - errored - timedOut }
+
         /// Counts one complete response.
         mutating func record(status: Int, bodyBytes: Int, latency: Double) {
             done += 1
@@ -125,7 +128,7 @@ struct LoadReport: Sendable {
     let receivedBytes: UInt64?
     let requestLatency: Summary?
     let handshakeLatency: Summary?
-    /// Each connected client's succeeded requests per second.
+    /// Each connected client's complete responses per second.
     let requestsPerSecondPerClient: Summary?
 
     init(results: [ClientResult], seconds: Double, requested: Int?) {
@@ -146,7 +149,7 @@ struct LoadReport: Sendable {
         requestLatency = Summary(tally.latencies)
         handshakeLatency = Summary(results.compactMap(\.handshake))
         requestsPerSecondPerClient = Summary(
-            results.filter { $0.handshake != nil }.map { Double($0.tally.succeeded) / Swift.max(seconds, 1e-9) }
+            results.filter { $0.handshake != nil }.map { Double($0.tally.responses) / Swift.max(seconds, 1e-9) }
         )
     }
 
@@ -156,7 +159,8 @@ struct LoadReport: Sendable {
     /// Whether every request got a 2xx or 3xx response and every client connected.
     var isSuccess: Bool { failed == 0 && failedClients == 0 && tally.done > 0 }
 
-    var requestsPerSecond: Double { Double(tally.done) / Swift.max(seconds, 1e-9) }
+    /// Complete responses, whatever their status, per second (h2load's req/s).
+    var requestsPerSecond: Double { Double(tally.responses) / Swift.max(seconds, 1e-9) }
 
     var bodyBytesPerSecond: Double { Double(tally.bodyBytes) / Swift.max(seconds, 1e-9) }
 
