@@ -15,6 +15,7 @@ let package = Package(
         .executable(name: "quic-echo", targets: ["quic-echo"]),
         .executable(name: "h3get", targets: ["h3get"]),
         .executable(name: "h3serve", targets: ["h3serve"]),
+        .executable(name: "h3load", targets: ["h3load"]),
         .executable(name: "quic-netem", targets: ["quic-netem"]),
     ],
     dependencies: [
@@ -81,7 +82,7 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
-        // What the command-line tools share: the --stats option, HOST:PORT arguments.
+        // What the command-line tools share: the --stats option, HOST:PORT arguments, the trust flags.
         .target(
             name: "CommandLineSupport",
             dependencies: ["QuicTransport", .product(name: "ArgumentParser", package: "swift-argument-parser")],
@@ -101,6 +102,19 @@ let package = Package(
             dependencies: [
                 "H3", "CommandLineSupport",
                 "QuicTransport",
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // An HTTP/3 load generator in the manner of nghttp2's h2load.
+        .executableTarget(
+            name: "h3load",
+            dependencies: [
+                "H3", "CommandLineSupport",
+                "QuicTransport",
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -148,6 +162,8 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // h3load's statistics and report; an executable target can be imported by its tests.
+        .testTarget(name: "H3LoadTests", dependencies: ["h3load"], swiftSettings: swiftSettings),
         .testTarget(
             name: "H3Tests",
             dependencies: [

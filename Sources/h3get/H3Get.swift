@@ -52,20 +52,8 @@ struct H3Get: AsyncParsableCommand {
     @Option(name: [.customShort("d"), .customLong("data")], help: "Request body, or @FILE to read it from a file (implies POST).")
     var data: String?
 
-    @Option(help: "Trust this CA certificate (PEM) instead of the system store.")
-    var cacert: String?
-
-    @Option(name: .customLong("pin-sha256"), help: "Accept only a server certificate with this SHA-256 fingerprint (hex).")
-    var pinSHA256: String?
-
-    @Flag(name: [.customShort("k"), .customLong("insecure")], help: "Do not verify the server certificate.")
-    var insecure = false
-
-    @Option(help: "HOST:PORT:ADDRESS — connect to ADDRESS for HOST:PORT (curl's --resolve).")
-    var resolve: String?
-
-    @Option(name: .customLong("connect-to"), help: "HOST1:PORT1:HOST2:PORT2 — connect to HOST2:PORT2 for requests to HOST1:PORT1, keeping HOST1 for TLS (curl's --connect-to).")
-    var connectTo: String?
+    @OptionGroup
+    var trust: ServerTrustOptions
 
     @Option(help: "RFC 9218 priority, \"u=N[, i]\" (urgency 0-7, default 3; i = incremental): once for every URL, or once per URL in order.")
     var priority: [String] = []
@@ -143,18 +131,10 @@ struct H3Get: AsyncParsableCommand {
             guard scheme.lowercased() == "https" else { throw ValidationError("'\(url)': HTTP/3 needs https://, not \(scheme)://") }
             guard components.host?.isEmpty == false else { throw ValidationError("'\(url)' has no host") }
         }
-        if [cacert != nil, pinSHA256 != nil, insecure].filter({ $0 }).count > 1 {
-            throw ValidationError("use only one of --cacert, --pin-sha256 and -k")
-        }
         if !outputs.isEmpty && outputs.count != urls.count && !remoteName {
             throw ValidationError("give one -o per URL (\(urls.count) URLs, \(outputs.count) -o)")
         }
         for header in headers where !header.contains(":") { throw ValidationError("header '\(header)' is not \"Name: value\"") }
-        if let resolve, resolve.split(separator: ":").count < 3 { throw ValidationError("--resolve takes HOST:PORT:ADDRESS") }
-        if let connectTo {
-            let parts = connectTo.split(separator: ":", omittingEmptySubsequences: false)
-            guard parts.count == 4, UInt16(parts[3]) != nil else { throw ValidationError("--connect-to takes HOST1:PORT1:HOST2:PORT2") }
-        }
         if [http3Discovery, http3Only, assumeHTTP3].filter({ $0 }).count > 1 {
             throw ValidationError("use only one of --http3, --http3-only and --assume-h3")
         }
@@ -195,22 +175,8 @@ struct H3Get: AsyncParsableCommand {
             configuration.httpsRecordResolver = HTTPSRecordResolver(server: server)
         }
         if let qlogDirectory { configuration.qlogDirectory = qlogDirectory }
-        if let cacert {
-            guard FileManager.default.isReadableFile(atPath: cacert) else { throw die("cannot read CA file \(cacert)", .tlsError) }
-            configuration.certificateVerification = .caFile(cacert)
-        } else if let pinSHA256 {
-            do { configuration.certificateVerification = try .pinnedSHA256(hex: pinSHA256) } catch { throw die("\(error)", .tlsError) }
-        } else if insecure {
-            configuration.certificateVerification = .insecure
-        }
-        if let resolve {
-            let parts = resolve.split(separator: ":", maxSplits: 2).map(String.init)
-            configuration.connectTo = (parts[2].trimmingCharacters(in: CharacterSet(charactersIn: "[]")), UInt16(parts[1]) ?? 443)
-        }
-        if let connectTo {
-            let parts = connectTo.split(separator: ":", omittingEmptySubsequences: false).map(String.init)
-            configuration.connectTo = (parts[2], UInt16(parts[3])!)
-        }
+        do { configuration.certificateVerification = try trust.certificateVerification() } catch { throw die("\(error)", .tlsError) }
+        configuration.connectTo = trust.connectTarget
         let body = try loadBody()
         let client = HTTPSession(configuration: configuration)
         let started = ContinuousClock.now
