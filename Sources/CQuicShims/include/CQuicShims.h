@@ -15,6 +15,7 @@
 #include <sys/socket.h>
 #include <netinet/in.h>
 #include <linux/openat2.h>
+#include <malloc.h>
 
 void cqs_ngtcp2_settings_default(ngtcp2_settings *settings);
 void cqs_ngtcp2_transport_params_default(ngtcp2_transport_params *params);

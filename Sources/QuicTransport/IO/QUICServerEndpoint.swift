@@ -1,3 +1,4 @@
+import CQuicShims
 import Logging
 import NIOCore
 
@@ -93,6 +94,26 @@ package final class QUICServerEndpoint {
         for listening in listeningSockets { listening.detachAndClose() }
     }
 
+    private var memoryTrimScheduled = false
+
+    /// A while after connections end, gives the memory they freed back to the kernel.
+    ///
+    /// A connection's allocations are spread over glibc's per-thread arenas, and free space in
+    /// the middle of an arena stays in the process: after 200 concurrent connections closed,
+    /// h3serve kept 27 MiB it no longer used. `malloc_trim(3)` releases those free pages; it
+    /// runs at most once per `memoryTrimDelay`, and only after a connection ended, so a busy
+    /// server pays for it a few milliseconds every few seconds and an idle one never.
+    private func scheduleMemoryTrim() {
+        guard !memoryTrimScheduled else { return }
+        memoryTrimScheduled = true
+        socket.channel.eventLoop.scheduleTask(in: Self.memoryTrimDelay) { [weak self] in
+            self?.memoryTrimScheduled = false
+            malloc_trim(0)
+        }
+    }
+
+    static let memoryTrimDelay = TimeAmount.seconds(2)
+
     private func receive(_ envelope: AddressedEnvelope<ByteBuffer>, on listening: QUICDatagramSocket) {
         let path = QUICPath(local: listening.localAddress, remote: QUICSocketAddress(nio: envelope.remoteAddress))
         let disposition = envelope.data.withUnsafeReadableBytes { datagram in
@@ -110,6 +131,7 @@ package final class QUICServerEndpoint {
                 driver.onFinished = { [weak self] finished in
                     self?.core.remove(finished.core)
                     self?.drivers[ObjectIdentifier(finished.core)] = nil
+                    self?.scheduleMemoryTrim()
                 }
                 drivers[ObjectIdentifier(connection)] = driver
                 onNewConnection?(driver)
