@@ -1,0 +1,407 @@
+#!/usr/bin/env python3
+"""The table of scripts/bench: our HTTP/3 server and client beside gtlsserver and gtlsclient.
+
+Run it through scripts/bench, which installs the peers and builds the release binaries.
+Standard library only. Each row is measured in both orders (ours first, then theirs first) and
+the mean is printed with the ratio "ours / C": above 1 is better for rates, below 1 is better
+for costs (CPU, memory, instructions).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+AIOQUIC = os.path.join(REPO, "Tests", "Interop", "aioquic")
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def udp_port_bound(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
+def run(cmd: list[str], timeout: float = 600) -> subprocess.CompletedProcess:
+    done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout)
+    if done.returncode != 0:
+        raise SystemExit(f"bench: {' '.join(cmd[:3])}… failed ({done.returncode}): {done.stderr[-800:]}{done.stdout[-400:]}")
+    return done
+
+
+def child_cpu_seconds(cmd: list[str]) -> float:
+    """Runs cmd and returns its own CPU time (utime+stime), from wait4's rusage."""
+    with tempfile.TemporaryFile(mode="w+") as errors:
+        # Bodies go to /dev/null: a pipe nobody reads until the end would stall the client.
+        process = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=errors, text=True)
+        _, status, usage = os.wait4(process.pid, 0)
+        process.returncode = code = os.waitstatus_to_exitcode(status)
+        if code != 0:
+            errors.seek(0)
+            raise SystemExit(f"bench: {' '.join(cmd[:3])}… failed ({code}): {errors.read()[-800:]}")
+    return usage.ru_utime + usage.ru_stime
+
+
+@dataclass
+class Server:
+    """One server process; `port` is where it serves."""
+    name: str
+    cmd: list[str]
+    port: int
+    process: subprocess.Popen | None = None
+
+    def start(self) -> "Server":
+        self.process = subprocess.Popen(self.cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(300):
+            if self.process.poll() is not None:
+                raise SystemExit(f"bench: {self.name} exited at start: {' '.join(self.cmd)}")
+            if udp_port_bound(self.port):
+                time.sleep(0.2)
+                return self
+            time.sleep(0.1)
+        raise SystemExit(f"bench: {self.name} never bound port {self.port}")
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def cpu_seconds(self) -> float:
+        with open(f"/proc/{self.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / TICK
+
+    def rss_kib(self) -> int:
+        with open(f"/proc/{self.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+        return 0
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+
+
+@dataclass
+class Row:
+    group: str
+    what: str
+    unit: str
+    ours: float
+    theirs: float | None
+    ours_name: str
+    theirs_name: str | None
+    higher_is_better: bool = False
+    values: dict = field(default_factory=dict)
+
+    @property
+    def ratio(self) -> float | None:
+        if self.theirs in (None, 0):
+            return None
+        return self.ours / self.theirs
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.bin = args.bin
+        self.py = args.python
+        self.work = tempfile.mkdtemp(prefix="bench-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+        self.www = os.path.join(self.work, "www")
+        self.dl = os.path.join(self.work, "dl")
+        os.makedirs(self.www)
+        os.makedirs(self.dl)
+        self.cert = os.path.join(self.work, "cert.pem")
+        self.key = os.path.join(self.work, "key.pem")
+        run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+             "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1", "-days", "1",
+             "-keyout", self.key, "-out", self.cert])
+        quick = args.quick
+        self.bulk_bytes = (64 if quick else 256) << 20
+        self.requests = 2000 if quick else 5000
+        self.load_requests = 20000 if quick else 50000
+        self.connections = 100 if quick else 300
+        self.idle_connections = 200
+        self.echo_bytes = (64 if quick else 256) << 20
+        self.echo_streams = 2000 if quick else 10000
+        with open(os.path.join(self.www, "1k.bin"), "wb") as f:
+            f.write(os.urandom(1024))
+        with open(os.path.join(self.www, "bulk.bin"), "wb") as f:
+            for _ in range(self.bulk_bytes >> 20):
+                f.write(os.urandom(1 << 20))
+        self.rows: list[Row] = []
+        self.servers: list[Server] = []
+
+    # -- servers ------------------------------------------------------------------
+
+    def h3serve(self, port: int | None = None, prefix: list[str] | None = None, binary: str | None = None) -> Server:
+        port = port or free_udp_port()
+        cmd = (prefix or []) + [binary or os.path.join(self.bin, "h3serve"), "-q", "--no-tcp", "--port", str(port),
+                                "--root", self.www, "--cert", self.cert, "--key", self.key]
+        return self.track(Server("h3serve", cmd, port).start())
+
+    def gtlsserver(self, prefix: list[str] | None = None) -> Server:
+        port = free_udp_port()
+        cmd = (prefix or []) + ["gtlsserver", "-q", "-d", self.www, "127.0.0.1", str(port), self.key, self.cert]
+        return self.track(Server("gtlsserver", cmd, port).start())
+
+    def track(self, server: Server) -> Server:
+        self.servers.append(server)
+        return server
+
+    def stop_all(self) -> None:
+        for server in self.servers:
+            server.stop()
+
+    # -- clients ------------------------------------------------------------------
+
+    def url(self, server: Server, name: str, host: str = "localhost") -> str:
+        return f"https://{host}:{server.port}/{name}"
+
+    def h3get_bulk(self, server: Server) -> float:
+        out = os.path.join(self.dl, "bulk.bin")
+        started = time.monotonic()
+        run([os.path.join(self.bin, "h3get"), "--http3-only", "--cacert", self.cert, "-o", out, self.url(server, "bulk.bin")])
+        elapsed = time.monotonic() - started
+        self.check_size(out)
+        return self.bulk_bytes / elapsed / 1e6
+
+    def gtlsclient_bulk(self, server: Server) -> float:
+        started = time.monotonic()
+        run(["gtlsclient", "--quiet", "--exit-on-all-streams-close", "--download", self.dl, "127.0.0.1", str(server.port),
+             self.url(server, "bulk.bin", "127.0.0.1")])
+        elapsed = time.monotonic() - started
+        self.check_size(os.path.join(self.dl, "bulk.bin"))
+        return self.bulk_bytes / elapsed / 1e6
+
+    def check_size(self, path: str) -> None:
+        size = os.path.getsize(path) if os.path.exists(path) else -1
+        os.path.exists(path) and os.remove(path)
+        if size != self.bulk_bytes:
+            raise SystemExit(f"bench: the download was {size} bytes, not {self.bulk_bytes}")
+
+    def server_cpu(self, server: Server, cmd: list[str]) -> float:
+        before = server.cpu_seconds()
+        run(cmd)
+        return server.cpu_seconds() - before
+
+    def aioquic_requests(self, server: Server, count: int) -> list[str]:
+        return [self.py, os.path.join(AIOQUIC, "h3_requests.py"), self.url(server, "1k.bin", "127.0.0.1"),
+                "--cacert", self.cert, "--requests", str(count), "--in-flight", "50"]
+
+    def aioquic_churn(self, server: Server, count: int) -> list[str]:
+        return [self.py, os.path.join(AIOQUIC, "h3_churn.py"), self.url(server, "1k.bin", "127.0.0.1"),
+                "--cacert", self.cert, "--connections", str(count)]
+
+    def h3load(self, server: Server, requests: int, clients: int, streams: int) -> list[str]:
+        return [os.path.join(self.bin, "h3load"), "-n", str(requests), "-c", str(clients), "-m", str(streams),
+                "--cacert", self.cert, self.url(server, "1k.bin")]
+
+    # -- rows ---------------------------------------------------------------------
+
+    def both_orders(self, measure_ours, measure_theirs) -> tuple[float, float]:
+        """Runs each measurement twice, ours first and then theirs first; returns the means."""
+        ours, theirs = [], []
+        ours.append(measure_ours())
+        theirs.append(measure_theirs())
+        theirs.append(measure_theirs())
+        ours.append(measure_ours())
+        return sum(ours) / len(ours), sum(theirs) / len(theirs)
+
+    def add(self, row: Row) -> None:
+        self.rows.append(row)
+        print(self.format_row(row), flush=True)
+
+    def server_rows(self, ours: Server, theirs: Server) -> None:
+        group = "server (same client against h3serve and gtlsserver)"
+        o, t = self.both_orders(lambda: self.h3get_bulk(ours), lambda: self.h3get_bulk(theirs))
+        self.add(Row(group, f"bulk {self.bulk_bytes >> 20} MiB, client h3get", "MB/s", o, t, "h3serve", "gtlsserver", True))
+        o, t = self.both_orders(lambda: self.gtlsclient_bulk(ours), lambda: self.gtlsclient_bulk(theirs))
+        self.add(Row(group, f"bulk {self.bulk_bytes >> 20} MiB, client gtlsclient", "MB/s", o, t, "h3serve", "gtlsserver", True))
+
+        n = self.requests
+        o, t = self.both_orders(lambda: self.server_cpu(ours, self.aioquic_requests(ours, n)) / n * 1e6,
+                                lambda: self.server_cpu(theirs, self.aioquic_requests(theirs, n)) / n * 1e6)
+        self.add(Row(group, f"CPU per 1 KiB GET, aioquic, 1 conn, 50 in flight ({n})", "µs", o, t, "h3serve", "gtlsserver"))
+        n = self.load_requests
+        o, t = self.both_orders(lambda: self.server_cpu(ours, self.h3load(ours, n, 1, 50)) / n * 1e6,
+                                lambda: self.server_cpu(theirs, self.h3load(theirs, n, 1, 50)) / n * 1e6)
+        self.add(Row(group, f"CPU per 1 KiB GET, h3load -c 1 -m 50 ({n})", "µs", o, t, "h3serve", "gtlsserver"))
+
+        n = self.connections
+        o, t = self.both_orders(lambda: self.server_cpu(ours, self.aioquic_churn(ours, n)) / n * 1e6,
+                                lambda: self.server_cpu(theirs, self.aioquic_churn(theirs, n)) / n * 1e6)
+        self.add(Row(group, f"CPU per new connection (handshake + GET), aioquic ({n})", "µs", o, t, "h3serve", "gtlsserver"))
+        o, t = self.both_orders(lambda: self.server_cpu(ours, self.h3load(ours, n, n, 1)) / n * 1e6,
+                                lambda: self.server_cpu(theirs, self.h3load(theirs, n, n, 1)) / n * 1e6)
+        self.add(Row(group, f"CPU per new connection (handshake + GET), h3load -c {n} ({n})", "µs", o, t, "h3serve", "gtlsserver"))
+
+        o, t = self.both_orders(lambda: self.idle_rss_per_connection(ours), lambda: self.idle_rss_per_connection(theirs))
+        self.add(Row(group, f"RSS per idle connection ({self.idle_connections} held, aioquic)", "KiB", o, t, "h3serve", "gtlsserver"))
+
+    def idle_rss_per_connection(self, server: Server) -> float:
+        before = server.rss_kib()
+        cmd = [self.py, os.path.join(AIOQUIC, "h3_churn.py"), self.url(server, "1k.bin", "127.0.0.1"), "--cacert", self.cert,
+               "--connections", str(self.idle_connections), "--hold", "2"]
+        holder = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = holder.stdout.readline()
+        if not line.startswith("HOLDING"):
+            holder.kill()
+            raise SystemExit(f"bench: the idle connections did not open: {line}{holder.stderr.read()[-500:]}")
+        held = int(line.split()[1])
+        time.sleep(0.5)
+        during = server.rss_kib()
+        holder.communicate(timeout=120)
+        return (during - before) / max(held, 1)
+
+    def client_rows(self, server: Server) -> None:
+        group = "client (h3get and gtlsclient against the same gtlsserver)"
+        o, t = self.both_orders(lambda: self.h3get_bulk(server), lambda: self.gtlsclient_bulk(server))
+        self.add(Row(group, f"bulk {self.bulk_bytes >> 20} MiB", "MB/s", o, t, "h3get", "gtlsclient", True))
+        n = 1000
+        urls = [self.url(server, "1k.bin")] * n
+        ours_cmd = [os.path.join(self.bin, "h3get"), "--http3-only", "--cacert", self.cert, "-s"] + urls
+        theirs_cmd = ["gtlsclient", "--quiet", "--exit-on-all-streams-close", "-n", str(n), "127.0.0.1", str(server.port),
+                      self.url(server, "1k.bin", "127.0.0.1")]
+        o, t = self.both_orders(lambda: child_cpu_seconds(ours_cmd) / n * 1e6, lambda: child_cpu_seconds(theirs_cmd) / n * 1e6)
+        self.add(Row(group, f"client CPU per 1 KiB GET, {n} on one connection", "µs", o, t, "h3get", "gtlsclient"))
+
+    def rest_rows(self, ours: Server, theirs: Server) -> None:
+        time.sleep(5)
+        self.add(Row("memory", "RSS at rest after all of the above", "MiB", ours.rss_kib() / 1024, theirs.rss_kib() / 1024,
+                     "h3serve", "gtlsserver"))
+
+    def echo_rows(self) -> None:
+        group = "raw streams (quic-echo; no C peer echoes)"
+        port = free_udp_port()
+        echo = self.track(Server("quic-echo serve", [os.path.join(self.bin, "quic-echo"), "serve", "--port", str(port),
+                                                     "--cert", self.cert, "--key", self.key], port).start())
+        connect = [os.path.join(self.bin, "quic-echo"), "connect", "127.0.0.1", str(port), "--cacert", self.cert,
+                   "--sni", "localhost", "--timeout", "300"]
+        started = time.monotonic()
+        run(connect + ["--size", str(self.echo_bytes)])
+        rate = self.echo_bytes / (time.monotonic() - started) / 1e6
+        self.add(Row(group, f"echo {self.echo_bytes >> 20} MiB through one stream", "MB/s", rate, None, "quic-echo", None, True))
+        n = self.echo_streams
+        before = echo.cpu_seconds()
+        client_cpu = child_cpu_seconds(connect + ["--streams", str(n), "--data", "hello"])
+        server_cpu = echo.cpu_seconds() - before
+        self.add(Row(group, f"server CPU per short echo stream ({n} on one tunnel)", "µs", server_cpu / n * 1e6, None, "quic-echo serve", None))
+        self.add(Row(group, f"client CPU per short echo stream ({n} on one tunnel)", "µs", client_cpu / n * 1e6, None, "quic-echo connect", None))
+        echo.stop()
+
+    def callgrind_rows(self) -> None:
+        """Instructions per request and per handshake, counted by callgrind after a warm-up."""
+        group = "instructions (valgrind --tool=callgrind; server side)"
+        # valgrind 3.19 cannot read the DWARF 5 that Swift 6 writes; the symbol table is enough.
+        stripped = os.path.join(self.work, "h3serve.stripped")
+        shutil.copy(os.path.join(self.bin, "h3serve"), stripped)
+        run(["objcopy", "--strip-debug", stripped])
+        requests = 300 if self.args.quick else 1000
+        handshakes = 20 if self.args.quick else 50
+        results = {}
+        for name, start in (("h3serve", lambda prefix: self.h3serve(prefix=prefix, binary=stripped)),
+                            ("gtlsserver", lambda prefix: self.gtlsserver(prefix=prefix))):
+            out = os.path.join(self.work, f"callgrind.{name}")
+            server = start(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"])
+            run(self.aioquic_requests(server, 50), timeout=300)
+            per_request = self.count_instructions(server, out, self.aioquic_requests(server, requests)) / requests
+            per_handshake = self.count_instructions(server, out, self.aioquic_churn(server, handshakes)) / handshakes
+            server.stop()
+            results[name] = (per_request, per_handshake)
+        (our_request, our_handshake), (c_request, c_handshake) = results["h3serve"], results["gtlsserver"]
+        self.add(Row(group, f"per 1 KiB GET, aioquic, 50 in flight ({requests})", "k instr", our_request / 1e3, c_request / 1e3, "h3serve", "gtlsserver"))
+        self.add(Row(group, f"per new connection (handshake + GET), aioquic ({handshakes})", "k instr", our_handshake / 1e3, c_handshake / 1e3, "h3serve", "gtlsserver"))
+
+    def count_instructions(self, server: Server, out: str, load: list[str]) -> float:
+        for stale in [p for p in os.listdir(self.work) if p.startswith(os.path.basename(out) + ".")]:
+            os.remove(os.path.join(self.work, stale))
+        run(["callgrind_control", "-z", str(server.pid)])
+        run(load, timeout=600)
+        run(["callgrind_control", "-d", str(server.pid)])
+        for _ in range(100):
+            dumps = [p for p in os.listdir(self.work) if p.startswith(os.path.basename(out) + ".")]
+            if dumps:
+                with open(os.path.join(self.work, dumps[0])) as f:
+                    for line in f:
+                        if line.startswith("totals:"):
+                            return float(line.split()[1])
+            time.sleep(0.1)
+        raise SystemExit("bench: callgrind wrote no dump")
+
+    # -- output -------------------------------------------------------------------
+
+    @staticmethod
+    def format_row(row: Row) -> str:
+        ours = f"{row.ours:,.1f}"
+        theirs = f"{row.theirs:,.1f}" if row.theirs is not None else "–"
+        ratio = f"{row.ratio:.2f}" if row.ratio is not None else "–"
+        return f"{row.what:<62} {row.unit:>8} {ours:>12} {theirs:>12} {ratio:>7}"
+
+    def header(self) -> None:
+        print(f"{'':<62} {'unit':>8} {'ours':>12} {'C peer':>12} {'ours/C':>7}")
+
+    def run(self) -> None:
+        self.header()
+        try:
+            ours, theirs = self.h3serve(), self.gtlsserver()
+            self.server_rows(ours, theirs)
+            self.client_rows(theirs)
+            self.rest_rows(ours, theirs)
+            ours.stop()
+            theirs.stop()
+            self.echo_rows()
+            if not self.args.no_callgrind:
+                self.callgrind_rows()
+        finally:
+            self.stop_all()
+            shutil.rmtree(self.work, ignore_errors=True)
+        print()
+        print("ours/C: for MB/s above 1 is better; for µs, KiB, MiB and instructions below 1 is better.")
+        print("Servers: h3serve -q and gtlsserver -q (no request log). Clients: h3get, gtlsclient, aioquic 1.7.2, h3load.")
+        if self.args.json:
+            with open(self.args.json, "w") as f:
+                json.dump([{"what": r.what, "unit": r.unit, "ours": r.ours, "ours_name": r.ours_name, "theirs": r.theirs,
+                            "theirs_name": r.theirs_name, "ratio": r.ratio} for r in self.rows], f, indent=1)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description="HTTP/3 server and client benchmark beside ngtcp2's examples")
+    p.add_argument("--bin", required=True, help="directory of the release binaries")
+    p.add_argument("--python", required=True, help="python with aioquic 1.7.2")
+    p.add_argument("--quick", action="store_true", help="smaller runs, about 3 minutes")
+    p.add_argument("--no-callgrind", action="store_true", help="skip the instruction counts")
+    p.add_argument("--json", help="also write the rows to this file")
+    args = p.parse_args()
+    for tool in ("gtlsserver", "gtlsclient", "valgrind", "callgrind_control", "objcopy", "openssl"):
+        if shutil.which(tool) is None:
+            raise SystemExit(f"bench: {tool} not found; run bash scripts/setup")
+    Bench(args).run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
