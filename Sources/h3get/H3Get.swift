@@ -10,10 +10,10 @@ import QuicTransport
 /// HTTPS records) or assumed, and over HTTP/2 or HTTP/1.1 on TCP otherwise. URLs to one
 /// authority share one connection and run concurrently; bodies are written in the order the
 /// URLs were given.
-/// The entry point: see `mainWithBlockedMainThread` for why it is not the async `main()`.
+/// The entry point: see `runWithBlockedMainThread` for why it is not the async `main()`.
 @main
 enum H3GetMain {
-    static func main() { H3Get.mainWithBlockedMainThread() }
+    static func main() { runWithBlockedMainThread { await H3Get.main() } }
 }
 
 struct H3Get: AsyncParsableCommand {

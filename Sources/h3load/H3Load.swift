@@ -6,8 +6,13 @@ import HTTPTypes
 import Logging
 import QuicTransport
 
-/// `h3load`: an HTTP/3 load generator in the manner of nghttp2's h2load.
+/// The entry point: see `runWithBlockedMainThread` for why it is not the async `main()`.
 @main
+enum H3LoadMain {
+    static func main() { runWithBlockedMainThread { await H3Load.main() } }
+}
+
+/// `h3load`: an HTTP/3 load generator in the manner of nghttp2's h2load.
 struct H3Load: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "h3load",

@@ -8,10 +8,10 @@ import NIOConcurrencyHelpers
 import QuicTransport
 
 /// `h3serve`: serves a directory over HTTP/3 and logs one line per request.
-/// The entry point: see `mainWithBlockedMainThread` for why it is not the async `main()`.
+/// The entry point: see `runWithBlockedMainThread` for why it is not the async `main()`.
 @main
 enum H3ServeMain {
-    static func main() { H3Serve.mainWithBlockedMainThread() }
+    static func main() { runWithBlockedMainThread { await H3Serve.main() } }
 }
 
 struct H3Serve: AsyncParsableCommand {

@@ -5,10 +5,10 @@ import Logging
 import QuicTransport
 
 /// `quic-echo`: serves and connects with the echo protocol documented in the README.
-/// The entry point: see `mainWithBlockedMainThread` for why it is not the async `main()`.
+/// The entry point: see `runWithBlockedMainThread` for why it is not the async `main()`.
 @main
 enum QuicEchoMain {
-    static func main() { QuicEcho.mainWithBlockedMainThread() }
+    static func main() { runWithBlockedMainThread { await QuicEcho.main() } }
 }
 
 struct QuicEcho: AsyncParsableCommand {

@@ -106,7 +106,7 @@ package final class QUICServerEndpoint {
     private func scheduleMemoryTrim() {
         guard !memoryTrimScheduled else { return }
         memoryTrimScheduled = true
-        socket.channel.eventLoop.scheduleTask(in: Self.memoryTrimDelay) { [weak self] in
+        socket.channel.eventLoop.assumeIsolated().scheduleTask(in: Self.memoryTrimDelay) { [weak self] in
             self?.memoryTrimScheduled = false
             malloc_trim(0)
         }
