@@ -121,15 +121,17 @@ package final class QUICConnectionDriver: @unchecked Sendable {
         if more { schedulePass() }
     }
 
+    /// Keeps one timer armed at or before the core's next deadline.
+    ///
+    /// ngtcp2's expiry moves on almost every pass (ACK delay, loss detection, idle timeout), and
+    /// mostly later. A timer that would fire too early is kept: firing early costs one check
+    /// (`handleTimeout` ignores a call before the expiry) and a re-arm, where cancelling and
+    /// scheduling anew on every pass costs NIO's timer heap work and allocations each time.
     private func rearmTimer() {
         let deadline = core.nextDeadline
-        guard deadline != timerDeadline else { return }
+        guard deadline < timerDeadline else { return }
         timer?.cancel()
         timerDeadline = deadline
-        guard deadline != .max else {
-            timer = nil
-            return
-        }
         timer = eventLoop.scheduleTask(deadline: .uptimeNanoseconds(deadline)) { [weak self] in
             guard let self else { return }
             self.timerDeadline = .max
