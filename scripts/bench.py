@@ -261,10 +261,14 @@ class Bench:
                                 lambda: self.server_cpu(theirs, self.h3load(theirs, n, n, 1)) / n * 1e6)
         self.add(Row(group, f"CPU per new connection (handshake + GET), h3load -c {n} ({n})", "µs", o, t, "h3serve", "gtlsserver"))
 
-        o, t = self.both_orders(lambda: self.idle_rss_per_connection(ours), lambda: self.idle_rss_per_connection(theirs))
+        o, t = self.both_orders(lambda: self.idle_rss_per_connection(self.h3serve), lambda: self.idle_rss_per_connection(self.gtlsserver))
         self.add(Row(group, f"anon RSS per idle connection ({self.idle_connections} held, aioquic)", "KiB", o, t, "h3serve", "gtlsserver"))
 
-    def idle_rss_per_connection(self, server: Server) -> float:
+    def idle_rss_per_connection(self, start) -> float:
+        """Memory a fresh server takes on for each idle connection. A fresh one each time: a
+        server that has served before reuses pages it kept (or, trimmed, faults them in anew),
+        and the figure would measure that history instead."""
+        server = start()
         before = server.rss_kib("RssAnon")
         cmd = [self.py, os.path.join(AIOQUIC, "h3_churn.py"), self.url(server, "1k.bin", "127.0.0.1"), "--cacert", self.cert,
                "--connections", str(self.idle_connections), "--hold", "2"]
@@ -277,6 +281,7 @@ class Bench:
         time.sleep(0.5)
         during = server.rss_kib("RssAnon")
         holder.communicate(timeout=120)
+        server.stop()
         return (during - before) / max(held, 1)
 
     def client_rows(self, server: Server) -> None:
