@@ -28,7 +28,7 @@ from aioquic.asyncio import connect
 from aioquic.h3.connection import H3_ALPN
 from aioquic.quic.configuration import QuicConfiguration
 
-from client_trust import apply_verification
+from client_trust import add_verification_arguments, apply_verification
 from h3_client import H3ClientProtocol, parse_urls
 
 H3_NO_ERROR = 0x100
@@ -109,9 +109,7 @@ def main() -> int:
     p.add_argument("--connections", type=int, default=300)
     p.add_argument("--parallel", type=int, default=8)
     p.add_argument("--hold", type=float, default=0, help="open all at once, keep them idle this long")
-    g = p.add_mutually_exclusive_group()
-    g.add_argument("--cacert", help="CA (or self-signed) certificate PEM to trust")
-    g.add_argument("-k", "--insecure", action="store_true", help="skip certificate verification")
+    add_verification_arguments(p)
     p.add_argument("--timeout", type=float, default=10.0, help="per connection, seconds")
     args = p.parse_args()
     summary = asyncio.run(run(args))

@@ -24,7 +24,7 @@ from aioquic.asyncio import connect
 from aioquic.h3.connection import H3_ALPN
 from aioquic.quic.configuration import QuicConfiguration
 
-from client_trust import apply_verification
+from client_trust import add_verification_arguments, apply_verification
 from h3_client import H3ClientProtocol, parse_urls
 
 H3_NO_ERROR = 0x100
@@ -69,9 +69,7 @@ def main() -> int:
     p.add_argument("url", metavar="URL")
     p.add_argument("--requests", type=int, default=2000)
     p.add_argument("--in-flight", type=int, default=50)
-    g = p.add_mutually_exclusive_group()
-    g.add_argument("--cacert", help="CA (or self-signed) certificate PEM to trust")
-    g.add_argument("-k", "--insecure", action="store_true", help="skip certificate verification")
+    add_verification_arguments(p)
     p.add_argument("--timeout", type=float, default=30.0, help="per request, seconds")
     args = p.parse_args()
     summary = asyncio.run(run(args))
