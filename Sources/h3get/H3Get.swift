@@ -6,16 +6,16 @@ import HTTPTypes
 import Logging
 import QuicTransport
 
-/// `h3get`: fetches URLs with curl's flags, over HTTP/3 where it is discovered (Alt-Svc, DNS
-/// HTTPS records) or assumed, and over HTTP/2 or HTTP/1.1 on TCP otherwise. URLs to one
-/// authority share one connection and run concurrently; bodies are written in the order the
-/// URLs were given.
 /// The entry point: see `runWithBlockedMainThread` for why it is not the async `main()`.
 @main
 enum H3GetMain {
     static func main() { runWithBlockedMainThread { await H3Get.main() } }
 }
 
+/// `h3get`: fetches URLs with curl's flags, over HTTP/3 where it is discovered (Alt-Svc, DNS
+/// HTTPS records) or assumed, and over HTTP/2 or HTTP/1.1 on TCP otherwise. URLs to one
+/// authority share one connection and run concurrently; bodies are written in the order the
+/// URLs were given.
 struct H3Get: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "h3get",

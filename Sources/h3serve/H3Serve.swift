@@ -7,13 +7,13 @@ import Logging
 import NIOConcurrencyHelpers
 import QuicTransport
 
-/// `h3serve`: serves a directory over HTTP/3 and logs one line per request.
 /// The entry point: see `runWithBlockedMainThread` for why it is not the async `main()`.
 @main
 enum H3ServeMain {
     static func main() { runWithBlockedMainThread { await H3Serve.main() } }
 }
 
+/// `h3serve`: serves a directory over HTTP/3 and logs one line per request.
 struct H3Serve: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "h3serve",

@@ -4,13 +4,13 @@ import Foundation
 import Logging
 import QuicTransport
 
-/// `quic-echo`: serves and connects with the echo protocol documented in the README.
 /// The entry point: see `runWithBlockedMainThread` for why it is not the async `main()`.
 @main
 enum QuicEchoMain {
     static func main() { runWithBlockedMainThread { await QuicEcho.main() } }
 }
 
+/// `quic-echo`: serves and connects with the echo protocol documented in the README.
 struct QuicEcho: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "quic-echo",
