@@ -223,7 +223,7 @@ struct H3Get: AsyncParsableCommand {
         var request = HTTPRequest(method: requestMethod, scheme: "https", authority: authority, path: path)
         request.headerFields[.userAgent] = "h3get/0.1"
         for header in headers {
-            let (name, value) = header.split(separator: ":", maxSplits: 1).map { $0.trimmingCharacters(in: .whitespaces) }.pair
+            let (name, value) = parseHeaderOption(header) ?? ("", "")
             guard let fieldName = HTTPField.Name(name) else { throw HTTP3ClientError.invalidRequest("bad header name '\(name)'") }
             request.headerFields[fieldName] = value
         }
@@ -445,6 +445,3 @@ extension Result where Failure == any Error {
     }
 }
 
-extension Array where Element == String {
-    fileprivate var pair: (String, String) { (self.first ?? "", count > 1 ? self[1] : "") }
-}

@@ -83,8 +83,7 @@ struct H3Load: AsyncParsableCommand {
         }
         if let warmUpTime, warmUpTime < 0 { throw ValidationError("--warm-up-time must not be negative") }
         for header in headers {
-            let name = header.split(separator: ":", maxSplits: 1, omittingEmptySubsequences: false)[0]
-            guard header.contains(":"), HTTPField.Name(name.trimmingCharacters(in: .whitespaces)) != nil else {
+            guard let (name, _) = parseHeaderOption(header), HTTPField.Name(name) != nil else {
                 throw ValidationError("header '\(header)' is not \"Name: value\"")
             }
         }
@@ -110,9 +109,9 @@ struct H3Load: AsyncParsableCommand {
             var request = HTTPRequest(method: .get, scheme: "https", authority: target.authority, path: target.path)
             request.headerFields[.userAgent] = "h3load/0.1"
             for header in headers {
-                let parts = header.split(separator: ":", maxSplits: 1, omittingEmptySubsequences: false)
-                let name = HTTPField.Name(parts[0].trimmingCharacters(in: .whitespaces))!
-                request.headerFields[name] = parts[1].trimmingCharacters(in: .whitespaces)
+                // validate() has checked each one.
+                let (name, value) = parseHeaderOption(header)!
+                request.headerFields[HTTPField.Name(name)!] = value
             }
             return request
         }
