@@ -69,8 +69,8 @@ public struct HTTP3FileHandler: Sendable {
         }
         guard !relative.utf8.contains(0) else { return nil }
         let name = relative.drop { $0 == "/" }
-        guard let reader = directory.openFile(name.isEmpty ? "." : String(name)) else { return nil }
-        switch reader {
+        guard let entry = directory.openFile(name.isEmpty ? "." : String(name)) else { return nil }
+        switch entry {
         case .file(let file):
             return (file, String(name))
         case .directory:
