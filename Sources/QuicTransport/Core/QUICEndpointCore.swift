@@ -203,7 +203,7 @@ package final class QUICEndpointCore {
     private func sendStatelessReset(to dcid: QUICConnectionID, datagramSize: Int, reply: (UnsafeRawBufferPointer) -> Void) -> Disposition {
         // Only for IDs we issued, and always smaller than the trigger to prevent loops (RFC 9000 §10.3.3).
         let minimum = 1 + Int(NGTCP2_MIN_STATELESS_RESET_RANDLEN) + Int(NGTCP2_STATELESS_RESET_TOKENLEN)
-        guard dcid.bytes.withUnsafeBytes({ idFactory.isIssuedHere($0) }) else {
+        guard dcid.withUnsafeBytes({ idFactory.isIssuedHere($0) }) else {
             return .dropped("short header packet for an unknown connection ID")
         }
         guard datagramSize - 1 > minimum else { return .dropped("too small to answer with a stateless reset") }
