@@ -25,25 +25,27 @@ public struct HTTP3FileHandler: Sendable {
             return HTTP3ServerResponse(status: .notFound, body: Array("not found\n".utf8))
         }
         let size = reader.size
+        // Appended, not set by subscript: a setter searches the fields for the name first.
         var fields = HTTPFields()
-        fields[.contentType] = Self.contentType(for: Self.pathExtension(of: name))
-        fields[.acceptRanges] = "bytes"
+        fields.reserveCapacity(4)
+        fields.append(HTTPField(name: .contentType, value: Self.contentType(for: Self.pathExtension(of: name))))
+        fields.append(HTTPField(name: .acceptRanges, value: "bytes"))
         var status = HTTPResponse.Status.ok
         var range = 0..<size
         if let rangeText = request.head.headerFields[.range] {
             switch Self.byteRange(rangeText, length: size) {
             case .satisfiable(let requested):
                 status = .partialContent
-                fields[.contentRange] = "bytes \(requested.lowerBound)-\(requested.upperBound - 1)/\(size)"
+                fields.append(HTTPField(name: .contentRange, value: "bytes \(requested.lowerBound)-\(requested.upperBound - 1)/\(size)"))
                 range = requested
             case .unsatisfiable:
-                fields[.contentRange] = "bytes */\(size)"
+                fields.append(HTTPField(name: .contentRange, value: "bytes */\(size)"))
                 return HTTP3ServerResponse(status: .rangeNotSatisfiable, headerFields: fields)
             case .ignored:
                 break
             }
         }
-        fields[.contentLength] = String(range.count)
+        fields.append(HTTPField(name: .contentLength, value: String(range.count)))
         var response = HTTP3ServerResponse(status: status, headerFields: fields)
         guard method == .get else { return response }
         if range.count <= Self.inMemoryLimit {
@@ -62,21 +64,24 @@ public struct HTTP3FileHandler: Sendable {
     /// Opens the regular file a request path names (a directory's `index.html`), with the name
     /// it was opened under; nil when it is missing, not a regular file, or would leave the root.
     func open(_ path: String) -> (HTTP3FileReader, name: String)? {
-        var relative = path.prefix { $0 != "?" }
+        // Scanned as UTF-8 bytes: the delimiters are ASCII, and walking Characters would run
+        // grapheme breaking over every path.
+        let utf8 = path.utf8
+        var relative = path[..<(utf8.firstIndex(of: UInt8(ascii: "?")) ?? utf8.endIndex)]
         if relative.utf8.contains(UInt8(ascii: "%")) {
             guard let decoded = relative.removingPercentEncoding else { return nil }
             relative = Substring(decoded)
         }
         guard !relative.utf8.contains(0) else { return nil }
-        let name = relative.drop { $0 == "/" }
-        guard let entry = directory.openFile(name.isEmpty ? "." : String(name)) else { return nil }
+        let name = String(relative[(relative.utf8.firstIndex { $0 != UInt8(ascii: "/") } ?? relative.endIndex)...])
+        guard let entry = directory.openFile(name.isEmpty ? "." : name) else { return nil }
         switch entry {
         case .file(let file):
-            return (file, String(name))
+            return (file, name)
         case .directory:
-            let index = name.isEmpty || name.hasSuffix("/") ? name + "index.html" : name + "/index.html"
-            guard case .file(let file) = directory.openFile(String(index)) else { return nil }
-            return (file, String(index))
+            let index = name.isEmpty || name.utf8.last == UInt8(ascii: "/") ? name + "index.html" : name + "/index.html"
+            guard case .file(let file) = directory.openFile(index) else { return nil }
+            return (file, index)
         }
     }
 
@@ -117,7 +122,8 @@ public struct HTTP3FileHandler: Sendable {
     }
 
     static func contentType(for pathExtension: Substring) -> String {
-        switch pathExtension.lowercased() {
+        let isLowercase = !pathExtension.utf8.contains { $0 >= UInt8(ascii: "A") && $0 <= UInt8(ascii: "Z") }
+        switch isLowercase ? String(pathExtension) : pathExtension.lowercased() {
         case "html", "htm": return "text/html; charset=utf-8"
         case "txt": return "text/plain; charset=utf-8"
         case "css": return "text/css"

@@ -135,7 +135,7 @@ struct H3Serve: AsyncParsableCommand {
             let started = ContinuousClock.now
             var response = files.respond(to: request)
             if let value = advertised.withLockedValue({ $0 }), response.head.headerFields[.altSvc] == nil {
-                response.head.headerFields[.altSvc] = value
+                response.head.headerFields.append(HTTPField(name: .altSvc, value: value))
             }
             guard logsRequests else { return response }
             let elapsed = (ContinuousClock.now - started).components
