@@ -56,7 +56,7 @@ final class HTTP3BodyPump: @unchecked Sendable {
 
     /// The peer acknowledged more of the stream's body: wake its producer when below half the limit.
     func acknowledged(_ streamID: Int64) {
-        guard let waiting = producers[streamID], let continuation = waiting, let codec = codec() else { return }
+        guard !producers.isEmpty, let waiting = producers[streamID], let continuation = waiting, let codec = codec() else { return }
         guard codec.bufferedBodyBytes(streamID: streamID) < Self.bufferLimit / 2 else { return }
         producers[streamID] = .some(nil)
         continuation.resume(returning: true)
@@ -75,6 +75,7 @@ final class HTTP3BodyPump: @unchecked Sendable {
     /// Wakes a waiting producer with "no more room" and cancels its task, which ends the
     /// producer's stream (`AsyncThrowingStream` finishes an iteration that is cancelled).
     private func stop(_ streamID: Int64) {
+        guard !producers.isEmpty || !tasks.isEmpty else { return }  // No streaming body: nothing to hash.
         if let waiting = producers.removeValue(forKey: streamID) { waiting?.resume(returning: false) }
         tasks.removeValue(forKey: streamID)?.cancel()
     }

@@ -21,7 +21,11 @@ package final class HTTP3Codec: QUICApplicationCodec {
     /// `.data` events still open for more bytes: stream to event index, and the bytes by index.
     private var openData: [Int64: Int] = [:]
     private var dataBuffers: [Int: [UInt8]] = [:]
-    private var fields: [Int64: [(name: String, value: String)]] = [:]
+    /// The field section being decoded, kept out of a dictionary because nghttp3 usually
+    /// decodes a section whole. A HEADERS frame split across packets pauses its section; one
+    /// paused while another stream's starts waits in `pausedFieldSections`.
+    private var fieldSection: (streamID: Int64, fields: [(name: String, value: String)]) = (-1, [])
+    private var pausedFieldSections: [Int64: [(name: String, value: String)]] = [:]
     // qlog (only while the connection writes a trace): frame boundaries in each direction,
     // the field sections we submitted (logged when their HEADERS frame goes out), and the
     // vectors last offered to ngtcp2 (scanned for what it accepted).
@@ -267,9 +271,12 @@ package final class HTTP3Codec: QUICApplicationCodec {
             throw applicationError(rv, "nghttp3_conn_close_stream")
         }
         bodies[streamID] = nil
-        outgoingFrames[streamID] = nil
-        incomingFrames[streamID] = nil
-        submittedHeaders[streamID] = nil
+        if fieldSection.streamID == streamID { fieldSection = (-1, []) }
+        // Empty unless a section paused or a trace is written: skip the hashing then.
+        if !pausedFieldSections.isEmpty { pausedFieldSections[streamID] = nil }
+        if !outgoingFrames.isEmpty { outgoingFrames[streamID] = nil }
+        if !incomingFrames.isEmpty { incomingFrames[streamID] = nil }
+        if !submittedHeaders.isEmpty { submittedHeaders[streamID] = nil }
     }
 
     package func nextStreamData(into vectors: UnsafeMutableBufferPointer<ngtcp2_vec>) throws -> (streamID: Int64, count: Int, fin: Bool)? {
@@ -375,13 +382,14 @@ package final class HTTP3Codec: QUICApplicationCodec {
         }
         callbacks.begin_headers = { _, streamID, userData, _ in
             HTTP3Codec.withCodec(userData) { codec in
-                codec.fields[streamID] = []
+                codec.beginFieldSection(streamID: streamID)
                 return 0
             }
         }
         callbacks.recv_header = { _, streamID, _, name, value, _, userData, _ in
             HTTP3Codec.withCodec(userData) { codec in
-                codec.fields[streamID, default: []].append((string(name), string(value)))
+                if codec.fieldSection.streamID != streamID { codec.resumeFieldSection(streamID: streamID) }
+                codec.fieldSection.fields.append((string(name), string(value)))
                 return 0
             }
         }
@@ -427,9 +435,35 @@ package final class HTTP3Codec: QUICApplicationCodec {
         return callbacks
     }
 
+    private func beginFieldSection(streamID: Int64) {
+        pauseFieldSection()
+        var fields: [(name: String, value: String)] = []
+        fields.reserveCapacity(8)
+        fieldSection = (streamID, fields)
+    }
+
+    /// Fields for a stream other than the current one: the current section pauses, and the
+    /// stream's own paused section (if any) becomes current.
+    private func resumeFieldSection(streamID: Int64) {
+        pauseFieldSection()
+        fieldSection = (streamID, pausedFieldSections.removeValue(forKey: streamID) ?? [])
+    }
+
+    private func pauseFieldSection() {
+        guard fieldSection.streamID >= 0 else { return }
+        pausedFieldSections[fieldSection.streamID] = fieldSection.fields
+        fieldSection = (-1, [])
+    }
+
     /// A decoded HEADERS frame (headers or trailers) is complete: log it and report it.
     private func fieldSectionEnded(streamID: Int64, isTrailers: Bool) {
-        let fields = self.fields.removeValue(forKey: streamID) ?? []
+        let fields: [(name: String, value: String)]
+        if fieldSection.streamID == streamID {
+            fields = fieldSection.fields
+            fieldSection = (-1, [])
+        } else {
+            fields = pausedFieldSections.removeValue(forKey: streamID) ?? []
+        }
         core?.appendQLogEvent(name: "http:frame_parsed", data: HTTP3QLog.headers(streamID: streamID, length: nil, fields: fields))
         append(.headers(streamID: streamID, fields: fields, isTrailers: isTrailers), streamID: streamID)
     }
