@@ -421,7 +421,10 @@ final class HTTP3ServerConnection: @unchecked Sendable {
         }
         let handler = self.handler
         let logger = self.logger
-        Task(executorPreference: handlerExecutor) {
+        // Started at once, on this loop (SE-0472): a handler that answers without suspending
+        // responds within this pass, with no enqueue and no hop. One that suspends resumes on
+        // the connection's loop, its preferred executor.
+        Task.immediate(executorPreference: handlerExecutor) {
             let response: HTTP3ServerResponse
             do {
                 response = try await handler(HTTP3ServerRequest(head: head, body: body, streamID: streamID))
@@ -440,7 +443,10 @@ final class HTTP3ServerConnection: @unchecked Sendable {
 
     private func respond(streamID: Int64, _ response: HTTP3ServerResponse) {
         guard let codec else { return }
-        let fields = [(name: ":status", value: "\(response.head.status.code)")] + response.head.headerFields.pairs
+        var fields: [(name: String, value: String)] = []
+        fields.reserveCapacity(response.head.headerFields.count + 1)
+        fields.append((":status", String(response.head.status.code)))
+        for field in response.head.headerFields { fields.append((field.name.canonicalName, field.value)) }
         do {
             if let priority = response.priority { try codec.setPriority(streamID: streamID, priority) }
             let streaming = response.bodyStream != nil

@@ -76,7 +76,18 @@ package final class QUICConnectionDriver: @unchecked Sendable {
     /// Runs a pass once the loop has finished what it is doing now, and only one however often
     /// this is called meanwhile: answers produced by several tasks in one turn of the loop (the
     /// responses to a batch of requests) leave together, coalesced into as few packets as fit.
+    /// Called from within a pass (by a handler that pass started), it has that pass go round
+    /// once more instead.
     package func schedulePass() {
+        if servicing {
+            serviceAgain = true
+            return
+        }
+        queuePass()
+    }
+
+    /// Queues one pass behind what the loop has to do now, reads included.
+    private func queuePass() {
         guard !passScheduled else { return }
         passScheduled = true
         eventLoop.execute {
@@ -118,7 +129,7 @@ package final class QUICConnectionDriver: @unchecked Sendable {
         }
         for socket in sockets { socket.flush() }
         // The send quantum ran out: let reads in, then continue.
-        if more { schedulePass() }
+        if more { queuePass() }
     }
 
     /// Keeps one timer armed at or before the core's next deadline.
