@@ -13,9 +13,10 @@ import QuicTransport
 public final class HTTP3Server: Sendable {
     /// Called once per request as soon as its head arrives; a thrown error becomes a 500.
     ///
-    /// It runs as a task that prefers the connection's event loop (SE-0417), beside that
-    /// connection's I/O, so it must not block: hand blocking or long computing work to
-    /// `Task.detached` or a thread pool and await it there.
+    /// It starts at once on the connection's event loop (`Task.immediate`, SE-0472) and, if it
+    /// suspends, resumes there (its executor preference, SE-0417), beside that connection's
+    /// I/O, so it must not block: hand blocking or long computing work to `Task.detached` or a
+    /// thread pool and await it there.
     public typealias Handler = @Sendable (HTTP3ServerRequest) async throws -> HTTP3ServerResponse
 
     public struct Configuration: Sendable {
