@@ -119,4 +119,42 @@ struct HTTP3CodecTests {
             #expect(bodies[stream] == Array("/r\(index)".utf8))
         }
     }
+
+    /// A request's HEADERS frame, QPACK-encoded from the static table only (RFC 9204 §4.5):
+    /// GET, https, authority localhost, and `path`.
+    static func headersFrame(path: String) -> [UInt8] {
+        let authority = Array("localhost".utf8), pathBytes = Array(path.utf8)
+        var section: [UInt8] = [0x00, 0x00, 0xD1, 0xD7]  // prefix; :method GET (17); :scheme https (23)
+        section += [0x50, UInt8(authority.count)] + authority  // :authority (static name 0), literal value
+        section += [0x51, UInt8(pathBytes.count)] + pathBytes  // :path (static name 1), literal value
+        return [0x01, UInt8(section.count)] + section  // HEADERS, length (one-byte varint)
+    }
+
+    /// A HEADERS frame cut across packets pauses its field section after the fields it has so
+    /// far; another stream's section decoded meanwhile must neither take nor lose them.
+    @Test func aFieldSectionCutAcrossPacketsResumesIntact() throws {
+        let box = ServerBox()
+        var requests: [(stream: Int64, fields: [(name: String, value: String)])] = []
+        let pair = try InMemoryPair(clientConfiguration: Self.configuration(), serverConfiguration: Self.configuration(), seed: 3) { box.make() }
+        pair.afterStep = {
+            for case .headers(let stream, let fields, false) in box.codec?.takeEvents() ?? [] { requests.append((stream, fields)) }
+        }
+        try pair.run(until: { pair.client.isHandshakeCompleted })
+        // A plain QUIC client writes the frames itself, so the cut falls where the test puts it:
+        // after :method and :scheme, inside :authority.
+        let first = try #require(try pair.client.openStream(bidirectional: true))
+        let second = try #require(try pair.client.openStream(bidirectional: true))
+        let firstFrame = Self.headersFrame(path: "/first")
+        try firstFrame[..<8].withUnsafeBytes { try pair.client.send(streamID: first, bytes: $0, fin: false, token: 1) }
+        try pair.run(until: { pair.clientEvents.contains(.streamSendCompleted(streamID: first, token: 1, error: nil)) })
+        try Self.headersFrame(path: "/second").withUnsafeBytes { try pair.client.send(streamID: second, bytes: $0, fin: true, token: 2) }
+        try pair.run(until: { !requests.isEmpty })
+        try firstFrame[8...].withUnsafeBytes { try pair.client.send(streamID: first, bytes: $0, fin: true, token: 3) }
+        try pair.run(until: { requests.count == 2 })
+
+        let expected = { (path: String) in Self.request(path).map { "\($0.name): \($0.value)" } }
+        #expect(requests.map(\.stream) == [second, first])
+        #expect(requests[0].fields.map { "\($0.name): \($0.value)" } == expected("/second"))
+        #expect(requests[1].fields.map { "\($0.name): \($0.value)" } == expected("/first"))
+    }
 }
