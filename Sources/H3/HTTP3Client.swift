@@ -103,11 +103,10 @@ public final class HTTP3Client: Sendable {
         guard request.scheme == "https" else {
             throw HTTP3ClientError.invalidRequest("HTTP/3 needs an https:// URL, not \(request.scheme ?? "no scheme")")
         }
-        var fields: [(name: String, value: String)] = [
+        var fields = request.headerFields.pairs(after: [
             (":method", request.method.rawValue), (":scheme", "https"), (":authority", authority),
             (":path", request.path ?? "/"),
-        ]
-        fields += request.headerFields.pairs
+        ])
         if let priority, request.headerFields[HTTPField.Name.priority] == nil { fields.append(("priority", priority.fieldValue)) }
         if let body, request.headerFields[.contentLength] == nil { fields.append(("content-length", "\(body.count)")) }
 

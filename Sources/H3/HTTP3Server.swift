@@ -444,10 +444,7 @@ final class HTTP3ServerConnection: @unchecked Sendable {
 
     private func respond(streamID: Int64, _ response: HTTP3ServerResponse) {
         guard let codec else { return }
-        var fields: [(name: String, value: String)] = []
-        fields.reserveCapacity(response.head.headerFields.count + 1)
-        fields.append((":status", String(response.head.status.code)))
-        for field in response.head.headerFields { fields.append((field.name.canonicalName, field.value)) }
+        let fields = response.head.headerFields.pairs(after: CollectionOfOne((name: ":status", value: String(response.head.status.code))))
         do {
             if let priority = response.priority { try codec.setPriority(streamID: streamID, priority) }
             let streaming = response.bodyStream != nil
