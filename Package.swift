@@ -85,7 +85,11 @@ let package = Package(
         // What the command-line tools share: the --stats option, HOST:PORT arguments, the trust flags.
         .target(
             name: "CommandLineSupport",
-            dependencies: ["QuicTransport", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            dependencies: [
+                "QuicTransport",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
             swiftSettings: swiftSettings
         ),
         .executableTarget(

@@ -155,12 +155,8 @@ struct H3Get: AsyncParsableCommand {
     }
 
     func run() async throws {
-        LoggingSystem.bootstrap { label in
-            var handler = StreamLogHandler.standardError(label: label)
-            // -v also shows what the library warns about (a migration or key update that failed).
-            handler.logLevel = verbose ? .info : .critical
-            return handler
-        }
+        // -v also shows what the library warns about (a migration or key update that failed).
+        logToStandardError(level: verbose ? .info : .critical)
         var configuration = HTTPSession.Configuration()
         configuration.policy = http3Only ? .http3Only : assumeHTTP3 ? .assumesHTTP3Capable : .discovery
         configuration.tracksLosses = stats != nil

@@ -90,11 +90,7 @@ struct H3Load: AsyncParsableCommand {
     }
 
     func run() async throws {
-        LoggingSystem.bootstrap { label in
-            var handler = StreamLogHandler.standardError(label: label)
-            handler.logLevel = verbose ? .info : .critical
-            return handler
-        }
+        logToStandardError(level: verbose ? .info : .critical)
         var configuration = HTTP3Client.Configuration()
         do {
             configuration.certificateVerification = try trust.certificateVerification()

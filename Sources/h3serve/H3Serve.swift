@@ -108,11 +108,7 @@ struct H3Serve: AsyncParsableCommand {
 
     func run() async throws {
         let verbose = self.verbose
-        LoggingSystem.bootstrap { label in
-            var handler = StreamLogHandler.standardError(label: label)
-            handler.logLevel = verbose ? .debug : .notice
-            return handler
-        }
+        logToStandardError(level: verbose ? .debug : .notice)
         // One identity for both listeners, so TCP and QUIC present the same certificate.
         let certificatePEM: String
         let privateKeyPEM: String

@@ -41,12 +41,7 @@ struct CommonOptions: ParsableArguments {
     var verbose: Int
 
     func bootstrapLogging() {
-        let level: Logger.Level = verbose >= 2 ? .trace : verbose == 1 ? .debug : .notice
-        LoggingSystem.bootstrap { label in
-            var handler = StreamLogHandler.standardError(label: label)
-            handler.logLevel = level
-            return handler
-        }
+        logToStandardError(level: verbose >= 2 ? .trace : verbose == 1 ? .debug : .notice)
     }
 
     func makeOptions() throws -> NWProtocolQUIC.Options {
