@@ -20,18 +20,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
-import time
+from typing import Awaitable
 
-from aioquic.asyncio import connect
-from aioquic.h3.connection import H3_ALPN
-from aioquic.quic.configuration import QuicConfiguration
-
-from client_trust import add_verification_arguments, apply_verification
-from h3_client import H3ClientProtocol, parse_urls
-
-H3_NO_ERROR = 0x100
+from client_trust import add_verification_arguments
+from h3_client import parse_urls
+from load_support import H3_NO_ERROR, Tally, h3_connection, report, require_body
 
 
 class Hold:
@@ -44,16 +38,10 @@ class Hold:
 
 async def one_connection(args: argparse.Namespace, host: str, port: int, authority: str, path: str,
                          hold: Hold | None = None) -> None:
-    configuration = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN, server_name=host)
-    apply_verification(configuration, args)
-    async with connect(host, port, configuration=configuration, create_protocol=H3ClientProtocol,
-                       wait_connected=False) as proto:
-        proto.transmit()
-        await proto.wait_handshake()
+    async with h3_connection(args, host, port) as proto:
         response = proto.request(args.url, authority, path, None)
         await response.done
-        if response.status != 200 or response.length == 0:
-            raise RuntimeError(f"status {response.status}, {response.length} bytes")
+        require_body(response)
         if hold is not None:
             hold.arrived += 1
             await hold.release.wait()
@@ -62,45 +50,33 @@ async def one_connection(args: argparse.Namespace, host: str, port: int, authori
 
 async def run(args: argparse.Namespace) -> dict:
     host, port, authority, paths = parse_urls([args.url])
-    remaining = args.connections
-    ok, errors = 0, []
-
-    async def worker() -> None:
-        nonlocal remaining, ok
-        while remaining > 0:
-            remaining -= 1
-            try:
-                await asyncio.wait_for(one_connection(args, host, port, authority, paths[0]), args.timeout)
-                ok += 1
-            except Exception as exc:  # one failed connection must not stop the churn
-                errors.append(f"{type(exc).__name__}: {exc}")
-
-    started = time.monotonic()
+    tally = Tally()
     if args.hold > 0:
         hold = Hold()
 
-        async def held_connection() -> None:
-            nonlocal ok
-            try:
-                await asyncio.wait_for(one_connection(args, host, port, authority, paths[0], hold),
-                                       args.timeout + args.hold)
-                ok += 1
-            except Exception as exc:
-                errors.append(f"{type(exc).__name__}: {exc}")
+        def held_connection() -> Awaitable[None]:
+            return asyncio.wait_for(one_connection(args, host, port, authority, paths[0], hold), args.timeout + args.hold)
 
-        tasks = [asyncio.ensure_future(held_connection()) for _ in range(args.connections)]
+        tasks = [asyncio.ensure_future(tally.attempt(held_connection())) for _ in range(args.connections)]
         # Every connection has its response (held at the event) or has failed.
-        while hold.arrived + len(errors) < args.connections:
+        while hold.arrived + len(tally.errors) < args.connections:
             await asyncio.sleep(0.05)
         print(f"HOLDING {hold.arrived}", flush=True)
         await asyncio.sleep(args.hold)
         hold.release.set()
         await asyncio.gather(*tasks)
-        return {"connections": args.connections, "ok": ok, "failed": len(errors),
-                "seconds": round(time.monotonic() - started, 3), "errors": errors[:5]}
+        return tally.summary("connections", args.connections)
+
+    remaining = args.connections
+
+    async def worker() -> None:
+        nonlocal remaining
+        while remaining > 0:
+            remaining -= 1
+            await tally.attempt(asyncio.wait_for(one_connection(args, host, port, authority, paths[0]), args.timeout))
+
     await asyncio.gather(*(worker() for _ in range(max(1, args.parallel))))
-    return {"connections": args.connections, "ok": ok, "failed": len(errors),
-            "seconds": round(time.monotonic() - started, 3), "errors": errors[:5]}
+    return tally.summary("connections", args.connections)
 
 
 def main() -> int:
@@ -111,10 +87,7 @@ def main() -> int:
     p.add_argument("--hold", type=float, default=0, help="open all at once, keep them idle this long")
     add_verification_arguments(p)
     p.add_argument("--timeout", type=float, default=10.0, help="per connection, seconds")
-    args = p.parse_args()
-    summary = asyncio.run(run(args))
-    print(json.dumps(summary), flush=True)
-    return 0 if summary["failed"] == 0 else 1
+    return report(asyncio.run(run(p.parse_args())))
 
 
 if __name__ == "__main__":
