@@ -122,7 +122,7 @@ extension QUICConnectionCore {
         }
         callbacks.get_new_connection_id = { _, cid, token, length, userData in
             QUICConnectionCore.withCore(userData) { core in
-                let id = length == QUICConnectionIDFactory.idLength
+                let id = length == core.idFactory.idLength
                     ? core.idFactory.makeConnectionID() : QUICConnectionID.random(length: length)
                 cid!.pointee = id.ngtcp2
                 let resetToken = core.idFactory.statelessResetToken(for: id)

@@ -110,7 +110,7 @@ package final class QUICConnectionCore {
         self.path = path
         self.logger = logger
         self.idFactory = QUICConnectionIDFactory()
-        let dcid = QUICConnectionID.random(length: QUICConnectionIDFactory.idLength)
+        let dcid = QUICConnectionID.random(length: idFactory.idLength)
         self.originalDestinationConnectionID = dcid
         self.connectionRef = .allocate(capacity: 1)
         self.qlog = configuration.qlogDirectory.map {

@@ -72,7 +72,7 @@ package final class QUICEndpointCore {
             return .dropped("empty datagram")
         }
         var versionCID = ngtcp2_version_cid()
-        let rv = ngtcp2_pkt_decode_version_cid(&versionCID, base, datagram.count, QUICConnectionIDFactory.idLength)
+        let rv = ngtcp2_pkt_decode_version_cid(&versionCID, base, datagram.count, idFactory.idLength)
         if rv == NGTCP2_ERR_VERSION_NEGOTIATION {
             return sendVersionNegotiation(versionCID, reply: reply)
         }
