@@ -39,6 +39,15 @@ public final class HTTP3Server: Sendable {
         /// Also listen here (a numeric address; port 0 picks one) and offer it to clients as
         /// `preferred_address` (RFC 9000 §9.6): they may move there once the handshake is confirmed.
         public var preferredAddress: (host: String, port: UInt16)?
+        /// How many workers serve the address, each on its own event loop and UDP socket, so
+        /// the server uses that many cores. With more than one, the sockets share the port
+        /// (`SO_REUSEPORT`) and the kernel steers each packet to the worker that owns its
+        /// connection, by connection ID; at most 255. One by default, as a library should not
+        /// take every core unasked; `h3serve` defaults to one per core.
+        public var workers = 1
+        /// Attach the kernel steering program to the workers' sockets; without it only
+        /// hand-overs between workers steer (for tests of that path).
+        package var steersInKernel = true
 
         public init() {}
     }
@@ -48,16 +57,16 @@ public final class HTTP3Server: Sendable {
     public let generatedCertificate: SelfSignedCertificate?
     private let handler: Handler
     private let credentials: TLSCredentials
-    private let eventLoop: any EventLoop
     private let logger: Logger
-    private let endpoint = NIOLockedValueBox<QUICServerEndpointBox?>(nil)
+    private let workers = NIOLockedValueBox<QUICServerWorkerGroup?>(nil)
+    /// Every worker's open connections; each is only used on its own loop.
+    private let connections = NIOLockedValueBox<[ObjectIdentifier: HTTP3ServerConnection]>([:])
     /// The connections this server accepted that are still in memory, open or closed.
     package let liveConnections = QUICLiveConnections()
 
     public init(configuration: Configuration, handler: @escaping Handler) throws {
         self.configuration = configuration
         self.handler = handler
-        self.eventLoop = MultiThreadedEventLoopGroup.singleton.next()
         self.logger = Logger(label: "h3.server")
         if let chain = configuration.certificateChainFile {
             guard let key = configuration.privateKeyFile else { throw TLSError.missingFile(path: "(no private key given for \(chain))") }
@@ -85,37 +94,53 @@ public final class HTTP3Server: Sendable {
         endpointConfiguration.liveConnections = liveConnections
         let handler = self.handler
         let logger = self.logger
-        let endpoint = try await QUICServerEndpoint.bind(
+        let connections = self.connections
+        let workers = try await QUICServerWorkerGroup.bind(
             host: configuration.host,
             port: Int(configuration.port),
             preferred: configuration.preferredAddress.map { ($0.host, Int($0.port)) },
             configuration: endpointConfiguration,
-            eventLoop: eventLoop,
+            workerCount: configuration.workers,
+            kernelSteering: configuration.steersInKernel,
             logger: logger
-        ).flatMapThrowing { endpoint -> QUICServerEndpointBox in
-            let box = QUICServerEndpointBox(endpoint: endpoint, port: endpoint.port)
-            endpoint.onNewConnection = { driver in
-                let connection = HTTP3ServerConnection(driver: driver, handler: handler, logger: logger)
-                connection.attach()
-                box.connections[ObjectIdentifier(connection)] = connection
-                connection.onFinished = { box.connections[ObjectIdentifier(connection)] = nil }
-            }
-            return box
-        }.get()
-        self.endpoint.withLockedValue { $0 = endpoint }
-        return endpoint.port
+        ) { driver in
+            let connection = HTTP3ServerConnection(driver: driver, handler: handler, logger: logger)
+            connection.attach()
+            let key = ObjectIdentifier(connection)
+            connections.withLockedValue { $0[key] = connection }
+            connection.onFinished = { connections.withLockedValue { $0[key] = nil } }
+        }
+        self.workers.withLockedValue { $0 = workers }
+        return workers.port
     }
 
     /// How many connections are open now, handshakes and closing or draining periods included.
     public func connectionCount() async -> Int {
-        guard let box = endpoint.withLockedValue({ $0 }) else { return 0 }
-        return (try? await eventLoop.submit { box.endpoint.connectionCount }.get()) ?? 0
+        guard let workers = workers.withLockedValue({ $0 }) else { return 0 }
+        return await workers.connectionCount()
     }
 
     /// The bound `preferred_address` (`HOST:PORT`) once started, if one was configured.
     public var boundPreferredAddress: String? {
-        endpoint.withLockedValue { $0?.endpoint.preferredAddress?.description }
+        workers.withLockedValue { $0?.preferredAddress?.description }
     }
+
+    /// The workers' event loops, in worker order, once started.
+    package var workerEventLoops: [any EventLoop] { workers.withLockedValue { $0?.eventLoops ?? [] } }
+
+    /// Datagrams one worker received for another worker's connection and handed over. With the
+    /// kernel steering by connection ID this stays at zero in steady state.
+    public var handOvers: Int { workers.withLockedValue { $0?.handOvers ?? 0 } }
+
+    /// What each worker has done so far, in worker order; empty before `start()`.
+    public func workerStatistics() async -> [QUICServerWorkerStatistics] {
+        guard let workers = workers.withLockedValue({ $0 }) else { return [] }
+        return await workers.statistics()
+    }
+
+    /// Whether the kernel steers packets to workers by connection ID (more than one worker, and
+    /// the reuseport program attached).
+    public var isSteeredByKernel: Bool { workers.withLockedValue { $0?.isSteeredByKernel ?? false } }
 
     /// Shuts down gracefully (RFC 9114 §5.2): GOAWAY on every connection, requests already
     /// received finish, newer ones are rejected with H3_REQUEST_REJECTED so clients can retry
@@ -128,9 +153,13 @@ public final class HTTP3Server: Sendable {
     /// Sends GOAWAY on every open connection and closes each once its requests are done, but
     /// keeps accepting new connections: clients move their next requests to a fresh one.
     public func rotateConnections() {
-        guard let box = endpoint.withLockedValue({ $0 }) else { return }
-        eventLoop.execute {
-            for connection in box.connections.values { connection.beginShutdown() }
+        guard workers.withLockedValue({ $0 }) != nil else { return }
+        sendGoaway()
+    }
+
+    private func sendGoaway() {
+        for connection in connections.withLockedValue({ Array($0.values) }) {
+            connection.eventLoop.execute { connection.beginShutdown() }
         }
     }
 
@@ -140,26 +169,12 @@ public final class HTTP3Server: Sendable {
     }
 
     private func beginShutdown(gracePeriod: Duration) -> EventLoopFuture<Void>? {
-        guard let box = endpoint.withLockedValue({ box in defer { box = nil }; return box }) else { return nil }
+        guard let workers = workers.withLockedValue({ workers in defer { workers = nil }; return workers }) else { return nil }
         let (seconds, attoseconds) = gracePeriod.components
         let timeout = TimeAmount.nanoseconds(seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
-        return eventLoop.flatSubmit {
-            for connection in box.connections.values { connection.beginShutdown() }
-            return box.endpoint.closeWhenDrained(timeout: timeout)
-        }
-    }
-}
-
-/// Carries the loop-confined endpoint and its HTTP/3 connections across the lock.
-// @unchecked Sendable: `endpoint` and `connections` are only used on the endpoint's event loop;
-// `port` is immutable.
-final class QUICServerEndpointBox: @unchecked Sendable {
-    let endpoint: QUICServerEndpoint
-    let port: UInt16
-    var connections: [ObjectIdentifier: HTTP3ServerConnection] = [:]
-    init(endpoint: QUICServerEndpoint, port: UInt16) {
-        self.endpoint = endpoint
-        self.port = port
+        workers.shared.refusesNewConnections = true
+        sendGoaway()
+        return workers.closeWhenDrained(timeout: timeout)
     }
 }
 
@@ -335,6 +350,9 @@ final class HTTP3ServerConnection: @unchecked Sendable {
     }
 
     /// GOAWAY now with the largest ID, the final GOAWAY a moment later, then close when idle.
+    /// The loop this connection lives on.
+    var eventLoop: any EventLoop { driver.eventLoop }
+
     func beginShutdown() {
         guard !isShuttingDown, let codec else { return }
         isShuttingDown = true

@@ -66,6 +66,9 @@ struct H3Serve: AsyncParsableCommand {
     @Flag(name: .customLong("no-tcp"), help: "Do not listen on TCP: HTTP/3 only.")
     var noTCP = false
 
+    @Option(help: "QUIC workers, each with its own thread and UDP socket on the port; the kernel steers packets to them by connection ID (default: one per core).")
+    var workers = ProcessInfo.processInfo.activeProcessorCount
+
     @Flag(name: .shortAndLong, help: "Verbose logging.")
     var verbose = false
 
@@ -76,6 +79,7 @@ struct H3Serve: AsyncParsableCommand {
         if (cert == nil) != (key == nil) { throw ValidationError("--cert and --key go together") }
         if QUICCongestionControl(rawValue: cc) == nil { throw ValidationError("--cc is cubic, reno, bbr or bbr2") }
         if noQUIC && noTCP { throw ValidationError("--no-quic and --no-tcp together leave nothing to serve") }
+        if !(1...255).contains(workers) { throw ValidationError("--workers is 1 to 255") }
         if let preferredAddress {
             guard let parsed = parseHostPort(preferredAddress), isNumericAddress(parsed.host) else {
                 throw ValidationError("--preferred-address takes a numeric IP:PORT, e.g. 127.0.0.2:0 or [::1]:4434")
@@ -160,6 +164,7 @@ struct H3Serve: AsyncParsableCommand {
             configuration.requiresAddressValidation = retry
             configuration.congestionControl = QUICCongestionControl(rawValue: cc) ?? .cubic
             configuration.preferredAddress = preferredAddress.flatMap(parseHostPort)
+            configuration.workers = workers
             if let qlogDirectory { configuration.qlogDirectory = qlogDirectory }
             do {
                 let server = try HTTP3Server(configuration: configuration, handler: handler)

@@ -32,11 +32,15 @@ struct Serve: AsyncParsableCommand {
     @Flag(help: "Offer QUIC datagrams (RFC 9221) and echo them.")
     var datagrams = false
 
+    @Option(help: "Workers, each with its own thread and UDP socket on the port; the kernel steers packets to them by connection ID.")
+    var workers = 1
+
     @OptionGroup var common: CommonOptions
 
     func validate() throws {
         if (cert == nil) != (key == nil) { throw ValidationError("--cert and --key go together") }
         if maxConnections < 1 { throw ValidationError("--max-connections must be at least 1") }
+        if !(1...255).contains(workers) { throw ValidationError("--workers is 1 to 255") }
     }
 
     func run() async throws {
@@ -59,6 +63,7 @@ struct Serve: AsyncParsableCommand {
             throw ExitCode(1)
         }
         listener.maximumConcurrentTunnels = maxConnections
+        listener.workers = workers
         if let generated = listener.generatedCertificate {
             FileHandle.standardOutput.write(
                 Data("certificate: self-signed for localhost, 127.0.0.1, ::1; sha256 \(generated.sha256FingerprintHex)\n".utf8)

@@ -168,6 +168,7 @@ struct QUICConnectionCoreTests {
             case .dropped: break
             case .answered(let what): Issue.record("garbage was answered: \(what)")
             case .delivered: Issue.record("garbage reached a connection")
+            case .handOver(let worker): Issue.record("one worker handed garbage to worker \(worker)")
             }
         }
         #expect(pair.server.connections.isEmpty)

@@ -16,6 +16,7 @@
 #include <netinet/in.h>
 #include <linux/openat2.h>
 #include <malloc.h>
+#include <linux/filter.h>
 
 void cqs_ngtcp2_settings_default(ngtcp2_settings *settings);
 void cqs_ngtcp2_transport_params_default(ngtcp2_transport_params *params);

@@ -11,8 +11,8 @@ import NIOPosix
 /// Groups arrive once their handshake has completed; failed handshakes are logged and never
 /// delivered. Without a certificate in the options the listener generates a self-signed one for
 /// `localhost`, `127.0.0.1` and `::1` (see `generatedCertificate`).
-// @unchecked Sendable: state, handler and queue live in `observable`, the rest behind `lock`; `endpoint` and the group
-// registry are touched only on `eventLoop`.
+// @unchecked Sendable: state, handler and queue live in `observable`, the rest behind `lock`;
+// each accepted group is touched only on its worker's event loop.
 public final class NWListener: @unchecked Sendable {
     public enum State: Equatable, Sendable {
         case setup
@@ -25,7 +25,6 @@ public final class NWListener: @unchecked Sendable {
     public let parameters: NWParameters
     private let options: NWProtocolQUIC.Options
     private let requestedPort: NWEndpoint.Port
-    private let eventLoop: any EventLoop
     private let logger: Logger
     private let credentials: TLSCredentials
     /// The certificate the listener made because the options named none.
@@ -42,13 +41,14 @@ public final class NWListener: @unchecked Sendable {
     private var _newConnectionGroupHandler: (@Sendable (NWConnectionGroup) -> Void)?
     private var groupContinuations: [AsyncStream<NWConnectionGroup>.Continuation] = []
     private var _maximumConcurrentTunnels = 1024
+    private var _workers = 1
+    private var workerGroup: QUICServerWorkerGroup?
+    private var cancelled = false
+    /// Groups accepted and not yet finished, so that they live until they end.
+    private var liveGroups: [ObjectIdentifier: NWConnectionGroup] = [:]
 
     /// The tunnels this listener accepted that are still in memory, open or closed.
     package let liveConnections = QUICLiveConnections()
-
-    // MARK: Loop-confined
-    private var endpoint: QUICServerEndpoint?
-    private var liveGroups: [ObjectIdentifier: NWConnectionGroup] = [:]
 
     /// A listener for `parameters`' QUIC options on `port`, bound to `requiredLocalEndpoint`'s
     /// host or, without one, to all addresses.
@@ -57,7 +57,6 @@ public final class NWListener: @unchecked Sendable {
     public init(using parameters: NWParameters, on port: NWEndpoint.Port = .any) throws {
         self.parameters = parameters
         self.options = parameters.quicOptions.copy()
-        self.eventLoop = MultiThreadedEventLoopGroup.singleton.next()
         self.logger = Logger(label: "quic.listener")
         if case .hostPort(_, let boundPort) = parameters.requiredLocalEndpoint, port == .any {
             self.requestedPort = boundPort
@@ -105,6 +104,15 @@ public final class NWListener: @unchecked Sendable {
         set { lock.withLock { _maximumConcurrentTunnels = max(1, newValue) } }
     }
 
+    /// How many workers serve the port, each with its own event loop and UDP socket; the kernel
+    /// steers each packet to the worker that owns its tunnel, by connection ID (`SO_REUSEPORT`
+    /// with a steering program). Our addition: Network.framework schedules listeners itself.
+    /// One by default, at most 255; set before `start(queue:)`.
+    public var workers: Int {
+        get { lock.withLock { _workers } }
+        set { lock.withLock { _workers = min(255, max(1, newValue)) } }
+    }
+
     /// State changes from now on; ends at `.failed` or `.cancelled`.
     public var states: AsyncStream<State> { observable.stream }
 
@@ -127,53 +135,64 @@ public final class NWListener: @unchecked Sendable {
             setState(.failed(.quic(.invalid("at least one ALPN protocol is required"))))
             return
         }
-        QUICDatagramSocket.bind(host: host, port: Int(requestedPort.rawValue), eventLoop: eventLoop, logger: logger)
-            .whenComplete { result in
-                switch result {
-                case .success(let socket):
-                    let endpoint = QUICServerEndpoint(socket: socket, configuration: configuration, logger: self.logger)
-                    endpoint.onNewConnection = { [weak self] driver in self?.accept(driver) }
-                    self.endpoint = endpoint
-                    self.lock.withLock { self._port = NWEndpoint.Port(rawValue: socket.localAddress.port) }
-                    self.setState(.ready)
-                case .failure(let error):
-                    self.logger.error("cannot bind", metadata: ["host": "\(host)", "port": "\(self.requestedPort)", "error": "\(error)"])
-                    let code = (error as? IOError).flatMap { POSIXErrorCode(rawValue: $0.errnoCode) } ?? .EADDRNOTAVAIL
-                    self.setState(.failed(.posix(code)))
+        let endpointConfiguration = configuration
+        let workerCount = workers
+        Task {
+            do {
+                let group = try await QUICServerWorkerGroup.bind(
+                    host: host, port: Int(requestedPort.rawValue), configuration: endpointConfiguration,
+                    workerCount: workerCount, logger: logger
+                ) { [weak self] driver in self?.accept(driver) }
+                let keep = lock.withLock {
+                    guard !cancelled else { return false }
+                    workerGroup = group
+                    _port = NWEndpoint.Port(rawValue: group.port)
+                    return true
                 }
+                guard keep else {
+                    group.close()
+                    return
+                }
+                setState(.ready)
+            } catch {
+                logger.error("cannot bind", metadata: ["host": "\(host)", "port": "\(requestedPort)", "error": "\(error)"])
+                let code = (error as? IOError).flatMap { POSIXErrorCode(rawValue: $0.errnoCode) } ?? .EADDRNOTAVAIL
+                setState(.failed(.posix(code)))
             }
+        }
     }
 
     /// Stops listening and closes every tunnel with NO_ERROR; unlike Network.framework, the
     /// tunnels share the listener's socket, so they end with it.
     public func cancel() {
-        eventLoop.execute {
-            self.endpoint?.close()
-            self.endpoint = nil
-            self.setState(.cancelled)
-            // As Network.framework does, a cancelled listener lets go of its handler.
-            let continuations = self.lock.withLock {
-                defer {
-                    self.groupContinuations.removeAll()
-                    self._newConnectionGroupHandler = nil
-                }
-                return self.groupContinuations
+        // As Network.framework does, a cancelled listener lets go of its handler.
+        let (group, continuations) = lock.withLock {
+            defer {
+                cancelled = true
+                workerGroup = nil
+                groupContinuations.removeAll()
+                _newConnectionGroupHandler = nil
             }
-            for continuation in continuations { continuation.finish() }
+            return (workerGroup, groupContinuations)
         }
+        group?.close()
+        setState(.cancelled)
+        for continuation in continuations { continuation.finish() }
     }
 
     /// How many tunnels are open now, handshakes included.
     public func connectionCount() async -> Int {
-        (try? await eventLoop.submit { self.endpoint?.connectionCount ?? 0 }.get()) ?? 0
+        guard let group = lock.withLock({ workerGroup }) else { return 0 }
+        return await group.connectionCount()
     }
 
+    /// Called on the accepting worker's loop.
     private func accept(_ driver: QUICConnectionDriver) {
         let group = NWConnectionGroup(accepted: driver, parameters: parameters, options: options, logger: logger)
         let key = ObjectIdentifier(group)
-        liveGroups[key] = group
+        lock.withLock { liveGroups[key] = group }
         let peer = driver.core.path.remote
-        group.onFinished = { [weak self] in self?.liveGroups[key] = nil }
+        group.onFinished = { [weak self] in self?.lock.withLock { _ = self?.liveGroups.removeValue(forKey: key) } }
         group.onHandshakeFailure = { [weak self] reason in
             self?.logger.notice("handshake with \(peer) failed: \(reason)")
         }

@@ -38,34 +38,53 @@ package final class QUICEndpointCore {
         case delivered(QUICConnectionCore, isNew: Bool)
         /// The endpoint answered statelessly (Version Negotiation, Retry, reset or refusal).
         case answered(String)
+        /// The datagram belongs to a connection of another worker of the same address.
+        case handOver(toWorker: Int)
         /// Nothing could use it.
         case dropped(String)
     }
 
     package let configuration: Configuration
-    /// Set during a graceful shutdown: new clients get CONNECTION_REFUSED, existing ones continue.
-    package var refusesNewConnections = false
+    /// Issues this worker's connection IDs; its `worker` is this core's worker index.
     package let idFactory: QUICConnectionIDFactory
+    /// What this core shares with the other workers of its address.
+    package let shared: QUICEndpointSharedState
     private let logger: Logger
     private var routes: [QUICConnectionID: QUICConnectionCore] = [:]
-    /// Encrypts this endpoint's session tickets (RFC 8446 §4.6.1); nil if GnuTLS could not make one.
-    private let ticketKey = try? TLSSessionTicketKey()
-    private let antiReplay = try? TLSAntiReplay()
     private var routesByConnection: [ObjectIdentifier: Set<QUICConnectionID>] = [:]
+    /// This worker's connections.
     package private(set) var connections: [ObjectIdentifier: QUICConnectionCore] = [:]
 
-    package init(configuration: Configuration, idFactory: QUICConnectionIDFactory = QUICConnectionIDFactory(), logger: Logger) {
+    package init(
+        configuration: Configuration,
+        idFactory: QUICConnectionIDFactory = QUICConnectionIDFactory(),
+        shared: QUICEndpointSharedState = QUICEndpointSharedState(),
+        logger: Logger
+    ) {
         self.configuration = configuration
         self.idFactory = idFactory
+        self.shared = shared
         self.logger = logger
     }
 
+    /// Set during a graceful shutdown, for every worker: new clients get CONNECTION_REFUSED,
+    /// existing ones continue.
+    package var refusesNewConnections: Bool {
+        get { shared.refusesNewConnections }
+        set { shared.refusesNewConnections = newValue }
+    }
+
     /// Routes or answers one datagram. `reply` sends a stateless packet back to `path.remote`.
+    ///
+    /// A datagram for an ID of another worker (its worker byte, `QUICConnectionIDFactory`) that
+    /// this worker does not route comes back as `.handOver` unless `mayHandOver` is false, as
+    /// it is for a datagram another worker handed over: it is then answered here.
     package func receive(
         datagram: UnsafeRawBufferPointer,
         path: QUICPath,
         ecn: UInt32 = 0,
         now: UInt64,
+        mayHandOver: Bool = true,
         reply: (UnsafeRawBufferPointer) -> Void
     ) -> Disposition {
         guard let base = datagram.baseAddress?.assumingMemoryBound(to: UInt8.self), datagram.count > 0 else {
@@ -83,6 +102,13 @@ package final class QUICEndpointCore {
             return .delivered(core, isNew: false)
         }
         let isLongHeader = base[0] & 0x80 != 0
+        if mayHandOver, shared.workerCount > 1, !isLongHeader || Self.isHandshake(base[0], version: versionCID.version),
+            let owner = dcid.withUnsafeBytes({ idFactory.worker(of: $0) }),
+            owner != idFactory.worker, Int(owner) < shared.workerCount
+        {
+            shared.countHandOver()
+            return .handOver(toWorker: Int(owner))
+        }
         guard isLongHeader else {
             return sendStatelessReset(to: dcid, datagramSize: datagram.count, reply: reply)
         }
@@ -96,9 +122,11 @@ package final class QUICEndpointCore {
         if refusesNewConnections {
             return refuse(header, code: UInt64(NGTCP2_CONNECTION_REFUSED), why: "shutting down", reply: reply)
         }
-        if connections.count >= configuration.maximumConnections {
+        guard shared.reserveConnection(limit: configuration.maximumConnections) else {
             return refuse(header, code: UInt64(NGTCP2_CONNECTION_REFUSED), why: "connection limit reached", reply: reply)
         }
+        var reserved = true
+        defer { if reserved { shared.releaseConnection() } }
 
         var originalDCID = QUICConnectionID(header.dcid)
         var retrySCID: QUICConnectionID?
@@ -134,8 +162,8 @@ package final class QUICEndpointCore {
                 originalDestinationConnectionID: originalDCID,
                 retrySourceConnectionID: retrySCID,
                 idFactory: idFactory,
-                ticketKey: ticketKey,
-                antiReplay: configuration.acceptsEarlyData ? antiReplay : nil,
+                ticketKey: shared.ticketKey,
+                antiReplay: configuration.acceptsEarlyData ? shared.antiReplay : nil,
                 path: path,
                 now: now,
                 logger: logger
@@ -147,6 +175,7 @@ package final class QUICEndpointCore {
         core.liveConnections = configuration.liveConnections
         core.applicationCodec = configuration.makeApplicationCodec?()
         connections[ObjectIdentifier(core)] = core
+        reserved = false
         addRoute(dcid, to: core)
         core.receive(datagram: datagram, path: path, ecn: ecn, now: now)
         return .delivered(core, isNew: true)
@@ -170,7 +199,18 @@ package final class QUICEndpointCore {
         let key = ObjectIdentifier(core)
         for id in routesByConnection[key] ?? [] { routes[id] = nil }
         routesByConnection[key] = nil
-        connections[key] = nil
+        if connections.removeValue(forKey: key) != nil { shared.releaseConnection() }
+    }
+
+    /// Whether a long header's first byte says Handshake: type 0b10 in QUIC v1 (RFC 9000
+    /// §17.2.4), 0b11 in v2 (RFC 9369 §3.2). The client sends these to an ID we issued.
+    private static func isHandshake(_ firstByte: UInt8, version: UInt32) -> Bool {
+        let type = (firstByte & 0x30) >> 4
+        switch version {
+        case NGTCP2_PROTO_VER_V1: return type == 0b10
+        case NGTCP2_PROTO_VER_V2_DRAFT: return type == 0b11
+        default: return false
+        }
     }
 
     private func addRoute(_ id: QUICConnectionID, to core: QUICConnectionCore) {

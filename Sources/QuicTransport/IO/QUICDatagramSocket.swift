@@ -72,6 +72,20 @@ final class QUICDatagramSocket {
         }
     }
 
+    /// Takes over a socket that is already bound (a member of a reuseport group) on `eventLoop`.
+    static func adopt(
+        _ descriptor: CInt,
+        eventLoop: any EventLoop,
+        logger: Logger
+    ) -> EventLoopFuture<QUICDatagramSocket> {
+        eventLoop.flatSubmit {
+            let sink = NIOLoopBound(QUICDatagramSink(), eventLoop: eventLoop)
+            return bootstrap(eventLoop: eventLoop, sink: sink)
+                .withBoundSocket(descriptor)
+                .flatMapThrowing { channel in try QUICDatagramSocket(channel: channel, sink: sink.value, logger: logger) }
+        }
+    }
+
     /// A client socket on an ephemeral port, connected to `remote` so that ICMP errors
     /// (port unreachable) surface at once instead of after a handshake timeout.
     static func connect(

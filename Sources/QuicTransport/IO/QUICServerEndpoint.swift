@@ -2,10 +2,12 @@ import CQuicShims
 import Logging
 import NIOCore
 
-/// A listening UDP socket and its `QUICEndpointCore`: one driver per accepted connection.
+/// One worker of a listening address: its UDP socket (one of a reuseport group when there are
+/// several workers), its `QUICEndpointCore`, and one driver per connection it accepted.
 ///
 /// A datagram that fails or misbehaves only ever touches its own connection's core; drivers of
-/// other connections are not involved. Loop-confined.
+/// other connections are not involved. Loop-confined: created, fed and closed on its socket's
+/// event loop. `QUICServerWorkerGroup` binds the workers of an address.
 package final class QUICServerEndpoint {
     let socket: QUICDatagramSocket
     /// A second socket at the address advertised as `preferred_address` (RFC 9000 §9.6), where
@@ -17,14 +19,20 @@ package final class QUICServerEndpoint {
     private let logger: Logger
     /// Called for each connection the endpoint accepts, before its first events.
     package var onNewConnection: ((QUICConnectionDriver) -> Void)?
+    /// Datagrams this worker read from its sockets, and connections it accepted, since it began.
+    private(set) var datagramsReceived = 0
+    private(set) var connectionsAccepted = 0
+    /// Passes a datagram for another worker's connection to that worker; set by the group.
+    var handOver: ((_ worker: Int, _ datagram: ByteBuffer, _ path: QUICPath, _ ecn: UInt32) -> Void)?
 
     /// Binds a UDP socket on `eventLoop` and serves `configuration` on it; with `preferred`, also
-    /// binds there and advertises that socket's address as `preferred_address`.
+    /// binds there and advertises that socket's address as `preferred_address`. One worker.
     package static func bind(
         host: String,
         port: Int,
         preferred: (host: String, port: Int)? = nil,
         configuration: QUICEndpointCore.Configuration,
+        shared: QUICEndpointSharedState = QUICEndpointSharedState(),
         eventLoop: any EventLoop,
         logger: Logger
     ) -> EventLoopFuture<QUICServerEndpoint> {
@@ -39,7 +47,9 @@ package final class QUICServerEndpoint {
         return main.and(second).map { main, second in
             var configuration = configuration
             configuration.quic.preferredAddress = second?.value.localAddress
-            return QUICServerEndpoint(socket: main.value, preferredSocket: second?.value, configuration: configuration, logger: logger)
+            return QUICServerEndpoint(
+                socket: main.value, preferredSocket: second?.value, configuration: configuration, shared: shared, logger: logger
+            )
         }
     }
 
@@ -50,10 +60,17 @@ package final class QUICServerEndpoint {
     /// The address advertised as `preferred_address`, when there is one.
     package var preferredAddress: QUICSocketAddress? { preferredSocket?.localAddress }
 
-    init(socket: QUICDatagramSocket, preferredSocket: QUICDatagramSocket? = nil, configuration: QUICEndpointCore.Configuration, logger: Logger) {
+    init(
+        socket: QUICDatagramSocket,
+        preferredSocket: QUICDatagramSocket? = nil,
+        configuration: QUICEndpointCore.Configuration,
+        idFactory: QUICConnectionIDFactory = QUICConnectionIDFactory(),
+        shared: QUICEndpointSharedState = QUICEndpointSharedState(),
+        logger: Logger
+    ) {
         self.socket = socket
         self.preferredSocket = preferredSocket
-        self.core = QUICEndpointCore(configuration: configuration, logger: logger)
+        self.core = QUICEndpointCore(configuration: configuration, idFactory: idFactory, shared: shared, logger: logger)
         self.logger = logger
         // The sockets keep the endpoint alive until `close()` breaks the cycle.
         for listening in listeningSockets {
@@ -116,8 +133,21 @@ package final class QUICServerEndpoint {
 
     private func receive(_ envelope: AddressedEnvelope<ByteBuffer>, on listening: QUICDatagramSocket) {
         let path = QUICPath(local: listening.localAddress, remote: QUICSocketAddress(nio: envelope.remoteAddress))
-        let disposition = envelope.data.withUnsafeReadableBytes { datagram in
-            core.receive(datagram: datagram, path: path, ecn: envelope.ecnCodepoint, now: QUICConnectionDriver.now()) { reply in
+        datagramsReceived += 1
+        receive(envelope.data, path: path, ecn: envelope.ecnCodepoint, on: listening, mayHandOver: true)
+    }
+
+    /// Takes a datagram that another worker received for one of this worker's connections.
+    func receiveHandedOver(_ datagram: ByteBuffer, path: QUICPath, ecn: UInt32) {
+        let listening = preferredSocket.flatMap { $0.localAddress == path.local ? $0 : nil } ?? socket
+        receive(datagram, path: path, ecn: ecn, on: listening, mayHandOver: false)
+        serviceTouched()
+        listening.flush()
+    }
+
+    private func receive(_ datagram: ByteBuffer, path: QUICPath, ecn: UInt32, on listening: QUICDatagramSocket, mayHandOver: Bool) {
+        let disposition = datagram.withUnsafeReadableBytes { datagram in
+            core.receive(datagram: datagram, path: path, ecn: ecn, now: QUICConnectionDriver.now(), mayHandOver: mayHandOver) { reply in
                 listening.sendNow(reply, to: path.remote)
             }
         }
@@ -134,6 +164,7 @@ package final class QUICServerEndpoint {
                     self?.scheduleMemoryTrim()
                 }
                 drivers[ObjectIdentifier(connection)] = driver
+                connectionsAccepted += 1
                 onNewConnection?(driver)
             } else if let existing = drivers[ObjectIdentifier(connection)] {
                 driver = existing
@@ -141,6 +172,8 @@ package final class QUICServerEndpoint {
                 return
             }
             if !touched.contains(where: { $0 === driver }) { touched.append(driver) }
+        case .handOver(let worker):
+            handOver?(worker, datagram, path, ecn)
         case .answered(let what):
             logger.debug("answered statelessly", metadata: ["what": "\(what)", "peer": "\(path.remote)"])
         case .dropped(let why):

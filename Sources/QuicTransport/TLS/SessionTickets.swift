@@ -1,4 +1,5 @@
 import CQuicShims
+import Synchronization
 import Foundation
 import NIOConcurrencyHelpers
 
@@ -139,13 +140,14 @@ package final class TLSSessionTicketKey: @unchecked Sendable {
 /// ClientHello carrying early data against a time window and asks this cache whether it has
 /// seen it; a repeat is refused early data (it still gets a full 1-RTT handshake).
 ///
-/// The cache lives in memory, per endpoint: a replay to another server process, or after a
-/// restart, is not caught. That is why accepting early data is the application's choice.
-package final class TLSAntiReplay: @unchecked Sendable {
-    // @unchecked Sendable: GnuTLS calls `add` from handshakes, which all run on the endpoint's
-    // event loop; `seen` is touched nowhere else.
-    private(set) var raw: gnutls_anti_replay_t?
-    private var seen: [Data: time_t] = [:]
+/// The cache lives in memory, one per listening address, shared by its workers: a replay to
+/// another server process, or after a restart, is not caught. That is why accepting early data
+/// is the application's choice.
+package final class TLSAntiReplay: Sendable {
+    // `raw` is written once in init; GnuTLS calls `add` from handshakes on every worker's loop,
+    // so `seen` is behind a mutex.
+    nonisolated(unsafe) private(set) var raw: gnutls_anti_replay_t?
+    private let seen = Mutex<[Data: time_t]>([:])
 
     init() throws {
         let rv = gnutls_anti_replay_init(&raw)
@@ -161,10 +163,12 @@ package final class TLSAntiReplay: @unchecked Sendable {
     /// 0 when `key` is new; GNUTLS_E_DB_ENTRY_EXISTS when it is a replay.
     private func add(_ key: Data, expiry: time_t) -> Int32 {
         let now = time(nil)
-        if seen.count > 10_000 { seen = seen.filter { $0.value > now } }
-        if let until = seen[key], until > now { return GNUTLS_E_DB_ENTRY_EXISTS }
-        seen[key] = expiry
-        return 0
+        return seen.withLock { seen in
+            if seen.count > 10_000 { seen = seen.filter { $0.value > now } }
+            if let until = seen[key], until > now { return GNUTLS_E_DB_ENTRY_EXISTS }
+            seen[key] = expiry
+            return 0
+        }
     }
 
     deinit { gnutls_anti_replay_deinit(raw) }

@@ -1,0 +1,57 @@
+import Synchronization
+
+/// What the workers serving one address share, so that any of them accepts what another began
+/// and the limits hold for the address as a whole.
+///
+/// - The connection-ID secret (in each worker's `QUICConnectionIDFactory`) keys Retry tokens,
+///   stateless resets and the worker mask, so any worker validates a token another issued.
+/// - One session-ticket key (RFC 8446 §4.6.1): a ticket from one worker resumes on any other.
+/// - One 0-RTT anti-replay cache (RFC 8446 §8).
+/// - The connection count behind `maximumConnections`, and the graceful-shutdown flag.
+/// - A count of datagrams one worker handed to another (`handOvers`): with the kernel's
+///   steering program attached it stays at zero in steady state.
+package final class QUICEndpointSharedState: Sendable {
+    /// How many workers serve the address; a worker byte at or above it names no worker.
+    package let workerCount: Int
+    let ticketKey: TLSSessionTicketKey?
+    let antiReplay: TLSAntiReplay?
+    private let connections = Atomic<Int>(0)
+    private let refusing = Atomic<Bool>(false)
+    private let handedOver = Atomic<Int>(0)
+
+    package init(workerCount: Int = 1) {
+        self.workerCount = workerCount
+        ticketKey = try? TLSSessionTicketKey()
+        antiReplay = try? TLSAntiReplay()
+    }
+
+    /// Connections of all workers, from their first datagram to the end of their closing or
+    /// draining period.
+    package var connectionCount: Int { connections.load(ordering: .relaxed) }
+
+    /// Reserves room for one more connection; false when `limit` connections exist already.
+    func reserveConnection(limit: Int) -> Bool {
+        var current = connections.load(ordering: .relaxed)
+        while current < limit {
+            let (exchanged, original) = connections.compareExchange(
+                expected: current, desired: current + 1, ordering: .relaxed
+            )
+            if exchanged { return true }
+            current = original
+        }
+        return false
+    }
+
+    func releaseConnection() { connections.subtract(1, ordering: .relaxed) }
+
+    /// Set during a graceful shutdown: new clients get CONNECTION_REFUSED, existing ones continue.
+    package var refusesNewConnections: Bool {
+        get { refusing.load(ordering: .relaxed) }
+        set { refusing.store(newValue, ordering: .relaxed) }
+    }
+
+    /// Datagrams a worker received for a connection of another worker and passed on.
+    package var handOvers: Int { handedOver.load(ordering: .relaxed) }
+
+    func countHandOver() { handedOver.add(1, ordering: .relaxed) }
+}

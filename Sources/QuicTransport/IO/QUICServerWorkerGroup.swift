@@ -1,0 +1,257 @@
+import Dispatch
+#if canImport(Glibc)
+import Glibc
+#endif
+import Logging
+import NIOCore
+import NIOPosix
+
+/// The workers serving one address: one event loop, one UDP socket and one `QUICServerEndpoint`
+/// each, so a server uses as many cores as it has workers.
+///
+/// With more than one worker the sockets form a `SO_REUSEPORT` group and the kernel steers
+/// each packet to the worker that owns its connection (`QUICReuseportGroup`). A packet that
+/// still reaches the wrong worker (the program could not be attached, or the group changed) is
+/// handed to its owner's event loop, as Envoy, HAProxy and h2o do; `handOvers` counts those.
+/// Initial packets go by the kernel's 4-tuple hash, and the worker that takes a client's
+/// Initial owns that connection for its lifetime.
+// @unchecked Sendable: `workers` is immutable and each endpoint is only touched on its loop.
+package final class QUICServerWorkerGroup: @unchecked Sendable {
+    package struct Worker {
+        package let eventLoop: any EventLoop
+        let endpoint: QUICServerEndpoint
+    }
+
+    let workers: [Worker]
+    /// What the workers share: limits, keys, the hand-over count.
+    package let shared: QUICEndpointSharedState
+    /// The bound port, the same for every worker.
+    package let port: UInt16
+    /// The address advertised as `preferred_address`, when there is one.
+    package let preferredAddress: QUICSocketAddress?
+    /// Whether the kernel steers packets by connection ID; without it only hand-overs do.
+    package let isSteeredByKernel: Bool
+    /// A group of loops made for workers beyond the shared group's threads; shut down at close.
+    private let ownedLoops: MultiThreadedEventLoopGroup?
+
+    private init(workers: [Worker], shared: QUICEndpointSharedState, isSteeredByKernel: Bool, ownedLoops: MultiThreadedEventLoopGroup?) {
+        self.workers = workers
+        self.shared = shared
+        self.port = workers[0].endpoint.port
+        self.preferredAddress = workers[0].endpoint.preferredAddress
+        self.isSteeredByKernel = isSteeredByKernel
+        self.ownedLoops = ownedLoops
+        for worker in workers {
+            let loops = workers.map(\.eventLoop)
+            let endpoints = workers.map { LoopConfined($0.endpoint) }
+            worker.eventLoop.execute {
+                worker.endpoint.handOver = { target, datagram, path, ecn in
+                    loops[target].execute { endpoints[target].value.receiveHandedOver(datagram, path: path, ecn: ecn) }
+                }
+            }
+        }
+    }
+
+    /// Binds `workerCount` workers to `host:port` (and to `preferred`, if given), each on its own
+    /// event loop, and calls `onNewConnection` on a worker's loop for each connection it accepts.
+    ///
+    /// `kernelSteering: false` leaves the steering program out, so only hand-overs steer (for
+    /// tests, and for kernels that refuse the program).
+    package static func bind(
+        host: String,
+        port: Int,
+        preferred: (host: String, port: Int)? = nil,
+        configuration: QUICEndpointCore.Configuration,
+        workerCount: Int = 1,
+        kernelSteering: Bool = true,
+        logger: Logger,
+        onNewConnection: @escaping @Sendable (QUICConnectionDriver) -> Void
+    ) async throws -> QUICServerWorkerGroup {
+        let workerCount = max(1, min(workerCount, 255))
+        let shared = QUICEndpointSharedState(workerCount: workerCount)
+        let factory = QUICConnectionIDFactory()
+        let (loops, ownedLoops) = eventLoops(count: workerCount)
+        if workerCount == 1 {
+            // One worker: a plain socket, so a second server on the port fails with EADDRINUSE.
+            let endpoint = try await QUICServerEndpoint.bind(
+                host: host, port: port, preferred: preferred, configuration: configuration, shared: shared,
+                eventLoop: loops[0], logger: logger
+            ).map { endpoint in
+                endpoint.onNewConnection = onNewConnection
+                return LoopConfined(endpoint)
+            }.get().value
+            return QUICServerWorkerGroup(
+                workers: [Worker(eventLoop: loops[0], endpoint: endpoint)], shared: shared, isSteeredByKernel: false, ownedLoops: ownedLoops
+            )
+        }
+
+        let program = QUICReuseportGroup.steeringProgram(connectionIDLength: factory.idLength, steering: factory.steering)
+        var steered = kernelSteering
+        func bindGroup(_ host: String, _ port: Int) throws -> [CInt] {
+            let address = try SocketAddress.makeAddressResolvingHost(host, port: port)
+            let descriptors = try QUICReuseportGroup.bind(address, count: workerCount)
+            if steered {
+                do {
+                    try QUICReuseportGroup.attach(program, to: descriptors[0])
+                } catch {
+                    logger.warning("the kernel refused the steering program; workers hand packets over instead", metadata: ["error": "\(error)"])
+                    steered = false
+                }
+            }
+            return descriptors
+        }
+        let main = try bindGroup(host, port)
+        let second: [CInt]?
+        do {
+            second = try preferred.map { try bindGroup($0.host, $0.port) }
+        } catch {
+            for descriptor in main { _ = Glibc.close(descriptor) }
+            throw error
+        }
+
+        // Each worker adopts its sockets and makes its endpoint on its own loop.
+        let endpoints = (0..<workerCount).map { index in
+            let loop = loops[index]
+            let adopted = QUICDatagramSocket.adopt(main[index], eventLoop: loop, logger: logger).map(LoopConfined.init)
+            let adoptedPreferred = second.map {
+                QUICDatagramSocket.adopt($0[index], eventLoop: loop, logger: logger).map { Optional(LoopConfined($0)) }
+            } ?? loop.makeSucceededFuture(nil)
+            return adopted.and(adoptedPreferred)
+        }
+        let sockets: [(LoopConfined<QUICDatagramSocket>, LoopConfined<QUICDatagramSocket>?)]
+        do {
+            sockets = try await EventLoopFuture.whenAllSucceed(endpoints, on: loops[0]).get()
+        } catch {
+            // Close what was adopted; descriptors not adopted yet are closed here.
+            let results = (try? await EventLoopFuture.whenAllComplete(endpoints, on: loops[0]).get()) ?? []
+            for (index, result) in results.enumerated() {
+                switch result {
+                case .success(let (socket, preferredSocket)):
+                    loops[index].execute { socket.value.close(); preferredSocket?.value.close() }
+                case .failure:
+                    _ = Glibc.close(main[index])
+                    if let second { _ = Glibc.close(second[index]) }
+                }
+            }
+            throw error
+        }
+        var advertised = configuration
+        advertised.quic.preferredAddress = sockets[0].1?.value.localAddress
+        let workerConfiguration = advertised
+        var workers: [Worker] = []
+        for (index, (socket, preferredSocket)) in sockets.enumerated() {
+            let endpoint = try await loops[index].submit {
+                let endpoint = QUICServerEndpoint(
+                    socket: socket.value,
+                    preferredSocket: preferredSocket?.value,
+                    configuration: workerConfiguration,
+                    idFactory: factory.forWorker(UInt8(index)),
+                    shared: shared,
+                    logger: logger
+                )
+                endpoint.onNewConnection = onNewConnection
+                return LoopConfined(endpoint)
+            }.get().value
+            workers.append(Worker(eventLoop: loops[index], endpoint: endpoint))
+        }
+        return QUICServerWorkerGroup(workers: workers, shared: shared, isSteeredByKernel: steered, ownedLoops: ownedLoops)
+    }
+
+    /// `count` distinct event loops: the shared group's while it has enough threads, otherwise a
+    /// group of their own.
+    private static func eventLoops(count: Int) -> ([any EventLoop], MultiThreadedEventLoopGroup?) {
+        let sharedGroup = MultiThreadedEventLoopGroup.singleton
+        if count == 1 { return ([sharedGroup.next()], nil) }
+        let sharedLoops = Array(sharedGroup.makeIterator())
+        if sharedLoops.count >= count { return (Array(sharedLoops.prefix(count)), nil) }
+        let owned = MultiThreadedEventLoopGroup(numberOfThreads: count)
+        return (Array(owned.makeIterator()), owned)
+    }
+
+    /// The workers' event loops, in worker order.
+    package var eventLoops: [any EventLoop] { workers.map(\.eventLoop) }
+
+    /// Datagrams handed from one worker to another so far.
+    package var handOvers: Int { shared.handOvers }
+
+    /// Connections of every worker, handshakes and closing or draining periods included.
+    package func connectionCount() async -> Int {
+        var total = 0
+        for worker in workers {
+            let endpoint = LoopConfined(worker.endpoint)
+            total += (try? await worker.eventLoop.submit { endpoint.value.connectionCount }.get()) ?? 0
+        }
+        return total
+    }
+
+    /// What each worker has done so far, in worker order.
+    package func statistics() async -> [QUICServerWorkerStatistics] {
+        var all: [QUICServerWorkerStatistics] = []
+        for worker in workers {
+            let endpoint = LoopConfined(worker.endpoint)
+            let counts = try? await worker.eventLoop.submit {
+                QUICServerWorkerStatistics(
+                    datagramsReceived: endpoint.value.datagramsReceived,
+                    connectionsAccepted: endpoint.value.connectionsAccepted,
+                    openConnections: endpoint.value.connectionCount
+                )
+            }.get()
+            all.append(counts ?? QUICServerWorkerStatistics(datagramsReceived: 0, connectionsAccepted: 0, openConnections: 0))
+        }
+        return all
+    }
+
+    /// Runs `body` on every worker's loop with its endpoint.
+    package func forEachWorker(_ body: @escaping @Sendable (QUICServerEndpoint) -> Void) {
+        for worker in workers {
+            let endpoint = LoopConfined(worker.endpoint)
+            worker.eventLoop.execute { body(endpoint.value) }
+        }
+    }
+
+    /// Closes every connection with NO_ERROR (RFC 9000 §10.2), then the sockets.
+    package func close() {
+        let closed = workers.map { worker in
+            let endpoint = LoopConfined(worker.endpoint)
+            return worker.eventLoop.submit { endpoint.value.close() }
+        }
+        shutDownOwnedLoops(after: closed)
+    }
+
+    /// Refuses new clients, closes each worker's socket once its connections have ended or
+    /// after `timeout`, and succeeds when all are closed.
+    package func closeWhenDrained(timeout: TimeAmount) -> EventLoopFuture<Void> {
+        shared.refusesNewConnections = true
+        let closed = workers.map { worker in
+            let endpoint = LoopConfined(worker.endpoint)
+            return worker.eventLoop.flatSubmit { endpoint.value.closeWhenDrained(timeout: timeout) }
+        }
+        shutDownOwnedLoops(after: closed)
+        return EventLoopFuture.andAllComplete(closed, on: workers[0].eventLoop)
+    }
+
+    private func shutDownOwnedLoops(after futures: [EventLoopFuture<Void>]) {
+        guard let ownedLoops else { return }
+        // Not from one of the group's own loops: shutting down waits for them.
+        EventLoopFuture.andAllComplete(futures, on: futures[0].eventLoop).whenComplete { _ in
+            DispatchQueue.global().async { ownedLoops.shutdownGracefully { _ in } }
+        }
+    }
+}
+
+/// One worker's counters since it began.
+public struct QUICServerWorkerStatistics: Sendable, Equatable {
+    /// Datagrams read from the worker's own sockets (hand-overs from other workers not included).
+    public var datagramsReceived: Int
+    /// Connections whose first Initial this worker took.
+    public var connectionsAccepted: Int
+    /// Connections open now, closing and draining periods included.
+    public var openConnections: Int
+}
+
+/// A loop-confined object carried off its loop only to be used on that loop again; what NIO's
+/// `NIOLoopBound` checks at run time, stated here, because the group is built off the loops.
+struct LoopConfined<Value>: @unchecked Sendable {
+    let value: Value
+    init(_ value: Value) { self.value = value }
+}
