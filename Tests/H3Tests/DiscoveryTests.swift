@@ -201,7 +201,10 @@ struct DiscoveryTests {
         #expect(second.notes.contains { $0.contains("marked broken") }, "\(second.notes)")
     }
 
-    @Test func anUnreachableDNSServerMeansTCPWithinASecondOrTwo() async throws {
+    /// The look-up gives up after its own timeout (1 s here) and the request goes on over TCP.
+    /// The bound is far above that timeout, so a busy machine passes while a look-up that
+    /// waited for the system resolver's retries (or forever) still fails.
+    @Test func anUnreachableDNSServerMeansTCPAfterTheLookUpTimeout() async throws {
         let servers = try await Servers.start(quic: false, handler: Self.answering(altSvc: nil))
         defer { Task { await servers.stop() } }
         let session = Self.session(.discovery) {
@@ -211,7 +214,7 @@ struct DiscoveryTests {
         defer { Task { await session.shutdown() } }
         let started = ContinuousClock.now
         let response = try await session.execute(Self.get("nodns.test:\(servers.port)"))
-        #expect(ContinuousClock.now - started < .seconds(4))
+        #expect(ContinuousClock.now - started < .seconds(20))
         #expect(response.version == .http2)
         #expect(response.notes.contains { $0.hasPrefix("HTTPS record look-up failed") }, "\(response.notes)")
     }
