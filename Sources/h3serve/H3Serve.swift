@@ -193,6 +193,11 @@ struct H3Serve: AsyncParsableCommand {
         let versions = [noQUIC ? nil : "HTTP/3", noTCP ? nil : "HTTP/2", noTCP ? nil : "HTTP/1.1"].compactMap { $0 }
         say("serving \(root) on https://\(host):\(boundPort)/ (\(versions.joined(separator: ", ")))")
         if let preferred = quicServer?.boundPreferredAddress { say("preferred address: \(preferred)") }
+        if let quicServer, workers > 1 {
+            let steering = quicServer.isSteeredByKernel
+                ? "the kernel steers packets by connection ID" : "the kernel refused the steering program; workers hand packets over"
+            say("workers: \(workers); \(steering)")
+        }
         signal(SIGINT, SIG_IGN)
         signal(SIGTERM, SIG_IGN)
         let (stopped, stop) = AsyncStream<Void>.makeStream()
@@ -205,6 +210,11 @@ struct H3Serve: AsyncParsableCommand {
         say("shutting down: GOAWAY sent, finishing requests in flight")
         await tcpServer?.shutdown()
         if let quicServer {
+            let statistics = await quicServer.workerStatistics()
+            say(
+                "workers: datagrams \(statistics.map(\.datagramsReceived)), connections \(statistics.map(\.connectionsAccepted)), "
+                    + "hand-overs \(quicServer.handOvers)"
+            )
             await quicServer.shutdownGracefully()
             let remaining = await quicServer.liveConnections.remainingAfterStop(within: .seconds(2))
             say("stopped: \(remaining) connections still in memory")
