@@ -33,9 +33,10 @@ struct QuicEchoInteropTests {
         TestEnvironment.repositoryRoot.appendingPathComponent("Tests/Interop/aioquic/\(name)").path
     }
 
-    @Test func aioquicClientAgainstQuicEchoServer() async throws {
+    /// With two workers the listener's sockets share the port, steered by connection ID.
+    @Test(arguments: [1, 2]) func aioquicClientAgainstQuicEchoServer(workers: Int) async throws {
         let python = try TestEnvironment.python()
-        let server = try await EchoServerProcess(["--datagrams"])
+        let server = try await EchoServerProcess(["--datagrams", "--workers", "\(workers)"])
         let client = try ChildProcess(python, [
             Self.script("echo_client.py"), "127.0.0.1", "\(server.port)", "-k",
             "--streams", "4", "--uni", "3", "--reset-code", "42", "--datagrams", "5", "--size", "100000",
@@ -124,10 +125,11 @@ struct QuicEchoInteropTests {
     }
 
     /// --migrate: the client moves to a new local port while 2 MB echo, validates the path, and
-    /// the server follows; both the report and the server's trace name the new port.
-    @Test func migrationMovesTheEchoToANewLocalPort() async throws {
+    /// the server follows; both the report and the server's trace name the new port. With two
+    /// workers the new port's packets must still reach the worker that owns the tunnel.
+    @Test(arguments: [1, 2]) func migrationMovesTheEchoToANewLocalPort(workers: Int) async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("mig-\(UUID())").path
-        let server = try await EchoServerProcess(["--qlog-dir", directory])
+        let server = try await EchoServerProcess(["--qlog-dir", directory, "--workers", "\(workers)"])
         let client = try ChildProcess(try TestEnvironment.executable("quic-echo"), [
             "connect", "127.0.0.1", "\(server.port)", "--pin-sha256", server.fingerprint, "--migrate",
             "--size", "2000000", "--streams", "2", "--stats=json",
