@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import shutil
 import socket
@@ -69,8 +70,11 @@ class Server:
     port: int
     process: subprocess.Popen | None = None
 
+    log: str | None = None
+
     def start(self) -> "Server":
-        self.process = subprocess.Popen(self.cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        output = open(self.log, "w") if self.log else subprocess.DEVNULL
+        self.process = subprocess.Popen(self.cmd, stdout=output, stderr=output)
         for _ in range(300):
             if self.process.poll() is not None:
                 raise SystemExit(f"bench: {self.name} exited at start: {' '.join(self.cmd)}")
@@ -88,6 +92,22 @@ class Server:
         with open(f"/proc/{self.pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / TICK
+
+    def thread_cpu_seconds(self, prefix: str = "NIO-") -> dict[str, float]:
+        """CPU time of each thread whose name starts with `prefix` (NIO's event loops: one per
+        worker), from /proc/PID/task/TID/stat."""
+        threads = {}
+        for tid in os.listdir(f"/proc/{self.pid}/task"):
+            try:
+                with open(f"/proc/{self.pid}/task/{tid}/comm") as f:
+                    name = f.read().strip()
+                with open(f"/proc/{self.pid}/task/{tid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except FileNotFoundError:
+                continue
+            if name.startswith(prefix):
+                threads[f"{name}/{tid}"] = (int(fields[11]) + int(fields[12])) / TICK
+        return threads
 
     def rss_kib(self, kind: str = "VmRSS") -> int:
         """VmRSS (all resident pages), or RssAnon (the process's own memory, without shared
@@ -159,11 +179,14 @@ class Bench:
 
     # -- servers ------------------------------------------------------------------
 
-    def h3serve(self, port: int | None = None, prefix: list[str] | None = None, binary: str | None = None) -> Server:
+    def h3serve(self, port: int | None = None, prefix: list[str] | None = None, binary: str | None = None,
+                workers: int = 1, log: str | None = None) -> Server:
+        """One worker unless told otherwise: the rows compare cost per core with gtlsserver,
+        which runs on one thread."""
         port = port or free_udp_port()
         cmd = (prefix or []) + [binary or os.path.join(self.bin, "h3serve"), "-q", "--no-tcp", "--port", str(port),
-                                "--root", self.www, "--cert", self.cert, "--key", self.key]
-        return self.track(Server("h3serve", cmd, port).start())
+                                "--root", self.www, "--cert", self.cert, "--key", self.key, "--workers", str(workers)]
+        return self.track(Server("h3serve", cmd, port, log=log).start())
 
     def gtlsserver(self, prefix: list[str] | None = None) -> Server:
         port = free_udp_port()
@@ -331,6 +354,48 @@ class Bench:
         self.add(Row(group, f"client CPU per short echo stream ({n} on one tunnel)", "µs", client_cpu / n * 1e6, None, "quic-echo connect", None))
         echo.stop()
 
+    def worker_rows(self) -> None:
+        """h3serve on 1 and on 2 workers under the same h3load run. h3load shares this machine's
+        cores with the server, so the throughput ratio understates what more cores give; the
+        spread over workers and the hand-over count are what the run shows exactly."""
+        group = "scale-out (h3serve --workers; the load generator shares the cores)"
+        n = self.load_requests
+        load = lambda server: self.h3load(server, n, 8, 10)
+        results = {}
+        for workers in (1, 2):
+            log = os.path.join(self.work, f"h3serve-{workers}.log")
+            server = self.h3serve(workers=workers, log=log)
+            run(self.h3load(server, 500, 8, 10))
+            cpu_before, threads_before = server.cpu_seconds(), server.thread_cpu_seconds()
+            started = time.monotonic()
+            run(load(server))
+            elapsed = time.monotonic() - started
+            cpu = server.cpu_seconds() - cpu_before
+            threads_after = server.thread_cpu_seconds()
+            shares = sorted((threads_after[t] - threads_before.get(t, 0) for t in threads_after), reverse=True)[:workers]
+            server.stop()
+            with open(log) as f:
+                stats = [line for line in f if line.startswith("workers: datagrams")]
+            if not stats:
+                raise SystemExit(f"bench: h3serve --workers {workers} printed no worker statistics")
+            numbers = re.match(r"workers: datagrams \[([\d, ]+)\], connections \[([\d, ]+)\], hand-overs (\d+)", stats[-1])
+            datagrams = [int(x) for x in numbers.group(1).split(",")]
+            connections = [int(x) for x in numbers.group(2).split(",")]
+            results[workers] = dict(rps=n / elapsed, cpu_per_request=cpu / n * 1e6, shares=shares, datagrams=datagrams,
+                                    connections=connections, handovers=int(numbers.group(3)))
+        one, two = results[1], results[2]
+        self.add(Row(group, f"requests/s, h3load -c 8 -m 10 ({n}): 2 workers vs 1", "req/s", two["rps"], one["rps"],
+                     "h3serve --workers 2", "h3serve --workers 1", True))
+        self.add(Row(group, f"server CPU per 1 KiB GET, same load: 2 workers vs 1", "µs", two["cpu_per_request"],
+                     one["cpu_per_request"], "h3serve --workers 2", "h3serve --workers 1"))
+        total = sum(two["shares"]) or 1
+        self.add(Row(group, "busiest worker's share of the workers' CPU (2 workers; 50% is even)", "%",
+                     100 * two["shares"][0] / total, None, "h3serve --workers 2", None))
+        self.add(Row(group, f"connections per worker: {two['connections']}; busiest worker's share", "%",
+                     100 * max(two["connections"]) / max(1, sum(two["connections"])), None, "h3serve --workers 2", None))
+        self.add(Row(group, f"hand-overs per million datagrams ({sum(two['datagrams'])} datagrams)", "ppm",
+                     two["handovers"] / max(1, sum(two["datagrams"])) * 1e6, None, "h3serve --workers 2", None))
+
     def callgrind_rows(self) -> None:
         """Instructions per request and per handshake, counted by callgrind after a warm-up."""
         group = "instructions (valgrind --tool=callgrind; server side)"
@@ -384,15 +449,23 @@ class Bench:
 
     def run(self) -> None:
         self.header()
+        only = self.args.only
         try:
-            ours, theirs = self.h3serve(), self.gtlsserver()
-            self.server_rows(ours, theirs)
-            self.client_rows(theirs)
-            self.rest_rows(ours, theirs)
-            ours.stop()
-            theirs.stop()
-            self.echo_rows()
-            if not self.args.no_callgrind:
+            if only in (None, "server", "client", "rest"):
+                ours, theirs = self.h3serve(), self.gtlsserver()
+                if only in (None, "server"):
+                    self.server_rows(ours, theirs)
+                if only in (None, "client"):
+                    self.client_rows(theirs)
+                if only in (None, "rest"):
+                    self.rest_rows(ours, theirs)
+                ours.stop()
+                theirs.stop()
+            if only in (None, "echo"):
+                self.echo_rows()
+            if only in (None, "workers"):
+                self.worker_rows()
+            if only in (None, "callgrind") and not self.args.no_callgrind:
                 self.callgrind_rows()
         finally:
             self.stop_all()
@@ -413,6 +486,7 @@ def main() -> int:
     p.add_argument("--quick", action="store_true", help="smaller runs, about 3 minutes")
     p.add_argument("--no-callgrind", action="store_true", help="skip the instruction counts")
     p.add_argument("--json", help="also write the rows to this file")
+    p.add_argument("--only", choices=["server", "client", "rest", "echo", "workers", "callgrind"], help="run one group of rows")
     args = p.parse_args()
     for tool in ("gtlsserver", "gtlsclient", "valgrind", "callgrind_control", "objcopy", "openssl"):
         if shutil.which(tool) is None:
