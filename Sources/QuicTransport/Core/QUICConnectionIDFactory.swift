@@ -3,25 +3,36 @@ import CQuicShims
 /// Issues this endpoint's connection IDs and the stateless reset tokens that go with them.
 ///
 /// Every ID has the QUIC-LB shape (draft-ietf-quic-load-balancers-21 §3, §5): a first octet
-/// with three config-rotation bits and the ID's length less one, then the bytes a load balancer
-/// routes by, then two fields for this server's own use (§5.4 lets a server append them):
+/// with three config-rotation bits and the ID's length less one (§3.3), then the bytes a load
+/// balancer routes by, then fields for this server's own use (§5.4 lets a server append them).
+/// Three layouts, chosen by the `QUICLoadBalancerConfiguration`:
 ///
-///     first octet | random (12) | tag (4) | worker (1)          18 bytes, no configuration
+///     none:      first octet | random (12)                        | tag (4) | worker (1)   18 bytes
+///     plaintext: first octet | server ID | nonce                  | tag (4) | worker (1)   ≤ 20 bytes
+///     encrypted: first octet | AES-128-ECB(server ID | nonce) (16)          | worker (1)   18 bytes
 ///
-/// Without a load-balancer configuration the rotation bits are the unroutable codepoint 0b111
-/// (§3.2), which tells any balancer to fall back to the 4-tuple.
+/// - **None**: the rotation bits are the unroutable codepoint 0b111 (§3.2), which tells any
+///   balancer to fall back to the 4-tuple.
+/// - **Plaintext** (§5.3, §5.4): the server ID in clear, then a random nonce.
+/// - **Encrypted**, single pass (§5.4.1): server ID and nonce are one AES block. The nonce's
+///   last byte is the worker's index in clear and the rest is random, so two workers never
+///   produce the same ciphertext (§"Server Process Demultiplexing").
 ///
+/// The appended fields:
 /// - The **tag** is the first 4 bytes of HMAC-SHA-256(secret, the bytes before it). It lets the
 ///   endpoint tell an ID it issued and forgot (answer with a stateless reset, RFC 9000 §10.3)
-///   from random bytes (stay silent), so garbage never draws a reply.
-/// - The **worker** byte names the worker (event loop and socket) that owns the connection, so
-///   the kernel's reuseport program and the workers themselves can steer packets to it. It is
-///   masked with a keyed hash of the 4 bytes before it (`QUICWorkerSteering`), as the draft's
-///   §"Server Process Demultiplexing" proposes, so the byte does not link a connection's IDs.
+///   from random bytes (stay silent), so garbage never draws a reply. Encrypted IDs have no
+///   tag: the decrypted server ID and the worker byte inside the block check them instead.
+/// - The **worker** byte, always the last, names the worker (event loop and socket) that owns
+///   the connection, so the kernel's reuseport program and the workers themselves can steer
+///   packets to it. It is masked with a keyed hash of the 4 bytes before it
+///   (`QUICWorkerSteering`), as the draft's §"Server Process Demultiplexing" proposes, so the
+///   byte does not link a connection's IDs.
 ///
-/// Reset tokens are derived from the same secret with ngtcp2's HKDF helper, so they survive the
-/// loss of connection state. Every worker of an endpoint shares the secret; each has its own
-/// `worker` byte.
+/// Reset tokens are derived with ngtcp2's HKDF helper from a reset secret, HMAC-SHA-256(secret,
+/// "quic stateless reset" | server ID), so they survive the loss of connection state, and hosts
+/// that share a secret behind one balancer never make each other's tokens. Every worker of an
+/// endpoint shares the secret; each has its own `worker` byte.
 package struct QUICConnectionIDFactory: Sendable {
     /// The length of every ID this factory issues.
     package let idLength: Int
@@ -29,11 +40,17 @@ package struct QUICConnectionIDFactory: Sendable {
     package let worker: UInt8
     /// How the worker byte is masked; the same for every worker of the endpoint.
     package let steering: QUICWorkerSteering
+    /// The QUIC-LB configuration the IDs follow; nil for unroutable IDs.
+    package let loadBalancer: QUICLoadBalancerConfiguration?
     private static let tagLength = 4
-    private static let unroutableConfigRotation: UInt8 = 0b111
+    private static let unconfiguredRandomLength = 12
     private let secret: [UInt8]
+    /// The secret of this host's stateless reset tokens, bound to its server ID.
+    private let resetSecret: [UInt8]
+    /// The key of encrypted IDs.
+    private let cipher: AES128Block?
 
-    package init(secret: [UInt8]? = nil, worker: UInt8 = 0) {
+    package init(secret: [UInt8]? = nil, loadBalancer: QUICLoadBalancerConfiguration? = nil, worker: UInt8 = 0) {
         if let secret {
             self.secret = secret
         } else {
@@ -41,9 +58,13 @@ package struct QUICConnectionIDFactory: Sendable {
             _ = gnutls_rnd(GNUTLS_RND_KEY, &random, random.count)
             self.secret = random
         }
-        self.idLength = 18
+        self.loadBalancer = loadBalancer
+        self.idLength = loadBalancer?.connectionIDLength ?? 1 + Self.unconfiguredRandomLength + Self.tagLength + 1
         self.worker = worker
         self.steering = QUICWorkerSteering(secret: self.secret)
+        self.resetSecret = Self.hmac(self.secret, Array("quic stateless reset".utf8) + (loadBalancer?.serverID ?? []))
+        // The configuration's initialiser already checked that GnuTLS takes the key.
+        self.cipher = loadBalancer?.key.map { AES128Block(key: $0)! }
     }
 
     /// The same endpoint's factory for another worker: same secret, layout and mask.
@@ -54,7 +75,10 @@ package struct QUICConnectionIDFactory: Sendable {
     private init(copying other: QUICConnectionIDFactory, worker: UInt8) {
         self.idLength = other.idLength
         self.secret = other.secret
+        self.resetSecret = other.resetSecret
         self.steering = other.steering
+        self.loadBalancer = other.loadBalancer
+        self.cipher = other.cipher
         self.worker = worker
     }
 
@@ -64,14 +88,24 @@ package struct QUICConnectionIDFactory: Sendable {
     /// Where the worker byte sits in an ID, counted from its first byte.
     package var workerByteOffset: Int { idLength - 1 }
 
+    /// The first octet of every ID this factory issues (§3.3).
+    private var firstOctet: UInt8 {
+        let rotation = loadBalancer?.configRotation ?? QUICLoadBalancerConfiguration.unroutableConfigRotation
+        return rotation << 5 | UInt8(idLength - 1)
+    }
+
     package func makeConnectionID() -> QUICConnectionID {
-        var bytes = [UInt8](repeating: 0, count: idLength)
-        _ = gnutls_rnd(GNUTLS_RND_RANDOM, &bytes, idLength)
-        bytes[0] = Self.unroutableConfigRotation << 5 | UInt8(idLength - 1)
-        let tagStart = idLength - 1 - Self.tagLength
-        let tag = self.tag(for: bytes[..<tagStart])
-        bytes.replaceSubrange(tagStart..<(tagStart + Self.tagLength), with: tag)
-        bytes[workerByteOffset] = worker ^ steering.mask(bytes[(workerByteOffset - 4)..<workerByteOffset])
+        var bytes: [UInt8]
+        if let loadBalancer {
+            var nonce = Self.random(count: loadBalancer.nonceLength)
+            if cipher != nil { nonce[nonce.count - 1] = worker }
+            bytes = loadBalancer.encode(nonce: nonce, connectionIDLength: idLength)
+        } else {
+            bytes = [firstOctet] + Self.random(count: Self.unconfiguredRandomLength)
+        }
+        if cipher == nil { bytes += tag(for: bytes) }
+        bytes.append(worker ^ steering.mask(bytes.suffix(4)))
+        precondition(bytes.count == idLength, "the layout fills the ID exactly")
         return QUICConnectionID(bytes)
     }
 
@@ -82,26 +116,51 @@ package struct QUICConnectionIDFactory: Sendable {
         return id[workerByteOffset] ^ steering.mask(id[(workerByteOffset - 4)..<workerByteOffset])
     }
 
-    /// Whether `id` carries a valid tag, that is, this endpoint (or one with the same secret) issued it.
+    /// Whether this host issued `id` (or one with the same secret and server ID), so that it may
+    /// answer with a stateless reset.
+    ///
+    /// An ID of another host behind the same balancer is not ours, even if the hosts share the
+    /// secret: its first octet, server ID or tag differs, and a host that receives a misrouted
+    /// packet stays silent rather than reset a connection it does not own. Encrypted IDs carry no
+    /// tag: the decrypted server ID must be ours and the worker byte inside the block must equal
+    /// the unmasked one outside it, whose mask depends on the secret.
     package func isIssuedHere(_ id: UnsafeRawBufferPointer) -> Bool {
-        guard id.count == idLength else { return false }
+        guard id.count == idLength, id[0] == firstOctet else { return false }
+        guard let loadBalancer else { return hasValidTag(id) }
+        guard let plaintext = loadBalancer.plaintextBlock(of: id), plaintext.starts(with: loadBalancer.serverID) else {
+            return false
+        }
+        guard cipher != nil else { return hasValidTag(id) }
+        return plaintext.last == worker(of: id)
+    }
+
+    /// The 16-byte stateless reset token for `id` (RFC 9000 §10.3.2), from this host's reset secret.
+    package func statelessResetToken(for id: QUICConnectionID) -> [UInt8] {
+        var token = [UInt8](repeating: 0, count: Int(NGTCP2_STATELESS_RESET_TOKENLEN))
+        var cid = id.ngtcp2
+        _ = ngtcp2_crypto_generate_stateless_reset_token(&token, resetSecret, resetSecret.count, &cid)
+        return token
+    }
+
+    private func hasValidTag(_ id: UnsafeRawBufferPointer) -> Bool {
         let tagStart = idLength - 1 - Self.tagLength
         return tag(for: id[..<tagStart]).elementsEqual(id[tagStart..<(tagStart + Self.tagLength)])
     }
 
-    /// The 16-byte stateless reset token for `id` (RFC 9000 §10.3.2).
-    package func statelessResetToken(for id: QUICConnectionID) -> [UInt8] {
-        var token = [UInt8](repeating: 0, count: Int(NGTCP2_STATELESS_RESET_TOKENLEN))
-        var cid = id.ngtcp2
-        _ = ngtcp2_crypto_generate_stateless_reset_token(&token, secret, secret.count, &cid)
-        return token
+    private func tag<Bytes: Collection<UInt8>>(for body: Bytes) -> [UInt8] {
+        Array(Self.hmac(secret, Array(body)).prefix(Self.tagLength))
     }
 
-    private func tag<Bytes: Collection<UInt8>>(for body: Bytes) -> [UInt8] {
+    private static func hmac(_ key: [UInt8], _ message: [UInt8]) -> [UInt8] {
         var digest = [UInt8](repeating: 0, count: 32)
-        let body = Array(body)
-        _ = gnutls_hmac_fast(GNUTLS_MAC_SHA256, secret, secret.count, body, body.count, &digest)
-        return Array(digest.prefix(Self.tagLength))
+        _ = gnutls_hmac_fast(GNUTLS_MAC_SHA256, key, key.count, message, message.count, &digest)
+        return digest
+    }
+
+    private static func random(count: Int) -> [UInt8] {
+        var bytes = [UInt8](repeating: 0, count: count)
+        _ = gnutls_rnd(GNUTLS_RND_RANDOM, &bytes, count)
+        return bytes
     }
 }
 

@@ -25,6 +25,9 @@ package final class QUICEndpointCore {
         package var acceptsEarlyData = false
         /// Counts the connections this endpoint made that are still in memory.
         package var liveConnections = QUICLiveConnections()
+        /// Issue connection IDs that a QUIC-LB balancer routes to this host
+        /// (draft-ietf-quic-load-balancers-21 §5); nil for unroutable IDs (§3.2).
+        package var loadBalancer: QUICLoadBalancerConfiguration?
 
         package init(quic: QUICConfiguration, credentials: TLSCredentials) {
             self.quic = quic
@@ -55,14 +58,16 @@ package final class QUICEndpointCore {
     /// This worker's connections.
     package private(set) var connections: [ObjectIdentifier: QUICConnectionCore] = [:]
 
+    /// An endpoint for `configuration`; without `idFactory`, it issues IDs for worker 0 from a
+    /// random secret and `configuration.loadBalancer`.
     package init(
         configuration: Configuration,
-        idFactory: QUICConnectionIDFactory = QUICConnectionIDFactory(),
+        idFactory: QUICConnectionIDFactory? = nil,
         shared: QUICEndpointSharedState = QUICEndpointSharedState(),
         logger: Logger
     ) {
         self.configuration = configuration
-        self.idFactory = idFactory
+        self.idFactory = idFactory ?? QUICConnectionIDFactory(loadBalancer: configuration.loadBalancer)
         self.shared = shared
         self.logger = logger
     }

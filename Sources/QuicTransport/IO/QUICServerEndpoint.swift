@@ -64,7 +64,7 @@ package final class QUICServerEndpoint {
         socket: QUICDatagramSocket,
         preferredSocket: QUICDatagramSocket? = nil,
         configuration: QUICEndpointCore.Configuration,
-        idFactory: QUICConnectionIDFactory = QUICConnectionIDFactory(),
+        idFactory: QUICConnectionIDFactory? = nil,
         shared: QUICEndpointSharedState = QUICEndpointSharedState(),
         logger: Logger
     ) {

@@ -69,7 +69,8 @@ package final class QUICServerWorkerGroup: @unchecked Sendable {
     ) async throws -> QUICServerWorkerGroup {
         let workerCount = max(1, min(workerCount, 255))
         let shared = QUICEndpointSharedState(workerCount: workerCount)
-        let factory = QUICConnectionIDFactory()
+        // One secret and one QUIC-LB configuration for every worker; each has its worker byte.
+        let factory = QUICConnectionIDFactory(loadBalancer: configuration.loadBalancer)
         let (loops, ownedLoops) = eventLoops(count: workerCount)
         if workerCount == 1 {
             // One worker: a plain socket, so a second server on the port fails with EADDRINUSE.

@@ -1,0 +1,275 @@
+import CQuicShims
+
+/// How a server's connection IDs encode its server ID so that a QUIC-LB load balancer routes
+/// every packet of a connection to it, even after the client's address changes
+/// (draft-ietf-quic-load-balancers-21).
+///
+/// A configuration agent hands the same parameters to the balancer and to each server; only the
+/// server ID differs between servers. Two algorithms are supported:
+///
+/// - **Plaintext** (no key, §5.3–§5.4): the server ID follows the first octet in clear.
+/// - **Single-pass encrypted** (a 16-byte key, §5.4.1): the server ID and the nonce are exactly
+///   one AES block, encrypted with AES-128-ECB. The four-pass algorithm for other lengths
+///   (§5.4.2) is not supported, so with a key the server ID and nonce must sum to 16 bytes.
+///
+/// The draft's part of an ID is `first octet | server ID | nonce`; a server appends bytes for its
+/// own use (§5.4), and ours appends a tag and a worker byte (see `QUICConnectionIDFactory`).
+///
+/// ```swift
+/// let loadBalancer = try QUICLoadBalancerConfiguration(configRotation: 1, serverID: [0x0a, 0x01, 0x00])
+/// ```
+public struct QUICLoadBalancerConfiguration: Sendable, Equatable {
+    /// The config rotation codepoint, the first octet's top three bits (§3.1): 0 through 6.
+    /// 0b111 is reserved for unroutable IDs (§3.2), which servers without a configuration issue.
+    public let configRotation: UInt8
+    /// This server's ID, at least one byte (§5.1); the balancer maps it to the server's address.
+    public let serverID: [UInt8]
+    /// The nonce's length in bytes, at least 4 (§5.3). The server fills it so that no two IDs
+    /// repeat it; a random nonce of N bits repeats after about 2^(N/2) IDs (§10.5).
+    public let nonceLength: Int
+    /// The AES-128-ECB key of the encrypted algorithm (§5.4.1), or nil for plaintext.
+    public let key: [UInt8]?
+
+    /// The number of bytes `QUICConnectionIDFactory` appends to a plaintext ID: a 4-byte tag and
+    /// the worker byte (§5.4 lets a server append bytes for its own use).
+    package static let plaintextAppendedLength = 5
+    /// The number of bytes appended to an encrypted ID: the worker byte.
+    package static let encryptedAppendedLength = 1
+
+    /// Checks the parameters against the draft and against what this implementation supports.
+    ///
+    /// - Parameters:
+    ///   - configRotation: the codepoint, 0 through 6.
+    ///   - serverID: at least one byte; at most 12 with a key, at most 10 without.
+    ///   - nonceLength: at least 4. By default the ID stays 18 bytes long where it can: in
+    ///     plaintext `max(4, 12 - serverID.count)`, with a key `16 - serverID.count`.
+    ///   - key: 16 bytes to encrypt (single pass: `serverID.count + nonceLength` must be 16).
+    /// - Throws: `QUICLoadBalancerConfigurationError` naming the parameter that does not fit.
+    public init(
+        configRotation: UInt8 = 0,
+        serverID: [UInt8],
+        nonceLength: Int? = nil,
+        key: [UInt8]? = nil
+    ) throws(QUICLoadBalancerConfigurationError) {
+        guard configRotation < Self.unroutableConfigRotation else {
+            throw .invalidConfigRotation(configRotation)
+        }
+        guard !serverID.isEmpty else { throw .emptyServerID }
+        if let key, key.count != AES128Block.keyLength { throw .invalidKeyLength(key.count) }
+        let longestServerID = Self.longestServerID(encrypted: key != nil)
+        guard serverID.count <= longestServerID else {
+            throw .serverIDTooLong(serverID.count, maximum: longestServerID)
+        }
+        let nonceLength = nonceLength ?? (key == nil ? max(4, 12 - serverID.count) : AES128Block.length - serverID.count)
+        guard nonceLength >= Self.minimumNonceLength else { throw .nonceTooShort(nonceLength) }
+        if key != nil {
+            guard serverID.count + nonceLength == AES128Block.length else {
+                throw .fourPassNotSupported(serverIDLength: serverID.count, nonceLength: nonceLength)
+            }
+        } else {
+            let length = 1 + serverID.count + nonceLength + Self.plaintextAppendedLength
+            guard length <= QUICConnectionID.maximumLength else {
+                throw .connectionIDTooLong(serverIDLength: serverID.count, nonceLength: nonceLength)
+            }
+        }
+        if let key, AES128Block(key: key) == nil { throw .cipherUnavailable }
+        self.configRotation = configRotation
+        self.serverID = serverID
+        self.nonceLength = nonceLength
+        self.key = key
+    }
+
+    /// The longest server ID that leaves room for a 4-byte nonce: 12 bytes in one AES block, 10
+    /// in a plaintext ID of at most 20 bytes with our 5 appended bytes.
+    public static func longestServerID(encrypted: Bool) -> Int {
+        encrypted
+            ? AES128Block.length - minimumNonceLength
+            : QUICConnectionID.maximumLength - 1 - minimumNonceLength - plaintextAppendedLength
+    }
+
+    /// The draft's minimum nonce length (§5.3).
+    public static let minimumNonceLength = 4
+    /// The reserved codepoint of unroutable IDs (§3.2).
+    package static let unroutableConfigRotation: UInt8 = 0b111
+
+    /// Whether IDs are encrypted (single pass, §5.4.1).
+    public var isEncrypted: Bool { key != nil }
+
+    /// The length of the connection IDs a server issues with this configuration, its own appended
+    /// bytes included: 18 with the default nonce length and a server ID of up to 8 bytes (12 with a key).
+    public var connectionIDLength: Int {
+        1 + serverID.count + nonceLength
+            + (isEncrypted ? Self.encryptedAppendedLength : Self.plaintextAppendedLength)
+    }
+
+    /// What a load balancer does with an incoming Destination Connection ID (§5.5): the server ID
+    /// it carries, decrypted when the configuration has a key.
+    ///
+    /// Returns nil when the ID is too short for the configuration or its first octet names
+    /// another config rotation codepoint (§4.1, "unroutable"). Bytes past the nonce, which a
+    /// server appends for its own use (§5.4), are ignored, as a balancer ignores them.
+    public func serverID(of connectionID: some Collection<UInt8>) -> [UInt8]? {
+        guard let plaintext = plaintextBlock(of: connectionID) else { return nil }
+        return Array(plaintext.prefix(serverID.count))
+    }
+
+    /// The first octet (§3.3): the config rotation bits, then the length of the rest of an ID of
+    /// `connectionIDLength` bytes (the length self-description).
+    package func firstOctet(connectionIDLength: Int) -> UInt8 {
+        configRotation << 5 | UInt8((connectionIDLength - 1) & 0x1f)
+    }
+
+    /// The draft's part of a connection ID (§5.2): the first octet, then the server ID and
+    /// `nonce`, encrypted as one AES block when there is a key (§5.4.1).
+    ///
+    /// `connectionIDLength` is the whole ID's length, appended bytes included, for the first
+    /// octet's length self-description; it is `1 + serverID.count + nonceLength` in the draft's
+    /// test vectors.
+    package func encode(nonce: [UInt8], connectionIDLength: Int) -> [UInt8] {
+        precondition(nonce.count == nonceLength, "a nonce of \(nonceLength) bytes")
+        let plaintext = serverID + nonce
+        let block = key.map { AES128Block(key: $0)!.encrypt(plaintext) } ?? plaintext
+        return [firstOctet(connectionIDLength: connectionIDLength)] + block
+    }
+
+    /// The server ID and nonce of `connectionID`, decrypted when there is a key; nil when the ID
+    /// is too short or its config rotation bits are not this configuration's.
+    package func plaintextBlock(of connectionID: some Collection<UInt8>) -> [UInt8]? {
+        let id = Array(connectionID)
+        let blockLength = serverID.count + nonceLength
+        guard id.count >= 1 + blockLength, id[0] >> 5 == configRotation else { return nil }
+        let block = Array(id[1...blockLength])
+        guard let key else { return block }
+        return AES128Block(key: key)!.decrypt(block)
+    }
+}
+
+/// A QUIC-LB configuration that does not fit draft-ietf-quic-load-balancers-21, or that needs
+/// what this implementation leaves out (four-pass encryption).
+public struct QUICLoadBalancerConfigurationError: Error, Sendable, Equatable, CustomStringConvertible {
+    private enum Code: Sendable, Equatable {
+        case invalidConfigRotation(UInt8)
+        case emptyServerID
+        case serverIDTooLong(Int, maximum: Int)
+        case nonceTooShort(Int)
+        case invalidKeyLength(Int)
+        case fourPassNotSupported(serverIDLength: Int, nonceLength: Int)
+        case connectionIDTooLong(serverIDLength: Int, nonceLength: Int)
+        case cipherUnavailable
+    }
+
+    private let code: Code
+
+    private init(_ code: Code) { self.code = code }
+
+    /// The config rotation codepoint is 0b111, reserved for unroutable IDs (§3.2), or does not
+    /// fit in three bits.
+    public static func invalidConfigRotation(_ value: UInt8) -> Self { Self(.invalidConfigRotation(value)) }
+
+    /// The server ID is empty; it has at least one byte (§5.1).
+    public static let emptyServerID = Self(.emptyServerID)
+
+    /// The server ID leaves no room for a 4-byte nonce: at most 12 bytes with a key, 10 without
+    /// (see `QUICLoadBalancerConfiguration.longestServerID(encrypted:)`).
+    public static func serverIDTooLong(_ length: Int, maximum: Int) -> Self {
+        Self(.serverIDTooLong(length, maximum: maximum))
+    }
+
+    /// The nonce is shorter than 4 bytes (§5.3).
+    public static func nonceTooShort(_ length: Int) -> Self { Self(.nonceTooShort(length)) }
+
+    /// The key is not 16 bytes (AES-128).
+    public static func invalidKeyLength(_ length: Int) -> Self { Self(.invalidKeyLength(length)) }
+
+    /// With a key, the server ID and nonce do not make one 16-byte block, which would need the
+    /// four-pass algorithm (§5.4.2); only single-pass encryption (§5.4.1) is supported.
+    public static func fourPassNotSupported(serverIDLength: Int, nonceLength: Int) -> Self {
+        Self(.fourPassNotSupported(serverIDLength: serverIDLength, nonceLength: nonceLength))
+    }
+
+    /// A plaintext ID would exceed QUIC v1's 20 bytes (RFC 9000 §17.2) once this server's 5
+    /// bytes are appended.
+    public static func connectionIDTooLong(serverIDLength: Int, nonceLength: Int) -> Self {
+        Self(.connectionIDTooLong(serverIDLength: serverIDLength, nonceLength: nonceLength))
+    }
+
+    /// GnuTLS could not set up AES-128 with the key.
+    public static let cipherUnavailable = Self(.cipherUnavailable)
+
+    public var description: String {
+        switch code {
+        case .invalidConfigRotation(let value) where value == QUICLoadBalancerConfiguration.unroutableConfigRotation:
+            "config rotation 7 (0b111) is reserved for unroutable connection IDs; use 0 through 6"
+        case .invalidConfigRotation(let value):
+            "config rotation \(value) does not fit in the first octet's three bits; use 0 through 6"
+        case .emptyServerID:
+            "the server ID must have at least one byte"
+        case .nonceTooShort(let length):
+            "the nonce must have at least 4 bytes, not \(length)"
+        case .serverIDTooLong(let length, let maximum):
+            "a server ID of \(length) bytes leaves no room for a 4-byte nonce; at most \(maximum) bytes"
+                + (maximum == QUICLoadBalancerConfiguration.longestServerID(encrypted: true) ? " with a key" : " without a key")
+        case .invalidKeyLength(let length):
+            "the QUIC-LB key must be 16 bytes (AES-128), not \(length)"
+        case .fourPassNotSupported(let serverIDLength, let nonceLength):
+            "with a key, the server ID and nonce must sum to 16 bytes (single-pass encryption);"
+                + " \(serverIDLength) + \(nonceLength) would need four-pass encryption, which is not supported"
+        case .connectionIDTooLong(let serverIDLength, let nonceLength):
+            "a server ID of \(serverIDLength) bytes and a nonce of \(nonceLength) make a connection ID of"
+                + " \(1 + serverIDLength + nonceLength + QUICLoadBalancerConfiguration.plaintextAppendedLength)"
+                + " bytes with this server's 5 appended bytes; QUIC allows 20"
+        case .cipherUnavailable:
+            "GnuTLS cannot set up AES-128 with this key"
+        }
+    }
+}
+
+/// AES-128 on one block, that is AES-128-ECB, which QUIC-LB's single-pass algorithm uses
+/// (draft-ietf-quic-load-balancers-21 §5.4.1).
+///
+/// GnuTLS 3.7 has no ECB cipher; CBC with a zero IV on a single block is the same function, as
+/// ngtcp2's GnuTLS backend does for header protection. Each call sets up a fresh cipher, so the
+/// IV is zero for every block and a value can be shared between threads.
+struct AES128Block: Sendable {
+    static let length = 16
+    static let keyLength = 16
+    private let key: [UInt8]
+
+    /// Nil when the key is not 16 bytes or GnuTLS refuses it.
+    init?(key: [UInt8]) {
+        guard key.count == Self.keyLength else { return nil }
+        self.key = key
+        guard Self.apply(key: key, to: [UInt8](repeating: 0, count: Self.length), encrypt: true) != nil else { return nil }
+    }
+
+    func encrypt(_ block: [UInt8]) -> [UInt8] {
+        guard let out = Self.apply(key: key, to: block, encrypt: true) else { preconditionFailure("AES-128 failed after it worked") }
+        return out
+    }
+
+    func decrypt(_ block: [UInt8]) -> [UInt8] {
+        guard let out = Self.apply(key: key, to: block, encrypt: false) else { preconditionFailure("AES-128 failed after it worked") }
+        return out
+    }
+
+    private static func apply(key: [UInt8], to block: [UInt8], encrypt: Bool) -> [UInt8]? {
+        precondition(block.count == length, "one AES block")
+        var key = key
+        var iv = [UInt8](repeating: 0, count: length)
+        var out = [UInt8](repeating: 0, count: length)
+        return key.withUnsafeMutableBufferPointer { key in
+            iv.withUnsafeMutableBufferPointer { iv in
+                var keyDatum = gnutls_datum_t(data: key.baseAddress, size: UInt32(key.count))
+                var ivDatum = gnutls_datum_t(data: iv.baseAddress, size: UInt32(iv.count))
+                var handle: gnutls_cipher_hd_t?
+                guard gnutls_cipher_init(&handle, GNUTLS_CIPHER_AES_128_CBC, &keyDatum, &ivDatum) == 0 else { return nil }
+                defer { gnutls_cipher_deinit(handle) }
+                let rv =
+                    encrypt
+                    ? gnutls_cipher_encrypt2(handle, block, length, &out, length)
+                    : gnutls_cipher_decrypt2(handle, block, length, &out, length)
+                return rv == 0 ? out : nil
+            }
+        }
+    }
+}
