@@ -48,6 +48,10 @@ public final class HTTP3Server: Sendable {
         /// Attach the kernel steering program to the workers' sockets; without it only
         /// hand-overs between workers steer (for tests of that path).
         package var steersInKernel = true
+        /// Issue connection IDs that a QUIC-LB load balancer routes to this server
+        /// (draft-ietf-quic-load-balancers-21 §5), so a connection stays on it when the client's
+        /// address changes; nil, the default, issues unroutable IDs (§3.2).
+        public var loadBalancer: QUICLoadBalancerConfiguration?
 
         public init() {}
     }
@@ -92,6 +96,7 @@ public final class HTTP3Server: Sendable {
         endpointConfiguration.acceptsEarlyData = configuration.acceptsEarlyData
         endpointConfiguration.makeApplicationCodec = { try! HTTP3Codec(role: .server) }
         endpointConfiguration.liveConnections = liveConnections
+        endpointConfiguration.loadBalancer = configuration.loadBalancer
         let handler = self.handler
         let logger = self.logger
         let connections = self.connections

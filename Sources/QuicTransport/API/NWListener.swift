@@ -131,6 +131,7 @@ public final class NWListener: @unchecked Sendable {
         configuration.acceptsEarlyData = options.acceptsEarlyData
         configuration.maximumConnections = maximumConcurrentTunnels
         configuration.liveConnections = liveConnections
+        configuration.loadBalancer = options.loadBalancer
         if configuration.quic.alpn.isEmpty {
             setState(.failed(.quic(.invalid("at least one ALPN protocol is required"))))
             return

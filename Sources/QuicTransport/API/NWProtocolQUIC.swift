@@ -69,6 +69,10 @@ public final class NWProtocolQUIC: @unchecked Sendable {
         public var tracksLosses = false
         /// The congestion controller: CUBIC by default, or Reno, BBR or BBRv2.
         public var congestionControl: QUICCongestionControl = .cubic
+        /// Listeners: issue connection IDs that a QUIC-LB load balancer routes to this server
+        /// (draft-ietf-quic-load-balancers-21 §5); nil, the default, issues unroutable IDs (§3.2).
+        /// Our addition: Network.framework has no such option.
+        public var loadBalancer: QUICLoadBalancerConfiguration?
 
         public init(alpn: [String] = []) {
             self.alpn = alpn
@@ -94,6 +98,7 @@ public final class NWProtocolQUIC: @unchecked Sendable {
             copy.acceptsEarlyData = acceptsEarlyData
             copy.tracksLosses = tracksLosses
             copy.congestionControl = congestionControl
+            copy.loadBalancer = loadBalancer
             return copy
         }
 
