@@ -69,6 +69,8 @@ struct H3Serve: AsyncParsableCommand {
     @Option(help: "QUIC workers, each with its own thread and UDP socket on the port; the kernel steers packets to them by connection ID (default: one per core).")
     var workers = ProcessInfo.processInfo.activeProcessorCount
 
+    @OptionGroup var loadBalancer: LoadBalancerOptions
+
     @Flag(name: .shortAndLong, help: "Verbose logging.")
     var verbose = false
 
@@ -85,6 +87,9 @@ struct H3Serve: AsyncParsableCommand {
                 throw ValidationError("--preferred-address takes a numeric IP:PORT, e.g. 127.0.0.2:0 or [::1]:4434")
             }
             if noQUIC { throw ValidationError("--preferred-address is a QUIC address; it makes no sense with --no-quic") }
+        }
+        if noQUIC && loadBalancer.serverID != nil {
+            throw ValidationError("--server-id shapes QUIC connection IDs; it makes no sense with --no-quic")
         }
         if noAltSvc && altSvc != nil { throw ValidationError("--alt-svc and --no-alt-svc contradict each other") }
         if let altSvc {
@@ -165,6 +170,7 @@ struct H3Serve: AsyncParsableCommand {
             configuration.congestionControl = QUICCongestionControl(rawValue: cc) ?? .cubic
             configuration.preferredAddress = preferredAddress.flatMap(parseHostPort)
             configuration.workers = workers
+            configuration.loadBalancer = try loadBalancer.configuration()
             if let qlogDirectory { configuration.qlogDirectory = qlogDirectory }
             do {
                 let server = try HTTP3Server(configuration: configuration, handler: handler)
@@ -197,6 +203,10 @@ struct H3Serve: AsyncParsableCommand {
             let steering = quicServer.isSteeredByKernel
                 ? "the kernel steers packets by connection ID" : "the kernel refused the steering program; workers hand packets over"
             say("workers: \(workers); \(steering)")
+        }
+        if !noQUIC, let lb = try loadBalancer.configuration() {
+            let mode = lb.isEncrypted ? "encrypted (single pass)" : "plaintext"
+            say("QUIC-LB: server ID \(Hex.encode(lb.serverID)), config rotation \(lb.configRotation), \(mode), \(lb.connectionIDLength)-byte connection IDs")
         }
         signal(SIGINT, SIG_IGN)
         signal(SIGTERM, SIG_IGN)

@@ -37,6 +37,8 @@ struct Serve: AsyncParsableCommand {
 
     @OptionGroup var common: CommonOptions
 
+    @OptionGroup var loadBalancer: LoadBalancerOptions
+
     func validate() throws {
         if (cert == nil) != (key == nil) { throw ValidationError("--cert and --key go together") }
         if maxConnections < 1 { throw ValidationError("--max-connections must be at least 1") }
@@ -52,6 +54,7 @@ struct Serve: AsyncParsableCommand {
         options.acceptsEarlyData = earlyData
         options.tls.certificateChainFile = cert
         options.tls.privateKeyFile = key
+        options.loadBalancer = try loadBalancer.configuration()
         let parameters = NWParameters(quic: options)
         parameters.requiredLocalEndpoint = .hostPort(host: .init(host), port: port)
 
