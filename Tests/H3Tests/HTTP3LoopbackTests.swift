@@ -161,6 +161,57 @@ struct HTTP3LoopbackTests {
         #expect(text.contains(#""frame_type":"path_challenge""#))
     }
 
+    /// h3serve --server-id issues QUIC-LB connection IDs (draft-ietf-quic-load-balancers-21 §5):
+    /// every ID the server hands gtlsclient, in its transport parameters and NEW_CONNECTION_ID
+    /// frames, carries the configured first octet and server ID, in clear or under the key, and
+    /// the client's migration (`--change-local-addr`) moves to such IDs.
+    @Test(arguments: [false, true])
+    func gtlsclientMigratesOnH3servesQUICLBConnectionIDs(encrypted: Bool) async throws {
+        let gtlsclient = try TestEnvironment.systemTool("gtlsclient", package: "ngtcp2-client")
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("h3serve-lb-\(UUID())")
+        let traces = root.appendingPathComponent("qlog")
+        try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
+        let body = (0..<1_000_000).map { UInt8(truncatingIfNeeded: $0 &* 17) }
+        try Data(body).write(to: root.appendingPathComponent("1mb.bin"))
+        let key = "8f95f09245765f80256934e50c66207f"
+        let configuration = try QUICLoadBalancerConfiguration(
+            configRotation: 4,
+            serverID: [0x0a, 0x0b, 0x0c],
+            key: encrypted ? Hex.decode(key) : nil
+        )
+        let (server, port) = try await startH3serve(root: root, [
+            "--no-tcp", "--qlog-dir", traces.path, "--server-id", "0a0b0c", "--quic-lb-config", "4",
+        ] + (encrypted ? ["--quic-lb-key", key] : []))
+        defer { server.stop() }
+        let downloads = root.appendingPathComponent("downloads")
+        try FileManager.default.createDirectory(at: downloads, withIntermediateDirectories: true)
+        let client = try ChildProcess(gtlsclient, [
+            "--quiet", "--exit-on-all-streams-close", "--change-local-addr=10ms", "--download", downloads.path,
+            "127.0.0.1", "\(port)", "https://127.0.0.1:\(port)/1mb.bin",
+        ])
+        _ = try await client.waitForExit(seconds: 60)
+        let fetched = try Data(contentsOf: downloads.appendingPathComponent("1mb.bin"))
+        #expect(try SHA256.hash(Array(fetched)) == (try SHA256.hash(body)))
+        server.terminate()
+        _ = try await server.waitForExit()
+        let trace = try #require(try FileManager.default.contentsOfDirectory(atPath: traces.path).first { $0.hasSuffix("_server.sqlog") })
+        let events = try QLogEvent.read(traces.appendingPathComponent(trace).path)
+        let initial = events.filter { $0.name == "transport:parameters_set" && $0.data["owner"] as? String == "local" }
+            .compactMap { $0.data["initial_source_connection_id"] as? String }
+        let issued = events.filter { $0.name == "transport:packet_sent" }.flatMap(\.frames)
+            .filter { $0["frame_type"] as? String == "new_connection_id" }.compactMap { $0["connection_id"] as? String }
+        let ids = (initial + issued).compactMap { Hex.decode($0) }
+        #expect(initial.count == 1 && issued.count >= 3, "initial \(initial), issued \(issued)")
+        for id in ids {
+            #expect(id.count == 18 && id[0] == 4 << 5 | 17, "first octet of \(Hex.encode(id)): rotation 4, length 17")
+            #expect(configuration.serverID(of: id) == [0x0a, 0x0b, 0x0c], "server ID of \(Hex.encode(id))")
+            #expect(encrypted != (id[1...3] == [0x0a, 0x0b, 0x0c]), "the server ID is in clear only without a key")
+        }
+        let challenges = events.filter { $0.name == "transport:packet_sent" }.flatMap(\.frames)
+            .filter { $0["frame_type"] as? String == "path_challenge" }
+        #expect(!challenges.isEmpty, "the client migrated and the server validated the new path")
+    }
+
     @Test func h3serveRefusesAPreferredAddressThatIsNotAnIP() async throws {
         let run = try ChildProcess(try TestEnvironment.executable("h3serve"), ["--preferred-address", "localhost:4434"])
         #expect(try await run.waitForExit() != 0)
