@@ -1,7 +1,7 @@
 import QuicTransport
 import Testing
 
-/// QUIC-LB connection IDs (draft-ietf-quic-load-balancers-21): the draft's test vectors (§B),
+/// QUIC-LB connection IDs (draft-ietf-quic-load-balancers-21): the draft's test vectors (Appendix B),
 /// the layouts `QUICConnectionIDFactory` builds on them, and what a host does with another
 /// host's IDs.
 @Suite("QUIC-LB")
@@ -11,7 +11,7 @@ struct QUICLoadBalancerTests {
     // MARK: The draft's test vectors
 
     @Test func plaintextTestVector() throws {
-        // §B.1, first row: cr_bits 0, sid c4605e, nonce 4504cc4f.
+        // Appendix B.1, first row: cr_bits 0, sid c4605e, nonce 4504cc4f.
         let configuration = try QUICLoadBalancerConfiguration(configRotation: 0, serverID: hex("c4605e"), nonceLength: 4)
         let id = configuration.encode(nonce: hex("4504cc4f"), connectionIDLength: 8)
         #expect(id == hex("07c4605e4504cc4f"))
@@ -19,7 +19,7 @@ struct QUICLoadBalancerTests {
     }
 
     @Test func singlePassEncryptedTestVector() throws {
-        // §B.2, third row, the single-pass case: cr_bits 2, an 8-byte server ID and an 8-byte nonce.
+        // Appendix B.2, third row, the single-pass case: cr_bits 2, an 8-byte server ID and an 8-byte nonce.
         let configuration = try QUICLoadBalancerConfiguration(
             configRotation: 2,
             serverID: hex("ed793a51d49b8f5f"),

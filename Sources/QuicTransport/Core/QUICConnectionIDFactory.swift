@@ -16,7 +16,7 @@ import CQuicShims
 /// - **Plaintext** (§5.3, §5.4): the server ID in clear, then a random nonce.
 /// - **Encrypted**, single pass (§5.4.1): server ID and nonce are one AES block. The nonce's
 ///   last byte is the worker's index in clear and the rest is random, so two workers never
-///   produce the same ciphertext (§"Server Process Demultiplexing").
+///   produce the same ciphertext (§7.2, "Server Process Demultiplexing").
 ///
 /// The appended fields:
 /// - The **tag** is the first 4 bytes of HMAC-SHA-256(secret, the bytes before it). It lets the
@@ -26,7 +26,7 @@ import CQuicShims
 /// - The **worker** byte, always the last, names the worker (event loop and socket) that owns
 ///   the connection, so the kernel's reuseport program and the workers themselves can steer
 ///   packets to it. It is masked with a keyed hash of the 4 bytes before it
-///   (`QUICWorkerSteering`), as the draft's §"Server Process Demultiplexing" proposes, so the
+///   (`QUICWorkerSteering`), as the draft's §7.2, "Server Process Demultiplexing" proposes, so the
 ///   byte does not link a connection's IDs.
 ///
 /// Reset tokens are derived with ngtcp2's HKDF helper from a reset secret, HMAC-SHA-256(secret,

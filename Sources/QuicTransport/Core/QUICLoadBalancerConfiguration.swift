@@ -25,7 +25,7 @@ public struct QUICLoadBalancerConfiguration: Sendable, Equatable {
     /// This server's ID, at least one byte (§5.1); the balancer maps it to the server's address.
     public let serverID: [UInt8]
     /// The nonce's length in bytes, at least 4 (§5.3). The server fills it so that no two IDs
-    /// repeat it; a random nonce of N bits repeats after about 2^(N/2) IDs (§10.5).
+    /// repeat it; a random nonce of N bits repeats after about 2^(N/2) IDs (§9.6).
     public let nonceLength: Int
     /// The AES-128-ECB key of the encrypted algorithm (§5.4.1), or nil for plaintext.
     public let key: [UInt8]?
@@ -113,7 +113,7 @@ public struct QUICLoadBalancerConfiguration: Sendable, Equatable {
         return Array(plaintext.prefix(serverID.count))
     }
 
-    /// The first octet (§3.3): the config rotation bits, then the length of the rest of an ID of
+    /// The first octet (§3.4): the config rotation bits, then the length of the rest of an ID of
     /// `connectionIDLength` bytes (the length self-description).
     package func firstOctet(connectionIDLength: Int) -> UInt8 {
         configRotation << 5 | UInt8((connectionIDLength - 1) & 0x1f)
