@@ -53,7 +53,9 @@ struct ReuseportSteeringTests {
         [0xc0 | type, 0, 0, 0, 1, UInt8(dcid.count)] + dcid + [0, 0x41, 0x00] + [UInt8](repeating: 0, count: 1200)
     }
 
-    @Test func shortHeaderAndHandshakePacketsReachTheWorkerNamedInTheirID() async throws {
+    /// Short headers, Handshake packets, and the Initials a client sends once it has our first
+    /// Initial (so a client rebound in mid-handshake stays with its worker).
+    @Test func packetsWithOurIDReachTheWorkerNamedInIt() async throws {
         let (group, port) = try steeredGroup()
         defer { group.forEach { close($0) } }
         for worker in [0, 1] as [UInt8] {
@@ -62,15 +64,18 @@ struct ReuseportSteeringTests {
             let handshakes = (0..<24).map { _ in longHeader(type: 0x20, dcid: factory.forWorker(worker).makeConnectionID().bytes) }
             let handshakeCounts = try await deliver(handshakes, to: port, group: group)
             #expect(handshakeCounts[Int(worker)] == 24, "Handshake packets for worker \(worker) landed \(handshakeCounts)")
+            let initials = (0..<24).map { _ in longHeader(type: 0x00, dcid: factory.forWorker(worker).makeConnectionID().bytes) }
+            let initialCounts = try await deliver(initials, to: port, group: group)
+            #expect(initialCounts[Int(worker)] == 24, "Initials to an ID of worker \(worker) landed \(initialCounts)")
         }
     }
 
-    /// Initials carry the client's own DCID, even when it has our length: the kernel spreads them
-    /// by 4-tuple, and so does it for a worker byte past the group's size.
-    @Test func initialsAndUnknownWorkersFallBackToTheFourTupleHash() async throws {
+    /// A client's first Initials carry its own DCID (8 bytes here, as most clients choose): the
+    /// kernel spreads them by 4-tuple, and so it does for a worker byte past the group's size.
+    @Test func clientChosenIDsAndUnknownWorkersFallBackToTheFourTupleHash() async throws {
         let (group, port) = try steeredGroup()
         defer { group.forEach { close($0) } }
-        let initials = (0..<40).map { _ in longHeader(type: 0x00, dcid: factory.forWorker(1).makeConnectionID().bytes) }
+        let initials = (0..<40).map { _ in longHeader(type: 0x00, dcid: QUICConnectionID.random(length: 8).bytes) }
         let spread = try await deliver(initials, to: port, group: group)
         #expect(spread.reduce(0, +) == 40)
         #expect(spread[0] > 0 && spread[1] > 0, "40 source ports all hashed to one socket: \(spread)")

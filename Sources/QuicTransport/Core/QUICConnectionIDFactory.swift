@@ -169,7 +169,7 @@ package struct QUICConnectionIDFactory: Sendable {
 /// read big-endian.
 ///
 /// Two multiply-adds are what a classic BPF program can compute, so the kernel's reuseport
-/// program (`QUICReuseportSteering`) unmasks the byte as the workers do. Without the key an
+/// program (`QUICReuseportGroup.steeringProgram`) unmasks the byte as the workers do. Without the key an
 /// observer sees a byte that changes with every ID of a connection.
 package struct QUICWorkerSteering: Sendable, Equatable {
     package let multiplier: UInt32

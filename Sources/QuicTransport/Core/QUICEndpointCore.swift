@@ -107,7 +107,9 @@ package final class QUICEndpointCore {
             return .delivered(core, isNew: false)
         }
         let isLongHeader = base[0] & 0x80 != 0
-        if mayHandOver, shared.workerCount > 1, !isLongHeader || Self.isHandshake(base[0], version: versionCID.version),
+        // The same rule as the kernel's steering program (QUICReuseportGroup): any packet whose
+        // DCID has our length goes to the worker its worker byte names, if that is another one.
+        if mayHandOver, shared.workerCount > 1,
             let owner = dcid.withUnsafeBytes({ idFactory.worker(of: $0) }),
             owner != idFactory.worker, Int(owner) < shared.workerCount
         {
@@ -205,17 +207,6 @@ package final class QUICEndpointCore {
         for id in routesByConnection[key] ?? [] { routes[id] = nil }
         routesByConnection[key] = nil
         if connections.removeValue(forKey: key) != nil { shared.releaseConnection() }
-    }
-
-    /// Whether a long header's first byte says Handshake: type 0b10 in QUIC v1 (RFC 9000
-    /// §17.2.4), 0b11 in v2 (RFC 9369 §3.2). The client sends these to an ID we issued.
-    private static func isHandshake(_ firstByte: UInt8, version: UInt32) -> Bool {
-        let type = (firstByte & 0x30) >> 4
-        switch version {
-        case NGTCP2_PROTO_VER_V1: return type == 0b10
-        case NGTCP2_PROTO_VER_V2_DRAFT: return type == 0b11
-        default: return false
-        }
     }
 
     private func addRoute(_ id: QUICConnectionID, to core: QUICConnectionCore) {

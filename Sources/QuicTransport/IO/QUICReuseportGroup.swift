@@ -16,10 +16,13 @@ import NIOCore
 /// (`QUICConnectionIDFactory`) and out-of-range for everything else:
 ///
 /// - short-header packets (RFC 9000 §17.3): the DCID starts at byte 1 and has our length;
-/// - Handshake packets (RFC 9000 §17.2.4; RFC 9369 §3.2 for QUIC v2) whose DCID length byte
-///   says our length: by then the client uses an ID we issued;
-/// - Initial and 0-RTT packets carry the client's own DCID, and go by the 4-tuple hash, which
-///   keeps a client's first flight on one worker.
+/// - long-header packets of any type and version whose DCID length byte says our length (RFC
+///   8999 §5.1 puts it at byte 5 in every version): Handshake packets, and a client's Initials
+///   once it has our first Initial, carry an ID we issued, so a client rebound in mid-handshake
+///   still reaches its worker;
+/// - everything else goes by the 4-tuple hash. A client's first Initials and its 0-RTT carry
+///   its own DCID: when that has another length they stay together by 4-tuple, and when it has
+///   ours every packet with it gets the same answer, so they stay together too.
 ///
 /// A cBPF load past the end of the packet ends the program with 0, which would pick worker 0,
 /// so the program checks the length first. It sees the UDP payload at offset 0.
@@ -75,28 +78,12 @@ package enum QUICReuseportGroup {
         program.load(.byte(at: 0))
         program.jump(ifAnyBitOf: 0x80, then: "long")
         program.returnUnmaskedWorker(idStart: 1, length: length, steering: steering)
-        // Long header: version at 1, DCID length at 5, DCID at 6.
+        // Long header, any version (RFC 8999): DCID length at 5, DCID at 6.
         program.label("long")
         program.load(.length)
         program.jump(ifAtLeast: UInt32(longHeaderMinimum), else: "fallback")
         program.load(.byte(at: 5))
         program.jump(ifEqual: UInt32(length), else: "fallback")
-        program.load(.word(at: 1))
-        program.jump(ifEqual: NGTCP2_PROTO_VER_V1, then: "v1")
-        program.jump(ifEqual: NGTCP2_PROTO_VER_V2_DRAFT, then: "v2")
-        program.jumpAlways(to: "fallback")
-        // The long packet type: Handshake is 0b10 in v1 and 0b11 in v2.
-        program.label("v1")
-        program.load(.byte(at: 0))
-        program.and(0x30)
-        program.jump(ifEqual: 0x20, then: "handshake")
-        program.jumpAlways(to: "fallback")
-        program.label("v2")
-        program.load(.byte(at: 0))
-        program.and(0x30)
-        program.jump(ifEqual: 0x30, then: "handshake")
-        program.jumpAlways(to: "fallback")
-        program.label("handshake")
         program.returnUnmaskedWorker(idStart: 6, length: length, steering: steering)
         program.label("fallback")
         program.returnConstant(UInt32.max)
@@ -133,8 +120,6 @@ private struct BPFAssembler {
         }
     }
 
-    mutating func and(_ k: UInt32) { emit(BPF_ALU | BPF_AND | BPF_K, k) }
-
     mutating func jump(ifAtLeast k: UInt32, else target: String) {
         instructions.append((UInt16(BPF_JMP | BPF_JGE | BPF_K), k, .next, .label(target)))
     }
@@ -143,17 +128,8 @@ private struct BPFAssembler {
         instructions.append((UInt16(BPF_JMP | BPF_JEQ | BPF_K), k, .next, .label(target)))
     }
 
-    mutating func jump(ifEqual k: UInt32, then target: String) {
-        instructions.append((UInt16(BPF_JMP | BPF_JEQ | BPF_K), k, .label(target), .next))
-    }
-
     mutating func jump(ifAnyBitOf k: UInt32, then target: String) {
         instructions.append((UInt16(BPF_JMP | BPF_JSET | BPF_K), k, .label(target), .next))
-    }
-
-    mutating func jumpAlways(to target: String) {
-        // BPF_JA jumps by k; the assembler fills it in from the true target.
-        instructions.append((UInt16(BPF_JMP | BPF_JA), 0, .label(target), .next))
     }
 
     mutating func returnConstant(_ k: UInt32) { emit(BPF_RET | BPF_K, k) }
@@ -183,9 +159,6 @@ private struct BPFAssembler {
                     preconditionFailure("BPF jumps go forward to a defined label: \(name)")
                 }
                 return destination - index - 1
-            }
-            if instruction.code == UInt16(BPF_JMP | BPF_JA) {
-                return sock_filter(code: instruction.code, jt: 0, jf: 0, k: UInt32(offset(instruction.ifTrue)))
             }
             let (jt, jf) = (offset(instruction.ifTrue), offset(instruction.ifFalse))
             precondition(jt < 256 && jf < 256, "a conditional BPF jump reaches at most 255 instructions")

@@ -9,7 +9,7 @@
 #   10.77.0.2/.3      VIP 10.77.1.1     └── host2   server ID 0a02
 #
 # The balancer (draft-ietf-quic-load-balancers-21):
-#   * short-header packets and QUIC v1 Handshake packets whose DCID has our length go to the
+#   * short-header packets and long-header packets whose DCID has our length go to the
 #     host named by the server-ID bytes of the DCID (plaintext mode, §5.3: DCID[0] is the first
 #     octet, §3; DCID[1 ..< 1+sidLen] is the server ID);
 #   * everything else (Initials, 0-RTT, unknown server IDs, the unroutable codepoint 0b111 of
@@ -180,9 +180,11 @@ make_topology() {
 # UDP payload byte k starts at bit 64 + 8k (the UDP header is 8 bytes).
 #   short header (RFC 9000 §17.3):  byte 0 top bit 0; DCID from byte 1 → config bits at bit 72,
 #                                   server ID from byte 2 (bit 80)
-#   Handshake (RFC 9000 §17.2.4):   byte 0 & 0xf0 == 0xe0 (form 1, fixed 1, type 2), version 1 in
-#                                   bytes 1-4, DCID length in byte 5, DCID from byte 6 → config
-#                                   bits at bit 112, server ID from byte 7 (bit 120)
+#   long header (RFC 8999 §5.1):    byte 0 top bit 1; in every version the DCID length is byte 5
+#                                   and the DCID starts at byte 6 → config bits at bit 112, server
+#                                   ID from byte 7 (bit 120). Any type: a client's Initials carry our
+#                                   ID once it has the server's first Initial, and the draft routes
+#                                   every packet with a routable CID by it (§4.3, step 1)
 balancer_rules() {  # balancer_rules cid|4tuple [hosts...]: the ruleset, for nft -f
   local mode="$1"; shift
   local hosts=("$@")
@@ -201,11 +203,11 @@ balancer_rules() {  # balancer_rules cid|4tuple [hosts...]: the ruleset, for nft
   local set_dst
   if [[ $NAT == stateless ]]; then set_dst="ip daddr set"; else set_dst="dnat to"; fi
   local by_cid_short="$match @th,64,1 0 @th,72,3 $CONFIG_ID $set_dst @th,80,$sid_bits map $sids"
-  local by_cid_handshake="$match @th,64,4 0xe @th,72,32 1 @th,104,8 $CID_LEN @th,112,3 $CONFIG_ID $set_dst @th,120,$sid_bits map $sids"
+  local by_cid_long="$match @th,64,1 1 @th,104,8 $CID_LEN @th,112,3 $CONFIG_ID $set_dst @th,120,$sid_bits map $sids"
   local rules=""
   if [[ $mode == cid ]]; then
     # A server ID not in the map fails the lookup, and the packet falls through to the jhash.
-    rules+="$by_cid_short"$'\n'"$by_cid_handshake"$'\n'
+    rules+="$by_cid_short"$'\n'"$by_cid_long"$'\n'
   fi
   rules+="$match $set_dst $by_tuple"
   if [[ $NAT == stateless ]]; then
@@ -294,6 +296,7 @@ def spread(counts, what):
 for h in ("host1", "host2"):
     expect(cid[f"short_{h}"] == {h: n}, f"cid: short headers for {h} reached {cid[f'short_{h}']}")
     expect(cid[f"handshake_{h}"] == {h: n}, f"cid: Handshake packets for {h} reached {cid[f'handshake_{h}']}")
+    expect(cid[f"initial_ours_{h}"] == {h: n}, f"cid: Initials to an ID of {h} reached {cid[f'initial_ours_{h}']}")
 for key in ("initial", "short_unknown_sid", "short_unroutable_config", "handshake_other_length"):
     spread(cid[key], f"cid: {key}")
 expect(cid["migration"] == {"ok": n, "broken": 0, "lost": 0}, f"cid: migration {cid['migration']}")
@@ -488,11 +491,11 @@ real_mode() {
   start_server 2
   wait_for_udp "$NS_1" "$PORT" 30
   wait_for_udp "$NS_2" "$PORT" 30
-  # h3serve says how long its connection IDs are; the Handshake rule matches on that length.
+  # h3serve says how long its connection IDs are; the long-header rule matches on that length.
   local said
   said=$(grep -o 'QUIC-LB: .* \([0-9]*\)-byte connection IDs' "$WORK/h3serve1.log" | grep -o '[0-9]*-byte' | grep -o '[0-9]*' || true)
   if [[ -n $said && $said != "$CID_LEN" ]]; then
-    log "h3serve issues $said-byte connection IDs; the balancer's Handshake rule follows"
+    log "h3serve issues $said-byte connection IDs; the balancer's long-header rule follows"
     CID_LEN=$said
   fi
   local url="https://c{i}.lb.test:$PORT/blob"
@@ -564,7 +567,10 @@ real_mode() {
   wait_until 10 all_started "$WORK/stop" "$n" || log "4. not every transfer began within 10 s"
   stop_server 2
   wait_until 15 no_host1_pending "$WORK/stop" "$n" || log "4. host1 transfers still pending after 15 s"
-  kill "$H3GET_PID" 2>/dev/null || true
+  # SIGKILL: a test runner may start this script with SIGTERM blocked or ignored, and its
+  # children inherit that. h3get runs under timeout(1), so the signal goes to both.
+  pkill -KILL -P "$H3GET_PID" 2>/dev/null || true
+  kill -KILL "$H3GET_PID" 2>/dev/null || true
   h3get_finish stop "$n"
   host_rate off
 

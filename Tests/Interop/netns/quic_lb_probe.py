@@ -65,6 +65,11 @@ def handshake(cid):
     return long_header(2, cid)
 
 
+def initial_to(cid):
+    # A client's later Initial: it carries the server's ID once the server's first Initial came.
+    return long_header(0, cid, padded=True)
+
+
 # --- Sending ------------------------------------------------------------------------------------
 
 class Prober:
@@ -116,10 +121,11 @@ def probe(args):
         print(json.dumps(out))
         return
 
-    # (a) Short-header and Handshake packets go to the host their server ID names (§5).
+    # (a) Short-header and long-header packets with one of our IDs go to the host its server ID names (§5).
     for name, sid in sids.items():
         out["short_" + name] = tally(p.send(short_header(dcid(sid, args.cid_len, args.config_id))) for _ in range(n))
         out["handshake_" + name] = tally(p.send(handshake(dcid(sid, args.cid_len, args.config_id))) for _ in range(n))
+        out["initial_ours_" + name] = tally(p.send(initial_to(dcid(sid, args.cid_len, args.config_id))) for _ in range(n))
     # (b) Initials, unknown server IDs and the unroutable codepoint 0b111 (§3.2) go by 4-tuple.
     out["initial"] = tally(p.send(initial()) for _ in range(n))
     out["short_unknown_sid"] = tally(p.send(short_header(dcid(unknown_sid, args.cid_len, args.config_id))) for _ in range(n))
