@@ -28,6 +28,12 @@ public struct LoadBalancerOptions: ParsableArguments, Sendable {
     )
     public var configRotation: Int?
 
+    @Flag(
+        name: .customLong("disable-active-migration"),
+        help: "Tell clients not to move to another address (RFC 9000 §18.2): for a server behind a balancer that routes by the 4-tuple only."
+    )
+    public var disablesActiveMigration = false
+
     public init() {}
 
     public func validate() throws {

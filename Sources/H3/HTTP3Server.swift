@@ -52,6 +52,9 @@ public final class HTTP3Server: Sendable {
         /// (draft-ietf-quic-load-balancers-21 §5), so a connection stays on it when the client's
         /// address changes; nil, the default, issues unroutable IDs (§3.2).
         public var loadBalancer: QUICLoadBalancerConfiguration?
+        /// Send `disable_active_migration` (RFC 9000 §18.2), so clients do not move to another
+        /// address on their own: for a server behind a balancer that routes by the 4-tuple only.
+        public var disablesActiveMigration = false
 
         public init() {}
     }
@@ -90,6 +93,7 @@ public final class HTTP3Server: Sendable {
         quic.alpn = [HTTP3.alpn]
         quic.qlogDirectory = configuration.qlogDirectory
         quic.congestionControl = configuration.congestionControl
+        quic.disablesActiveMigration = configuration.disablesActiveMigration
         var endpointConfiguration = QUICEndpointCore.Configuration(quic: quic, credentials: credentials)
         endpointConfiguration.maximumConnections = configuration.maximumConnections
         endpointConfiguration.requiresRetry = configuration.requiresAddressValidation

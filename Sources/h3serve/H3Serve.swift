@@ -171,6 +171,7 @@ struct H3Serve: AsyncParsableCommand {
             configuration.preferredAddress = preferredAddress.flatMap(parseHostPort)
             configuration.workers = workers
             configuration.loadBalancer = try loadBalancer.configuration()
+            configuration.disablesActiveMigration = loadBalancer.disablesActiveMigration
             if let qlogDirectory { configuration.qlogDirectory = qlogDirectory }
             do {
                 let server = try HTTP3Server(configuration: configuration, handler: handler)

@@ -55,6 +55,7 @@ struct Serve: AsyncParsableCommand {
         options.tls.certificateChainFile = cert
         options.tls.privateKeyFile = key
         options.loadBalancer = try loadBalancer.configuration()
+        options.disablesActiveMigration = loadBalancer.disablesActiveMigration
         let parameters = NWParameters(quic: options)
         parameters.requiredLocalEndpoint = .hostPort(host: .init(host), port: port)
 

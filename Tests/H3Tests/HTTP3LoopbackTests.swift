@@ -212,6 +212,28 @@ struct HTTP3LoopbackTests {
         #expect(!challenges.isEmpty, "the client migrated and the server validated the new path")
     }
 
+    /// Behind a balancer that hashes only the 4-tuple, h3serve --disable-active-migration tells
+    /// clients to stay put (RFC 9000 §18.2): h3get --migrate does not move, and the fetch works.
+    /// (Without the flag the same run moves: path_changes 1.)
+    @Test func disableActiveMigrationKeepsTheClientOnItsAddress() async throws {
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("h3serve-nomig-\(UUID())")
+        let traces = root.appendingPathComponent("qlog")
+        try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
+        let body = (0..<300_000).map { UInt8(truncatingIfNeeded: $0 &* 13) }
+        try Data(body).write(to: root.appendingPathComponent("f.bin"))
+        let (server, port) = try await startH3serve(root: root, ["--no-tcp", "--disable-active-migration", "--qlog-dir", traces.path])
+        defer { server.stop() }
+        let output = root.appendingPathComponent("out.bin").path
+        let client = try ChildProcess(try TestEnvironment.executable("h3get"), [
+            "--http3-only", "-k", "--migrate", "-v", "--stats=json", "-o", output, "https://127.0.0.1:\(port)/f.bin",
+        ])
+        #expect(try await client.waitForExit() == 0, "\(client.standardError.suffix(1500))")
+        #expect(FileManager.default.contents(atPath: output).map(Array.init) == body)
+        #expect(client.standardError.contains(#""path_changes":0"#), "\(client.standardError.suffix(800))")
+        let trace = try await QLogEvent.closedTrace(in: traces.path, named: "_server.sqlog")
+        #expect(trace.contains(#""disable_active_migration":true"#), "the server's transport parameters")
+    }
+
     @Test func h3serveRefusesAPreferredAddressThatIsNotAnIP() async throws {
         let run = try ChildProcess(try TestEnvironment.executable("h3serve"), ["--preferred-address", "localhost:4434"])
         #expect(try await run.waitForExit() != 0)

@@ -73,6 +73,10 @@ public final class NWProtocolQUIC: @unchecked Sendable {
         /// (draft-ietf-quic-load-balancers-21 §5); nil, the default, issues unroutable IDs (§3.2).
         /// Our addition: Network.framework has no such option.
         public var loadBalancer: QUICLoadBalancerConfiguration?
+        /// Send `disable_active_migration` (RFC 9000 §18.2), so peers do not move to another
+        /// address on their own: for a listener behind a balancer that routes by the 4-tuple
+        /// only. Our addition.
+        public var disablesActiveMigration = false
 
         public init(alpn: [String] = []) {
             self.alpn = alpn
@@ -99,6 +103,7 @@ public final class NWProtocolQUIC: @unchecked Sendable {
             copy.tracksLosses = tracksLosses
             copy.congestionControl = congestionControl
             copy.loadBalancer = loadBalancer
+            copy.disablesActiveMigration = disablesActiveMigration
             return copy
         }
 
@@ -120,6 +125,7 @@ public final class NWProtocolQUIC: @unchecked Sendable {
             configuration.qlogDirectory = qlogDirectory
             configuration.tracksLosses = tracksLosses
             configuration.congestionControl = congestionControl
+            configuration.disablesActiveMigration = disablesActiveMigration
             return configuration
         }
     }

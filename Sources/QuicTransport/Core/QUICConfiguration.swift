@@ -61,6 +61,10 @@ package struct QUICConfiguration: Sendable {
     /// as `preferred_address` (RFC 9000 §9.6). The endpoint must also receive there.
     package var preferredAddress: QUICSocketAddress?
     package var congestionControl: QUICCongestionControl = .cubic
+    /// Send `disable_active_migration` (RFC 9000 §18.2): the peer must not move to another
+    /// address on its own (NAT rebinding can still move it). For servers behind a balancer that
+    /// routes by the 4-tuple only.
+    package var disablesActiveMigration = false
     /// Clients: where session tickets are kept for resumption (RFC 8446 §2.2); nil for none.
     package var sessionTicketStore: QUICSessionTicketStore?
     /// Clients: send stream data in 0-RTT when resuming with remembered transport parameters.

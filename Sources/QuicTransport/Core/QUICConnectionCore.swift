@@ -337,6 +337,7 @@ package final class QUICConnectionCore {
         params.max_idle_timeout = configuration.idleTimeoutMilliseconds * UInt64(NGTCP2_MILLISECONDS)
         params.max_datagram_frame_size = configuration.maxDatagramFrameSize
         params.active_connection_id_limit = 4
+        params.disable_active_migration = configuration.disablesActiveMigration ? 1 : 0
         return params
     }
 
