@@ -80,4 +80,19 @@ struct ServerWorkersTests {
         #expect(result.migrated == 20)
         #expect(server.handOvers > 0, "20 migrated clients and not one new 4-tuple hashed to the other worker")
     }
+
+    /// The kernel lets any socket of the same user with SO_REUSEPORT join a group, so a second
+    /// server started on the port would silently take part of the first one's traffic. It must
+    /// fail instead, as a server without workers does.
+    @Test func aSecondServerOnTheSamePortFailsInsteadOfSharingIt() async throws {
+        let (first, port, identity) = try await Self.startServer(steersInKernel: true)
+        defer { first.shutdown() }
+        var configuration = HTTP3Server.Configuration()
+        configuration.port = port
+        configuration.identity = identity
+        configuration.workers = 2
+        let second = try HTTP3Server(configuration: configuration) { _ in HTTP3ServerResponse(status: .ok, body: []) }
+        await #expect(throws: (any Error).self) { try await second.start() }
+        #expect(await first.workerStatistics().count == 2)
+    }
 }

@@ -69,9 +69,11 @@ struct QuicEchoInteropTests {
         #expect(client.standardOutput.hasSuffix("ok\n"))
     }
 
-    @Test func quicEchoClientAndServerTogether() async throws {
+    /// With Retry: on two workers, the Retry's ID (and so the client's next Initial) names the
+    /// worker that sent it, and any worker could validate the token (one secret).
+    @Test(arguments: [1, 2]) func quicEchoClientAndServerTogether(workers: Int) async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("qlog-cli-\(UUID())").path
-        let server = try await EchoServerProcess(["--datagrams", "--retry", "--qlog-dir", directory])
+        let server = try await EchoServerProcess(["--datagrams", "--retry", "--qlog-dir", directory, "--workers", "\(workers)"])
         let client = try ChildProcess(try TestEnvironment.executable("quic-echo"), [
             "connect", "127.0.0.1", "\(server.port)", "--pin-sha256", server.fingerprint,
             "--streams", "8", "--uni", "4", "--reset-code", "7", "--datagrams", "4", "--qlog-dir", directory,

@@ -30,7 +30,12 @@ package enum QUICReuseportGroup {
     /// Binds `count` UDP sockets to `address` with `SO_REUSEPORT`, in order; port 0 picks one
     /// port for all of them. The descriptors are non-blocking and close-on-exec; on failure none
     /// stays open.
+    ///
+    /// A port that another socket holds fails with `EADDRINUSE`, even when that socket set
+    /// `SO_REUSEPORT` too: the kernel would let a second server of the same user join the group
+    /// and take part of the first one's traffic, so a plain socket binds there first to ask.
     package static func bind(_ address: SocketAddress, count: Int) throws -> [CInt] {
+        if address.port != 0 { try checkPortIsFree(address) }
         var sockets: [CInt] = []
         do {
             var address = address
@@ -54,6 +59,15 @@ package enum QUICReuseportGroup {
             throw error
         }
         return sockets
+    }
+
+    private static func checkPortIsFree(_ address: SocketAddress) throws {
+        let probe = socket(CInt(address.protocol.rawValue), CInt(SOCK_DGRAM.rawValue) | CInt(SOCK_CLOEXEC.rawValue), 0)
+        guard probe >= 0 else { throw IOError(errnoCode: errno, reason: "socket") }
+        defer { close(probe) }
+        guard address.withSockAddr({ Glibc.bind(probe, $0, socklen_t($1)) }) == 0 else {
+            throw IOError(errnoCode: errno, reason: "bind(\(address))")
+        }
     }
 
     /// Attaches `program` to the reuseport group that `socket` belongs to.
