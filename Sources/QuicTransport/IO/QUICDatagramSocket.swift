@@ -58,45 +58,30 @@ final class QUICDatagramSocket {
     }
 
     /// Binds a UDP socket on `eventLoop`.
-    static func bind(
-        host: String,
-        port: Int,
-        eventLoop: any EventLoop,
-        logger: Logger
-    ) -> EventLoopFuture<QUICDatagramSocket> {
-        eventLoop.flatSubmit {
-            let sink = NIOLoopBound(QUICDatagramSink(), eventLoop: eventLoop)
-            return bootstrap(eventLoop: eventLoop, sink: sink)
-                .bind(host: host, port: port)
-                .flatMapThrowing { channel in try QUICDatagramSocket(channel: channel, sink: sink.value, logger: logger) }
-        }
+    static func bind(host: String, port: Int, eventLoop: any EventLoop, logger: Logger) -> EventLoopFuture<QUICDatagramSocket> {
+        open(on: eventLoop, logger: logger) { $0.bind(host: host, port: port) }
     }
 
     /// Takes over a socket that is already bound (a member of a reuseport group) on `eventLoop`.
-    static func adopt(
-        _ descriptor: CInt,
-        eventLoop: any EventLoop,
-        logger: Logger
-    ) -> EventLoopFuture<QUICDatagramSocket> {
-        eventLoop.flatSubmit {
-            let sink = NIOLoopBound(QUICDatagramSink(), eventLoop: eventLoop)
-            return bootstrap(eventLoop: eventLoop, sink: sink)
-                .withBoundSocket(descriptor)
-                .flatMapThrowing { channel in try QUICDatagramSocket(channel: channel, sink: sink.value, logger: logger) }
-        }
+    static func adopt(_ descriptor: CInt, eventLoop: any EventLoop, logger: Logger) -> EventLoopFuture<QUICDatagramSocket> {
+        open(on: eventLoop, logger: logger) { $0.withBoundSocket(descriptor) }
     }
 
     /// A client socket on an ephemeral port, connected to `remote` so that ICMP errors
     /// (port unreachable) surface at once instead of after a handshake timeout.
-    static func connect(
-        to remote: SocketAddress,
-        eventLoop: any EventLoop,
-        logger: Logger
+    static func connect(to remote: SocketAddress, eventLoop: any EventLoop, logger: Logger) -> EventLoopFuture<QUICDatagramSocket> {
+        open(on: eventLoop, logger: logger) { $0.connect(to: remote) }
+    }
+
+    /// Opens a channel with the tuned bootstrap on `eventLoop`, as `how` says, and wraps it.
+    private static func open(
+        on eventLoop: any EventLoop,
+        logger: Logger,
+        _ how: @escaping @Sendable (DatagramBootstrap) -> EventLoopFuture<any Channel>
     ) -> EventLoopFuture<QUICDatagramSocket> {
         eventLoop.flatSubmit {
             let sink = NIOLoopBound(QUICDatagramSink(), eventLoop: eventLoop)
-            return bootstrap(eventLoop: eventLoop, sink: sink)
-                .connect(to: remote)
+            return how(bootstrap(eventLoop: eventLoop, sink: sink))
                 .flatMapThrowing { channel in try QUICDatagramSocket(channel: channel, sink: sink.value, logger: logger) }
         }
     }
