@@ -134,9 +134,6 @@ public final class HTTP3Server: Sendable {
         workers.withLockedValue { $0?.preferredAddress?.description }
     }
 
-    /// The workers' event loops, in worker order, once started.
-    package var workerEventLoops: [any EventLoop] { workers.withLockedValue { $0?.eventLoops ?? [] } }
-
     /// Datagrams one worker received for another worker's connection and handed over. With the
     /// kernel steering by connection ID this stays at zero in steady state.
     public var handOvers: Int { workers.withLockedValue { $0?.handOvers ?? 0 } }
@@ -181,9 +178,10 @@ public final class HTTP3Server: Sendable {
         guard let workers = workers.withLockedValue({ workers in defer { workers = nil }; return workers }) else { return nil }
         let (seconds, attoseconds) = gracePeriod.components
         let timeout = TimeAmount.nanoseconds(seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
-        workers.shared.refusesNewConnections = true
+        // Refuse first, so no connection arrives after the GOAWAYs went out.
+        let closed = workers.closeWhenDrained(timeout: timeout)
         sendGoaway()
-        return workers.closeWhenDrained(timeout: timeout)
+        return closed
     }
 }
 

@@ -72,13 +72,6 @@ package final class QUICEndpointCore {
         self.logger = logger
     }
 
-    /// Set during a graceful shutdown, for every worker: new clients get CONNECTION_REFUSED,
-    /// existing ones continue.
-    package var refusesNewConnections: Bool {
-        get { shared.refusesNewConnections }
-        set { shared.refusesNewConnections = newValue }
-    }
-
     /// Routes or answers one datagram. `reply` sends a stateless packet back to `path.remote`.
     ///
     /// A datagram for an ID of another worker (its worker byte, `QUICConnectionIDFactory`) that
@@ -126,7 +119,7 @@ package final class QUICEndpointCore {
         guard header.type == UInt8(NGTCP2_PKT_INITIAL.rawValue) else {
             return .dropped("0-RTT packet for an unknown connection")
         }
-        if refusesNewConnections {
+        if shared.refusesNewConnections {
             return refuse(header, code: UInt64(NGTCP2_CONNECTION_REFUSED), why: "shutting down", reply: reply)
         }
         guard shared.reserveConnection(limit: configuration.maximumConnections) else {

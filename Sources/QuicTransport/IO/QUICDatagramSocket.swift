@@ -57,11 +57,6 @@ final class QUICDatagramSocket {
         set { sink.onError = newValue }
     }
 
-    /// Binds a UDP socket on `eventLoop`.
-    static func bind(host: String, port: Int, eventLoop: any EventLoop, logger: Logger) -> EventLoopFuture<QUICDatagramSocket> {
-        open(on: eventLoop, logger: logger) { $0.bind(host: host, port: port) }
-    }
-
     /// Takes over a socket that is already bound (a member of a reuseport group) on `eventLoop`.
     static func adopt(_ descriptor: CInt, eventLoop: any EventLoop, logger: Logger) -> EventLoopFuture<QUICDatagramSocket> {
         open(on: eventLoop, logger: logger) { $0.withBoundSocket(descriptor) }

@@ -28,14 +28,15 @@ import NIOCore
 /// so the program checks the length first. It sees the UDP payload at offset 0.
 package enum QUICReuseportGroup {
     /// Binds `count` UDP sockets to `address` with `SO_REUSEPORT`, in order; port 0 picks one
-    /// port for all of them. The descriptors are non-blocking and close-on-exec; on failure none
-    /// stays open.
+    /// port for all of them. One socket is bound plainly. The descriptors are non-blocking and
+    /// close-on-exec; on failure none stays open.
     ///
     /// A port that another socket holds fails with `EADDRINUSE`, even when that socket set
     /// `SO_REUSEPORT` too: the kernel would let a second server of the same user join the group
     /// and take part of the first one's traffic, so a plain socket binds there first to ask.
     package static func bind(_ address: SocketAddress, count: Int) throws -> [CInt] {
-        if address.port != 0 { try checkPortIsFree(address) }
+        let sharesPort = count > 1
+        if sharesPort, address.port != 0 { try checkPortIsFree(address) }
         var sockets: [CInt] = []
         do {
             var address = address
@@ -44,7 +45,7 @@ package enum QUICReuseportGroup {
                 guard fd >= 0 else { throw IOError(errnoCode: errno, reason: "socket") }
                 sockets.append(fd)
                 var one: CInt = 1
-                guard setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, socklen_t(MemoryLayout<CInt>.size)) == 0 else {
+                guard !sharesPort || setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, socklen_t(MemoryLayout<CInt>.size)) == 0 else {
                     throw IOError(errnoCode: errno, reason: "setsockopt(SO_REUSEPORT)")
                 }
                 let rv = address.withSockAddr { Glibc.bind(fd, $0, socklen_t($1)) }

@@ -25,34 +25,6 @@ package final class QUICServerEndpoint {
     /// Passes a datagram for another worker's connection to that worker; set by the group.
     var handOver: ((_ worker: Int, _ datagram: ByteBuffer, _ path: QUICPath, _ ecn: UInt32) -> Void)?
 
-    /// Binds a UDP socket on `eventLoop` and serves `configuration` on it; with `preferred`, also
-    /// binds there and advertises that socket's address as `preferred_address`. One worker.
-    package static func bind(
-        host: String,
-        port: Int,
-        preferred: (host: String, port: Int)? = nil,
-        configuration: QUICEndpointCore.Configuration,
-        shared: QUICEndpointSharedState = QUICEndpointSharedState(),
-        eventLoop: any EventLoop,
-        logger: Logger
-    ) -> EventLoopFuture<QUICServerEndpoint> {
-        let main = QUICDatagramSocket.bind(host: host, port: port, eventLoop: eventLoop, logger: logger)
-            .map { NIOLoopBound($0, eventLoop: eventLoop) }
-        let second = preferred.map {
-            QUICDatagramSocket.bind(host: $0.host, port: $0.port, eventLoop: eventLoop, logger: logger).map { Optional(NIOLoopBound($0, eventLoop: eventLoop)) }
-        } ?? eventLoop.makeSucceededFuture(nil)
-        // Whichever bind fails, the other socket must not stay open.
-        main.whenSuccess { socket in second.whenFailure { _ in socket.value.close() } }
-        second.whenSuccess { socket in main.whenFailure { _ in socket?.value.close() } }
-        return main.and(second).map { main, second in
-            var configuration = configuration
-            configuration.quic.preferredAddress = second?.value.localAddress
-            return QUICServerEndpoint(
-                socket: main.value, preferredSocket: second?.value, configuration: configuration, shared: shared, logger: logger
-            )
-        }
-    }
-
     private var listeningSockets: [QUICDatagramSocket] { [socket] + (preferredSocket.map { [$0] } ?? []) }
 
     /// The bound port.
@@ -64,8 +36,8 @@ package final class QUICServerEndpoint {
         socket: QUICDatagramSocket,
         preferredSocket: QUICDatagramSocket? = nil,
         configuration: QUICEndpointCore.Configuration,
-        idFactory: QUICConnectionIDFactory? = nil,
-        shared: QUICEndpointSharedState = QUICEndpointSharedState(),
+        idFactory: QUICConnectionIDFactory,
+        shared: QUICEndpointSharedState,
         logger: Logger
     ) {
         self.socket = socket
@@ -82,10 +54,9 @@ package final class QUICServerEndpoint {
     package var connectionCount: Int { drivers.count }
 
     /// Closes the socket once every connection has ended, or after `timeout` at the latest
-    /// (connections still open then are closed). New clients are refused meanwhile.
-    @discardableResult
-    package func closeWhenDrained(timeout: TimeAmount) -> EventLoopFuture<Void> {
-        core.refusesNewConnections = true
+    /// (connections still open then are closed). The group has already set the shared flag that
+    /// refuses new clients.
+    func closeWhenDrained(timeout: TimeAmount) -> EventLoopFuture<Void> {
         let eventLoop = socket.channel.eventLoop
         let closed = eventLoop.makePromise(of: Void.self)
         let deadline = NIODeadline.now() + timeout

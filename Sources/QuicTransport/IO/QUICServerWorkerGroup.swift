@@ -13,8 +13,9 @@ import NIOPosix
 /// each packet to the worker that owns its connection (`QUICReuseportGroup`). A packet that
 /// still reaches the wrong worker (the program could not be attached, or the group changed) is
 /// handed to its owner's event loop, as Envoy, HAProxy and h2o do; `handOvers` counts those.
-/// Initial packets go by the kernel's 4-tuple hash, and the worker that takes a client's
-/// Initial owns that connection for its lifetime.
+/// A client's first Initials carry its own DCID and go by the kernel's 4-tuple hash; the worker
+/// that takes the first one owns the connection for its lifetime. One worker binds a plain
+/// socket.
 // @unchecked Sendable: `workers` is immutable and each endpoint is only touched on its loop.
 package final class QUICServerWorkerGroup: @unchecked Sendable {
     package struct Worker {
@@ -41,11 +42,11 @@ package final class QUICServerWorkerGroup: @unchecked Sendable {
         self.preferredAddress = workers[0].endpoint.preferredAddress
         self.isSteeredByKernel = isSteeredByKernel
         self.ownedLoops = ownedLoops
-        for worker in workers {
-            let loops = workers.map(\.eventLoop)
-            let endpoints = workers.map { LoopConfined($0.endpoint) }
-            worker.eventLoop.execute {
-                worker.endpoint.handOver = { target, datagram, path, ecn in
+        let loops = workers.map(\.eventLoop)
+        let endpoints = workers.map { LoopConfined($0.endpoint) }
+        for (loop, endpoint) in zip(loops, endpoints) {
+            loop.execute {
+                endpoint.value.handOver = { target, datagram, path, ecn in
                     loops[target].execute { endpoints[target].value.receiveHandedOver(datagram, path: path, ecn: ecn) }
                 }
             }
@@ -72,22 +73,8 @@ package final class QUICServerWorkerGroup: @unchecked Sendable {
         // One secret and one QUIC-LB configuration for every worker; each has its worker byte.
         let factory = QUICConnectionIDFactory(loadBalancer: configuration.loadBalancer)
         let (loops, ownedLoops) = eventLoops(count: workerCount)
-        if workerCount == 1 {
-            // One worker: a plain socket, so a second server on the port fails with EADDRINUSE.
-            let endpoint = try await QUICServerEndpoint.bind(
-                host: host, port: port, preferred: preferred, configuration: configuration, shared: shared,
-                eventLoop: loops[0], logger: logger
-            ).map { endpoint in
-                endpoint.onNewConnection = onNewConnection
-                return LoopConfined(endpoint)
-            }.get().value
-            return QUICServerWorkerGroup(
-                workers: [Worker(eventLoop: loops[0], endpoint: endpoint)], shared: shared, isSteeredByKernel: false, ownedLoops: ownedLoops
-            )
-        }
-
         let program = QUICReuseportGroup.steeringProgram(connectionIDLength: factory.idLength, steering: factory.steering)
-        var steered = kernelSteering
+        var steered = kernelSteering && workerCount > 1
         func bindGroup(_ host: String, _ port: Int) throws -> [CInt] {
             let address = try SocketAddress.makeAddressResolvingHost(host, port: port)
             let descriptors = try QUICReuseportGroup.bind(address, count: workerCount)
@@ -169,20 +156,12 @@ package final class QUICServerWorkerGroup: @unchecked Sendable {
         return (Array(owned.makeIterator()), owned)
     }
 
-    /// The workers' event loops, in worker order.
-    package var eventLoops: [any EventLoop] { workers.map(\.eventLoop) }
-
     /// Datagrams handed from one worker to another so far.
     package var handOvers: Int { shared.handOvers }
 
     /// Connections of every worker, handshakes and closing or draining periods included.
     package func connectionCount() async -> Int {
-        var total = 0
-        for worker in workers {
-            let endpoint = LoopConfined(worker.endpoint)
-            total += (try? await worker.eventLoop.submit { endpoint.value.connectionCount }.get()) ?? 0
-        }
-        return total
+        await statistics().map(\.openConnections).reduce(0, +)
     }
 
     /// What each worker has done so far, in worker order.
@@ -202,14 +181,6 @@ package final class QUICServerWorkerGroup: @unchecked Sendable {
         return all
     }
 
-    /// Runs `body` on every worker's loop with its endpoint.
-    package func forEachWorker(_ body: @escaping @Sendable (QUICServerEndpoint) -> Void) {
-        for worker in workers {
-            let endpoint = LoopConfined(worker.endpoint)
-            worker.eventLoop.execute { body(endpoint.value) }
-        }
-    }
-
     /// Closes every connection with NO_ERROR (RFC 9000 §10.2), then the sockets.
     package func close() {
         let closed = workers.map { worker in
@@ -219,8 +190,8 @@ package final class QUICServerWorkerGroup: @unchecked Sendable {
         shutDownOwnedLoops(after: closed)
     }
 
-    /// Refuses new clients, closes each worker's socket once its connections have ended or
-    /// after `timeout`, and succeeds when all are closed.
+    /// Refuses new clients at once (on every worker: the flag is shared), closes each worker's
+    /// socket once its connections have ended or after `timeout`, and succeeds when all are closed.
     package func closeWhenDrained(timeout: TimeAmount) -> EventLoopFuture<Void> {
         shared.refusesNewConnections = true
         let closed = workers.map { worker in
