@@ -50,12 +50,12 @@ public struct LoadBalancerOptions: ParsableArguments, Sendable {
         }
         let idBytes = try Self.hex(serverID, flag: "--server-id")
         let keyBytes = try key.map { key throws(ValidationError) in try Self.hex(key, flag: "--quic-lb-key") }
-        let rotation = configRotation ?? 0
-        guard (0...6).contains(rotation) else {
+        // The configuration checks the codepoint; this only keeps it in a byte.
+        guard let rotation = UInt8(exactly: configRotation ?? 0) else {
             throw ValidationError("--quic-lb-config takes 0 through 6 (7 is reserved for unroutable connection IDs)")
         }
         do {
-            return try QUICLoadBalancerConfiguration(configRotation: UInt8(rotation), serverID: idBytes, key: keyBytes)
+            return try QUICLoadBalancerConfiguration(configRotation: rotation, serverID: idBytes, key: keyBytes)
         } catch {
             throw ValidationError("--server-id \(serverID)\(key == nil ? "" : " with --quic-lb-key"): \(error)")
         }

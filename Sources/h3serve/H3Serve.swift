@@ -205,7 +205,7 @@ struct H3Serve: AsyncParsableCommand {
                 ? "the kernel steers packets by connection ID" : "the kernel refused the steering program; workers hand packets over"
             say("workers: \(workers); \(steering)")
         }
-        if !noQUIC, let lb = try loadBalancer.configuration() {
+        if let lb = quicServer?.configuration.loadBalancer {
             let mode = lb.isEncrypted ? "encrypted (single pass)" : "plaintext"
             say("QUIC-LB: server ID \(Hex.encode(lb.serverID)), config rotation \(lb.configRotation), \(mode), \(lb.connectionIDLength)-byte connection IDs")
         }

@@ -47,8 +47,6 @@ package struct QUICConnectionIDFactory: Sendable {
     private let secret: [UInt8]
     /// The secret of this host's stateless reset tokens, bound to its server ID.
     private let resetSecret: [UInt8]
-    /// The key of encrypted IDs.
-    private let cipher: AES128Block?
 
     package init(secret: [UInt8]? = nil, loadBalancer: QUICLoadBalancerConfiguration? = nil, worker: UInt8 = 0) {
         if let secret {
@@ -63,8 +61,6 @@ package struct QUICConnectionIDFactory: Sendable {
         self.worker = worker
         self.steering = QUICWorkerSteering(secret: self.secret)
         self.resetSecret = Self.hmac(self.secret, Array("quic stateless reset".utf8) + (loadBalancer?.serverID ?? []))
-        // The configuration's initialiser already checked that GnuTLS takes the key.
-        self.cipher = loadBalancer?.key.map { AES128Block(key: $0)! }
     }
 
     /// The same endpoint's factory for another worker: same secret, layout and mask.
@@ -78,7 +74,6 @@ package struct QUICConnectionIDFactory: Sendable {
         self.resetSecret = other.resetSecret
         self.steering = other.steering
         self.loadBalancer = other.loadBalancer
-        self.cipher = other.cipher
         self.worker = worker
     }
 
@@ -90,20 +85,25 @@ package struct QUICConnectionIDFactory: Sendable {
 
     /// The first octet of every ID this factory issues (§3.3).
     private var firstOctet: UInt8 {
-        let rotation = loadBalancer?.configRotation ?? QUICLoadBalancerConfiguration.unroutableConfigRotation
-        return rotation << 5 | UInt8(idLength - 1)
+        QUICLoadBalancerConfiguration.firstOctet(
+            configRotation: loadBalancer?.configRotation ?? QUICLoadBalancerConfiguration.unroutableConfigRotation,
+            connectionIDLength: idLength
+        )
     }
+
+    /// Whether the server ID and nonce are one AES block (§5.4.1), which carries no tag.
+    private var isEncrypted: Bool { loadBalancer?.isEncrypted ?? false }
 
     package func makeConnectionID() -> QUICConnectionID {
         var bytes: [UInt8]
         if let loadBalancer {
             var nonce = Self.random(count: loadBalancer.nonceLength)
-            if cipher != nil { nonce[nonce.count - 1] = worker }
+            if isEncrypted { nonce[nonce.count - 1] = worker }
             bytes = loadBalancer.encode(nonce: nonce, connectionIDLength: idLength)
         } else {
             bytes = [firstOctet] + Self.random(count: Self.unconfiguredRandomLength)
         }
-        if cipher == nil { bytes += tag(for: bytes) }
+        if !isEncrypted { bytes += tag(for: bytes) }
         bytes.append(worker ^ steering.mask(bytes.suffix(4)))
         precondition(bytes.count == idLength, "the layout fills the ID exactly")
         return QUICConnectionID(bytes)
@@ -130,7 +130,7 @@ package struct QUICConnectionIDFactory: Sendable {
         guard let plaintext = loadBalancer.plaintextBlock(of: id), plaintext.starts(with: loadBalancer.serverID) else {
             return false
         }
-        guard cipher != nil else { return hasValidTag(id) }
+        guard isEncrypted else { return hasValidTag(id) }
         return plaintext.last == worker(of: id)
     }
 

@@ -19,6 +19,12 @@ import CQuicShims
 /// let loadBalancer = try QUICLoadBalancerConfiguration(configRotation: 1, serverID: [0x0a, 0x01, 0x00])
 /// ```
 public struct QUICLoadBalancerConfiguration: Sendable, Equatable {
+    /// Equal when every parameter is; the cipher follows from the key.
+    public static func == (lhs: Self, rhs: Self) -> Bool {
+        lhs.configRotation == rhs.configRotation && lhs.serverID == rhs.serverID
+            && lhs.nonceLength == rhs.nonceLength && lhs.key == rhs.key
+    }
+
     /// The config rotation codepoint, the first octet's top three bits (§3.1): 0 through 6.
     /// 0b111 is reserved for unroutable IDs (§3.2), which servers without a configuration issue.
     public let configRotation: UInt8
@@ -29,6 +35,8 @@ public struct QUICLoadBalancerConfiguration: Sendable, Equatable {
     public let nonceLength: Int
     /// The AES-128-ECB key of the encrypted algorithm (§5.4.1), or nil for plaintext.
     public let key: [UInt8]?
+    /// AES-128 with `key`, set up and checked once.
+    private let cipher: AES128Block?
 
     /// The number of bytes `QUICConnectionIDFactory` appends to a plaintext ID: a 4-byte tag and
     /// the worker byte (§5.4 lets a server append bytes for its own use).
@@ -72,11 +80,16 @@ public struct QUICLoadBalancerConfiguration: Sendable, Equatable {
                 throw .connectionIDTooLong(serverIDLength: serverID.count, nonceLength: nonceLength)
             }
         }
-        if let key, AES128Block(key: key) == nil { throw .cipherUnavailable }
+        var cipher: AES128Block?
+        if let key {
+            guard let made = AES128Block(key: key) else { throw .cipherUnavailable }
+            cipher = made
+        }
         self.configRotation = configRotation
         self.serverID = serverID
         self.nonceLength = nonceLength
         self.key = key
+        self.cipher = cipher
     }
 
     /// The longest server ID that leaves room for a 4-byte nonce: 12 bytes in one AES block, 10
@@ -116,6 +129,11 @@ public struct QUICLoadBalancerConfiguration: Sendable, Equatable {
     /// The first octet (§3.4): the config rotation bits, then the length of the rest of an ID of
     /// `connectionIDLength` bytes (the length self-description).
     package func firstOctet(connectionIDLength: Int) -> UInt8 {
+        Self.firstOctet(configRotation: configRotation, connectionIDLength: connectionIDLength)
+    }
+
+    /// The first octet for any codepoint, the unroutable one included (§3.2, §3.4).
+    package static func firstOctet(configRotation: UInt8, connectionIDLength: Int) -> UInt8 {
         configRotation << 5 | UInt8((connectionIDLength - 1) & 0x1f)
     }
 
@@ -128,7 +146,7 @@ public struct QUICLoadBalancerConfiguration: Sendable, Equatable {
     package func encode(nonce: [UInt8], connectionIDLength: Int) -> [UInt8] {
         precondition(nonce.count == nonceLength, "a nonce of \(nonceLength) bytes")
         let plaintext = serverID + nonce
-        let block = key.map { AES128Block(key: $0)!.encrypt(plaintext) } ?? plaintext
+        let block = cipher?.encrypt(plaintext) ?? plaintext
         return [firstOctet(connectionIDLength: connectionIDLength)] + block
     }
 
@@ -139,8 +157,7 @@ public struct QUICLoadBalancerConfiguration: Sendable, Equatable {
         let blockLength = serverID.count + nonceLength
         guard id.count >= 1 + blockLength, id[0] >> 5 == configRotation else { return nil }
         let block = Array(id[1...blockLength])
-        guard let key else { return block }
-        return AES128Block(key: key)!.decrypt(block)
+        return cipher?.decrypt(block) ?? block
     }
 }
 
@@ -228,8 +245,9 @@ public struct QUICLoadBalancerConfigurationError: Error, Sendable, Equatable, Cu
 /// (draft-ietf-quic-load-balancers-21 §5.4.1).
 ///
 /// GnuTLS 3.7 has no ECB cipher; CBC with a zero IV on a single block is the same function, as
-/// ngtcp2's GnuTLS backend does for header protection. Each call sets up a fresh cipher, so the
-/// IV is zero for every block and a value can be shared between threads.
+/// ngtcp2's GnuTLS backend does for header protection. Each call sets up a fresh GnuTLS cipher,
+/// so the IV is zero for every block and a value can be shared between threads; the initialiser
+/// tries the key once.
 struct AES128Block: Sendable {
     static let length = 16
     static let keyLength = 16
