@@ -35,6 +35,8 @@ package final class HTTP3Codec: QUICApplicationCodec {
     private var offered: (streamID: Int64, vectors: [ngtcp2_vec])?
     /// Streams whose body just ended and whose trailers must follow.
     private var trailersDue: [Int64] = []
+    /// Streams whose body file failed to read, reset once nghttp3's write call returns.
+    private var failedBodies: [Int64] = []
 
     package init(role: Role) throws {
         self.role = role
@@ -104,14 +106,16 @@ package final class HTTP3Codec: QUICApplicationCodec {
 
     /// Sends a response on the request's stream (server). With `streaming`, the body arrives
     /// later through `appendBody(streamID:_:finished:)`.
+    /// With `file`, the body after `body` is read from the file region as the peer takes it.
     package func submitResponse(
         streamID: Int64,
         headers: [(name: String, value: String)],
         body: [UInt8]?,
+        file: HTTP3FileRegion? = nil,
         streaming: Bool = false,
         trailers: [(name: String, value: String)]? = nil
     ) throws {
-        try submit(streamID: streamID, headers: headers, body: body, streaming: streaming, trailers: trailers) { conn, nva, count, reader in
+        try submit(streamID: streamID, headers: headers, body: body, file: file, streaming: streaming, trailers: trailers) { conn, nva, count, reader in
             nghttp3_conn_submit_response(conn, streamID, nva, count, reader)
         }
     }
@@ -169,18 +173,19 @@ package final class HTTP3Codec: QUICApplicationCodec {
         streamID: Int64,
         headers: [(name: String, value: String)],
         body: [UInt8]?,
+        file: HTTP3FileRegion? = nil,
         streaming: Bool = false,
         trailers: [(name: String, value: String)]? = nil,
         call: (OpaquePointer, UnsafePointer<nghttp3_nv>, Int, UnsafePointer<nghttp3_data_reader>?) -> Int32
     ) throws {
         guard let conn else { return }
-        if body != nil || streaming || trailers != nil {
-            bodies[streamID] = HTTP3OutgoingBody(copying: body, finished: !streaming, trailers: trailers)
+        let hasBody = body != nil || file != nil || streaming || trailers != nil
+        if hasBody {
+            bodies[streamID] = HTTP3OutgoingBody(copying: body, file: file, finished: !streaming, trailers: trailers)
         }
         if core?.isQLogEnabled == true { submittedHeaders[streamID, default: []].append(headers) }
         // nghttp3 copies the field section, so the names and values only have to outlive the call.
         var reader = nghttp3_data_reader(read_data: Self.readBody)
-        let hasBody = body != nil || streaming || trailers != nil
         let rv = withFieldArray(headers) { nva, count in
             hasBody ? call(conn, nva, count, &reader) : call(conn, nva, count, nil)
         }
@@ -226,6 +231,18 @@ package final class HTTP3Codec: QUICApplicationCodec {
         }
     }
 
+    /// Resets the streams whose file could not be read (RFC 9114 §4.1.1: H3_INTERNAL_ERROR);
+    /// the peer sees a truncated response fail, not a short one succeed.
+    private func cancelFailedBodies() {
+        guard !failedBodies.isEmpty else { return }
+        let failed = failedBodies
+        failedBodies.removeAll()
+        for streamID in failed {
+            bodies[streamID] = nil
+            cancel(streamID: streamID, code: .internalError)
+        }
+    }
+
     // MARK: QUICApplicationCodec
 
     package func connectionEstablished(_ core: QUICConnectionCore) throws {
@@ -256,6 +273,10 @@ package final class HTTP3Codec: QUICApplicationCodec {
     package func acknowledged(streamID: Int64, bytes: UInt64) throws {
         guard let conn else { return }
         try check(nghttp3_conn_add_ack_offset(conn, streamID, bytes), "nghttp3_conn_add_ack_offset")
+        // A file body that stopped reading at its window reads on once half of it is acknowledged.
+        if let body = bodies[streamID], body.resumesAfterAcknowledgement() {
+            try check(nghttp3_conn_resume_stream(conn, streamID), "nghttp3_conn_resume_stream")
+        }
     }
 
     package func peerReset(streamID: Int64, code: UInt64) throws {
@@ -289,6 +310,7 @@ package final class HTTP3Codec: QUICApplicationCodec {
         }
         guard count >= 0 else { throw applicationError(Int32(count), "nghttp3_conn_writev_stream") }
         try submitDueTrailers()
+        cancelFailedBodies()
         guard streamID >= 0 else { return nil }
         if core?.isQLogEnabled == true { offered = (streamID, Array(vectors.prefix(count))) }
         return (streamID, count, fin != 0)
@@ -335,8 +357,10 @@ package final class HTTP3Codec: QUICApplicationCodec {
                 flags!.pointee |= UInt32(NGHTTP3_DATA_FLAG_EOF)
                 return 0
             }
-            // Nothing queued yet on a streaming body: nghttp3 waits for nghttp3_conn_resume_stream.
+            // Nothing queued yet on a streaming body, or a file body at its window: nghttp3 waits
+            // for nghttp3_conn_resume_stream.
             guard let (provided, endOfBody) = body.provide(into: vectors!, capacity: count) else {
+                if body.readFailed { codec.failedBodies.append(streamID) }
                 return Int32(NGHTTP3_ERR_WOULDBLOCK)
             }
             if endOfBody {
@@ -536,12 +560,20 @@ package enum HTTP3Event: Sendable {
 
 /// A request or response body nghttp3 sends from: a queue of chunks, each kept until the peer
 /// acknowledges it (nghttp3, like ngtcp2, sends straight from the application's memory). A
-/// streaming body grows with `append` and ends with `finish`.
+/// streaming body grows with `append` and ends with `finish`. A file body reads its region
+/// into chunks of its own as nghttp3 asks for data, at most `windowLimit` ahead of the
+/// peer's acknowledgements: the bytes go from the page cache into the memory ngtcp2 encrypts
+/// from, with no copy in between.
 private final class HTTP3OutgoingBody {
     private struct Chunk {
         let bytes: UnsafeMutableRawBufferPointer
         let count: Int
     }
+
+    /// Bytes a file body reads ahead of the peer's acknowledgements.
+    static let windowLimit = HTTP3BodyPump.bufferLimit
+    /// Bytes read from the file per chunk.
+    static let fileChunkSize = 64 << 10
 
     private var chunks: [Chunk] = []
     /// Chunks already handed to nghttp3 (from the front of `chunks`).
@@ -553,9 +585,16 @@ private final class HTTP3OutgoingBody {
     private(set) var unacknowledgedBytes = 0
     /// Trailer fields to send after the body (RFC 9114 §4.1); nghttp3 then ends the stream.
     var trailers: [(name: String, value: String)]?
+    /// What is left to read of a file body; nil once it is all read.
+    private var file: HTTP3FileRegion?
+    /// The file stopped at its window, and nghttp3 waits for a resume.
+    private var waitsForAcknowledgement = false
+    /// The file could not be read to the end of its region.
+    private(set) var readFailed = false
 
-    init(copying source: [UInt8]?, finished: Bool, trailers: [(name: String, value: String)]? = nil) {
+    init(copying source: [UInt8]?, file: HTTP3FileRegion? = nil, finished: Bool, trailers: [(name: String, value: String)]? = nil) {
         if let source { append(source) }
+        self.file = file.flatMap { $0.range.isEmpty ? nil : $0 }
         isFinished = finished
         self.trailers = trailers
     }
@@ -573,15 +612,43 @@ private final class HTTP3OutgoingBody {
     /// Fills `vectors` with chunks nghttp3 has not seen yet; nil means "nothing now, more later".
     func provide(into vectors: UnsafeMutablePointer<nghttp3_vec>, capacity: Int) -> (count: Int, endOfBody: Bool)? {
         var count = 0
-        while provided < chunks.count && count < capacity {
+        while count < capacity && (provided < chunks.count || readFromFile()) {
             let chunk = chunks[provided]
             vectors[count] = nghttp3_vec(base: chunk.bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), len: chunk.count)
             provided += 1
             count += 1
         }
-        let endOfBody = isFinished && provided == chunks.count
-        if count == 0 && !endOfBody { return nil }
+        let endOfBody = isFinished && file == nil && provided == chunks.count
+        if count == 0 && !endOfBody {
+            waitsForAcknowledgement = file != nil && !readFailed
+            return nil
+        }
         return (count, endOfBody)
+    }
+
+    /// Reads the file's next chunk while the window has room; false when it has none, the
+    /// file is all read, or reading failed.
+    private func readFromFile() -> Bool {
+        guard let region = file, !readFailed, unacknowledgedBytes < Self.windowLimit else { return false }
+        let length = min(Self.fileChunkSize, region.range.count)
+        let bytes = UnsafeMutableRawBufferPointer.allocate(byteCount: length, alignment: 1)
+        guard region.reader.read(region.range.lowerBound..<region.range.lowerBound + length, into: bytes) else {
+            bytes.deallocate()
+            readFailed = true
+            return false
+        }
+        chunks.append(Chunk(bytes: bytes, count: length))
+        unacknowledgedBytes += length
+        let rest = region.range.dropFirst(length)
+        file = rest.isEmpty ? nil : HTTP3FileRegion(reader: region.reader, range: rest)
+        return true
+    }
+
+    /// True once when a file body that waited at its window has room again (half of it).
+    func resumesAfterAcknowledgement() -> Bool {
+        guard waitsForAcknowledgement, unacknowledgedBytes < Self.windowLimit / 2 else { return false }
+        waitsForAcknowledgement = false
+        return true
     }
 
     /// Frees the chunks the peer has now acknowledged in full.

@@ -48,18 +48,10 @@ public struct HTTP3FileHandler: Sendable {
         fields.append(HTTPField(name: .contentLength, value: String(range.count)))
         var response = HTTP3ServerResponse(status: status, headerFields: fields)
         guard method == .get else { return response }
-        if range.count <= Self.inMemoryLimit {
-            response.body = (try? reader.read(range)) ?? []
-        } else {
-            // Large files stream from disk, read only as fast as the client takes them.
-            response.bodyStream = reader.chunks(of: range, size: Self.chunkSize)
-        }
+        // Read by the connection as the client takes it, straight into the memory it sends from.
+        response.file = HTTP3FileRegion(reader: reader, range: range)
         return response
     }
-
-    /// Files up to this size are read whole; larger ones stream.
-    static let inMemoryLimit = 1 << 20
-    static let chunkSize = 256 << 10
 
     /// Opens the regular file a request path names (a directory's `index.html`), with the name
     /// it was opened under; nil when it is missing, not a regular file, or would leave the root.
@@ -199,6 +191,19 @@ final class HTTP3RootDirectory: Sendable {
     }
 }
 
+/// A byte range of an open file, sent as a response body without passing through the handler:
+/// HTTP/3 reads it chunk by chunk as the client acknowledges, HTTP/1.1 and HTTP/2 stream it.
+package struct HTTP3FileRegion: Sendable {
+    let reader: HTTP3FileReader
+    let range: Range<Int>
+
+    /// The whole region (tests and small consumers; servers read it piece by piece).
+    package func readAll() throws -> [UInt8] { try reader.read(range) }
+
+    /// The region as chunks read on demand.
+    func chunks(size: Int = 256 << 10) -> AsyncThrowingStream<[UInt8], any Error> { reader.chunks(of: range, size: size) }
+}
+
 /// An open file read by position (`pread`), closed when the last reference goes.
 // @unchecked Sendable: the descriptor is only read with pread, which is safe from any thread.
 final class HTTP3FileReader: @unchecked Sendable {
@@ -215,12 +220,20 @@ final class HTTP3FileReader: @unchecked Sendable {
 
     func read(_ range: Range<Int>) throws -> [UInt8] {
         try [UInt8](unsafeUninitializedCapacity: range.count) { buffer, initialized in
-            while initialized < range.count {
-                let n = pread(descriptor, buffer.baseAddress! + initialized, range.count - initialized, off_t(range.lowerBound + initialized))
-                guard n > 0 else { throw CocoaError(.fileReadUnknown) }
-                initialized += n
-            }
+            guard read(range, into: UnsafeMutableRawBufferPointer(buffer)) else { throw CocoaError(.fileReadUnknown) }
+            initialized = range.count
         }
+    }
+
+    /// Reads `range` into the start of `destination`; false when the file ends early or fails.
+    func read(_ range: Range<Int>, into destination: UnsafeMutableRawBufferPointer) -> Bool {
+        var done = 0
+        while done < range.count {
+            let n = pread(descriptor, destination.baseAddress! + done, range.count - done, off_t(range.lowerBound + done))
+            guard n > 0 else { return false }
+            done += n
+        }
+        return true
     }
 
     /// The range as a stream of chunks, each read when the consumer asks for it.

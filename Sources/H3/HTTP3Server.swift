@@ -283,6 +283,9 @@ public struct HTTP3ServerResponse: Sendable {
     public var priority: HTTPPriority?
     /// Trailer fields sent after the body (RFC 9114 §4.1).
     public var trailers: HTTPFields?
+    /// A file region sent as the body instead of `body` and `bodyStream` (`HTTP3FileHandler`
+    /// sets it): HTTP/3 reads it as the client acknowledges, with no copy through the handler.
+    package var file: HTTP3FileRegion?
 
     public init(head: HTTPResponse, body: [UInt8] = []) {
         self.head = head
@@ -477,6 +480,7 @@ final class HTTP3ServerConnection: @unchecked Sendable {
                 streamID: streamID,
                 headers: fields,
                 body: response.body.isEmpty ? nil : response.body,
+                file: response.file,
                 streaming: streaming,
                 trailers: response.trailers.map(\.pairs)
             )

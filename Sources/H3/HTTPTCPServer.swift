@@ -202,6 +202,11 @@ private func answer(
         logger.warning("handler failed for \(request.head.path ?? "/"): \(error)")
         response = HTTP3ServerResponse(status: .internalServerError)
     }
+    if let file = response.file {
+        // A file body streams from disk at the socket's pace.
+        response.bodyStream = file.chunks()
+        response.file = nil
+    }
     if response.bodyStream == nil, response.head.headerFields[.contentLength] == nil, request.head.method != .head {
         response.head.headerFields[.contentLength] = "\(response.body.count)"
     }

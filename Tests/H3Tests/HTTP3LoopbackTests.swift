@@ -28,6 +28,45 @@ struct HTTP3LoopbackTests {
         return HTTP3Client(configuration: configuration)
     }
 
+    /// The file handler's bodies are read by the connection as the client acknowledges them,
+    /// at most a window ahead. A file over twice the window arrives whole and in order; a file
+    /// that shrinks after its head went out fails the stream instead of ending it short.
+    @Test func fileBodiesArriveWholeAndAShrunkFileFailsTheStream() async throws {
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("file-bodies-\(UUID())")
+        try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: root) }
+        let large = (0..<(9 << 20) + 123).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ $0 >> 16) }
+        try Data(large).write(to: root.appendingPathComponent("large.bin"))
+        let shrinking = root.appendingPathComponent("shrinking.bin")
+        try Data(large).write(to: shrinking)
+        let files = HTTP3FileHandler(root: root.path)
+        let (server, port, identity) = try await Self.startServer { request in
+            let response = files.respond(to: request)
+            // Its length is in the head already; the bytes past 100,000 are gone.
+            if request.head.path == "/shrinking.bin" { truncate(shrinking.path, 100_000) }
+            return response
+        }
+        defer { server.shutdown(gracePeriod: .zero) }
+        let client = Self.client(trusting: identity)
+        defer { Task { await client.close() } }
+
+        let whole = try await client.execute(HTTPRequest(method: .get, scheme: "https", authority: "localhost:\(port)", path: "/large.bin"))
+        #expect(whole.head.headerFields[.contentLength] == String(large.count))
+        let received = try await whole.body.collect()
+        #expect(received.count == large.count)
+        #expect(received == large)
+
+        do {
+            let cut = try await client.execute(HTTPRequest(method: .get, scheme: "https", authority: "localhost:\(port)", path: "/shrinking.bin"))
+            let bytes = try await cut.body.collect()
+            Issue.record("the truncated file ended as a response of \(bytes.count) bytes")
+        } catch HTTP3ClientError.streamReset(let code) {
+            #expect(code == .internalError)
+        } catch {
+            Issue.record("expected a reset with H3_INTERNAL_ERROR, got \(error)")
+        }
+    }
+
     @Test func postWithABodyIsEchoed() async throws {
         let (server, port, identity) = try await Self.startServer { request in
             let body = try await request.body.collect()
