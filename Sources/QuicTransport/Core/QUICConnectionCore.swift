@@ -523,9 +523,11 @@ package final class QUICConnectionCore {
 
     /// Writes every packet ngtcp2 has ready, in batches that suit UDP GSO.
     ///
-    /// Packets go into `scratch` back to back; `emit` receives each batch with its segment size
-    /// (every packet but the last has exactly that size) and destination. Returns true when the
-    /// send quantum ran out and more may be ready: call again after servicing other work.
+    /// Packets go into `scratch` back to back, and none is moved or overwritten within one call,
+    /// so a batch's bytes stay valid until the call returns (the socket sends large passes
+    /// straight from there). `emit` receives each batch with its segment size (every packet but
+    /// the last has exactly that size) and destination. Returns true when the send quantum ran
+    /// out and more may be ready: call again after servicing other work.
     @discardableResult
     package func writePackets(
         now: UInt64,
@@ -545,6 +547,8 @@ package final class QUICConnectionCore {
 
         let maxPacket = min(ngtcp2_conn_get_max_tx_udp_payload_size(conn), scratch.count)
         let quantumPackets = max(1, ngtcp2_conn_get_send_quantum(conn) / max(maxPacket, 1))
+        // Packets go into the scratch one after another and are never moved or overwritten
+        // within a call, so the socket may send an emitted batch straight from there.
         var batchStart = 0
         var batchEnd = 0
         var segmentSize = 0
@@ -560,15 +564,20 @@ package final class QUICConnectionCore {
             if batchEnd > batchStart {
                 emit(UnsafeRawBufferPointer(rebasing: scratch[batchStart..<batchEnd]), segmentSize, batchPath, batchECN)
             }
-            batchStart = 0
-            batchEnd = 0
+            batchStart = batchEnd
             segmentSize = 0
         }
 
         return withUnsafeTemporaryAllocation(of: ngtcp2_vec.self, capacity: 16) { vectors -> Bool in
             while true {
                 let capacity = segmentSize == 0 ? maxPacket : segmentSize
-                if batchEnd + capacity > scratch.count || batchEnd + capacity > 65_000 { flushBatch() }
+                // One GSO batch stays under 64 KiB, the most one UDP send can carry.
+                if batchEnd + capacity > scratch.count || batchEnd - batchStart + capacity > 65_000 { flushBatch() }
+                if batchEnd + maxPacket > scratch.count {
+                    // The scratch is full (a send quantum fits twice, so this is rare): go on next pass.
+                    ngtcp2_conn_update_pkt_tx_time(conn, now)
+                    return true
+                }
                 let destination = scratch.baseAddress!.advanced(by: batchEnd).assumingMemoryBound(to: UInt8.self)
                 let packetSize: Int
                 let packetECN: UInt32
@@ -586,17 +595,13 @@ package final class QUICConnectionCore {
                     } else {
                         closeWithTransportError(rv, reason: "", now: now)
                     }
-                    return writePackets(now: now, scratch: scratch, emit: emit)
+                    return writePackets(now: now, scratch: UnsafeMutableRawBufferPointer(rebasing: scratch[batchEnd...]), emit: emit)
                 }
                 let packetPath = QUICPath(pathStorage.path)
                 if batchEnd > batchStart && (packetPath != batchPath || packetECN != batchECN) {
-                    // A packet for another path or with another ECN mark ends the batch; move it to
-                    // the front of the scratch space.
-                    let packetStart = batchEnd
+                    // A packet for another path or with another ECN mark ends the batch before it.
                     emit(UnsafeRawBufferPointer(rebasing: scratch[batchStart..<batchEnd]), segmentSize, batchPath, batchECN)
-                    scratch.baseAddress!.copyMemory(from: scratch.baseAddress!.advanced(by: packetStart), byteCount: packetSize)
-                    batchStart = 0
-                    batchEnd = 0
+                    batchStart = batchEnd
                     segmentSize = 0
                 }
                 if batchEnd == batchStart { (batchPath, batchECN) = (packetPath, packetECN) }

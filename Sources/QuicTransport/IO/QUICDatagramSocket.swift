@@ -13,20 +13,42 @@ import NIOPosix
 /// (`UDP_SEGMENT`) when the kernel offers them, each with a per-datagram fallback, and ECN
 /// (RFC 9000 §13.4): received IP ECN bits reach ngtcp2, and packets carry the mark ngtcp2 chose.
 ///
-/// Outgoing batches are written from one reusable scratch area into one `ByteBuffer` each, so a
-/// GSO batch of dozens of packets costs one allocation. Lives on its channel's event loop.
+/// Cores write packets into the socket's scratch `ByteBuffer` (`withScratch`). A large GSO
+/// batch (a bulk transfer's send quantum) is not copied: the scratch buffer itself goes to NIO's
+/// writes, each batch a slice of it, and the socket takes a fresh one. Small batches
+/// (acknowledgements, a response or two) are copied into buffers of their own size, and the
+/// scratch stays. Lives on its channel's event loop.
 final class QUICDatagramSocket {
     static let socketBufferSize = 4 << 20
     static let vectorReadCount = 32
-    private static let scratchSize = 64 * 1024
+    /// Room for a send quantum (64 KiB, ngtcp2) and then some, under glibc's 128 KiB mmap threshold.
+    private static let scratchSize = 96 << 10
+    /// A batch of at least this many bytes leaves in the scratch buffer instead of a copy.
+    private static let handOverThreshold = 16 << 10
 
     let channel: any Channel
     let localAddress: QUICSocketAddress
     private var gsoEnabled: Bool
-    private let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: scratchSize, alignment: 16)
+    private var scratch: ByteBuffer
+    /// Where the scratch's bytes start while `withScratch` runs; nil otherwise.
+    private var scratchBase: UnsafeRawPointer?
+    /// Batches waiting for the pass to end (from the first large one on), sent in order then.
+    private var queued: [QueuedBatch] = []
     private var lastRemote: (quic: QUICSocketAddress, nio: SocketAddress)?
     private var pendingFlush = false
     private let logger: Logger
+
+    /// A batch waiting for its pass to end: a range of the scratch, or bytes copied already.
+    private struct QueuedBatch {
+        enum Bytes {
+            case scratch(Range<Int>)
+            case copied(ByteBuffer)
+        }
+        var bytes: Bytes
+        var segmentSize: Int
+        var destination: SocketAddress
+        var ecn: UInt32
+    }
 
     private init(channel: any Channel, sink: QUICDatagramSink, logger: Logger) throws {
         self.channel = channel
@@ -35,9 +57,8 @@ final class QUICDatagramSocket {
         guard let address = channel.localAddress else { throw QUICSocketError.notBound }
         self.localAddress = QUICSocketAddress(nio: address)
         self.gsoEnabled = System.supportsUDPSegmentationOffload
+        self.scratch = channel.allocator.buffer(capacity: Self.scratchSize)
     }
-
-    deinit { scratch.deallocate() }
 
     /// What the socket does with received datagrams; set once, on the loop, before the first read.
     var onDatagram: ((AddressedEnvelope<ByteBuffer>) -> Void)? {
@@ -117,17 +138,67 @@ final class QUICDatagramSocket {
         close()
     }
 
-    /// Runs `body` with the scratch area that cores write packets into.
-    func withScratch<R>(_ body: (UnsafeMutableRawBufferPointer) -> R) -> R { body(scratch) }
+    /// Runs `body` with the scratch area that cores write packets into. A batch of at least
+    /// `handOverThreshold` bytes sent from it, and every batch after it, waits until `body`
+    /// returns and then leaves as a slice of the scratch buffer, which is replaced; smaller
+    /// batches are copied and leave at once. The caller must not change bytes it has sent from
+    /// the scratch before `body` returns.
+    func withScratch<R>(_ body: (UnsafeMutableRawBufferPointer) -> R) -> R {
+        precondition(scratchBase == nil, "withScratch does not nest")
+        let result = scratch.withUnsafeMutableWritableBytes { area -> R in
+            scratchBase = UnsafeRawPointer(area.baseAddress!)
+            defer { scratchBase = nil }
+            return body(area)
+        }
+        sendQueued()
+        return result
+    }
+
+    /// Sends the batches that waited for the pass to end, in order, the scratch's as slices of it.
+    private func sendQueued() {
+        guard !queued.isEmpty else { return }
+        var used = 0
+        for batch in queued { if case .scratch(let range) = batch.bytes { used = max(used, range.upperBound) } }
+        scratch.moveWriterIndex(to: used)
+        for batch in queued {
+            let buffer: ByteBuffer
+            switch batch.bytes {
+            case .copied(let copy): buffer = copy
+            case .scratch(let range): buffer = scratch.getSlice(at: range.lowerBound, length: range.count)!
+            }
+            write(buffer, segmentSize: batch.segmentSize, to: batch.destination, ecn: batch.ecn)
+        }
+        queued.removeAll(keepingCapacity: true)
+        // The slices keep the old storage alive until NIO has written them.
+        scratch = channel.allocator.buffer(capacity: Self.scratchSize)
+    }
 
     /// Queues a batch: one packet, or `bytes.count / segmentSize` equal packets (the last may be shorter).
     /// `ecn` is ngtcp2's codepoint for the batch (`NGTCP2_ECN_*`).
     func send(_ bytes: UnsafeRawBufferPointer, segmentSize: Int, to remote: QUICSocketAddress, ecn: UInt32 = 0) {
         let destination = nioAddress(for: remote)
+        if let scratchBase, let start = bytes.baseAddress, start >= scratchBase, start + bytes.count <= scratchBase + Self.scratchSize,
+            bytes.count >= Self.handOverThreshold || !queued.isEmpty
+        {
+            let offset = start - scratchBase
+            queued.append(QueuedBatch(bytes: .scratch(offset..<offset + bytes.count), segmentSize: segmentSize, destination: destination, ecn: ecn))
+            return
+        }
         var buffer = channel.allocator.buffer(capacity: bytes.count)
         buffer.writeBytes(bytes)
+        guard queued.isEmpty else {
+            // Behind the batches that wait for the pass to end.
+            queued.append(QueuedBatch(bytes: .copied(buffer), segmentSize: segmentSize, destination: destination, ecn: ecn))
+            return
+        }
+        write(buffer, segmentSize: segmentSize, to: destination, ecn: ecn)
+    }
+
+    /// Writes one batch's buffer: as it is, as one GSO send, or one slice per datagram.
+    private func write(_ buffer: ByteBuffer, segmentSize: Int, to destination: SocketAddress, ecn: UInt32) {
         let ecnState = NIOExplicitCongestionNotificationState(ngtcp2: ecn)
-        if bytes.count <= segmentSize {
+        let count = buffer.readableBytes
+        if count <= segmentSize {
             write(
                 AddressedEnvelope(remoteAddress: destination, data: buffer, metadata: .init(ecnState: ecnState)),
                 watchForGSOFailure: false
@@ -143,9 +214,9 @@ final class QUICDatagramSocket {
             )
         } else {
             // Slices share the buffer's storage: no per-packet copy or allocation.
-            var offset = 0
-            while offset < bytes.count {
-                let length = min(segmentSize, bytes.count - offset)
+            var offset = buffer.readerIndex
+            while offset < buffer.writerIndex {
+                let length = min(segmentSize, buffer.writerIndex - offset)
                 write(
                     AddressedEnvelope(
                         remoteAddress: destination, data: buffer.getSlice(at: offset, length: length)!, metadata: .init(ecnState: ecnState)
