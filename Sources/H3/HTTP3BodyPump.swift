@@ -7,7 +7,8 @@ import QuicTransport
 /// stream wait to be acknowledged by the peer.
 ///
 /// Loop-confined, like the connection that owns it; the producers run as tasks and hop back.
-// @unchecked Sendable: all state is touched only on `driver.eventLoop`.
+// @unchecked Sendable: all state is touched only on `driver.eventLoop`, which is also why its
+// state skips the run-time exclusivity check (`@exclusivity(unchecked)`).
 final class HTTP3BodyPump: @unchecked Sendable {
     /// Bytes a stream may have queued and unacknowledged before its producer waits.
     static let bufferLimit = 4 << 20
@@ -16,9 +17,9 @@ final class HTTP3BodyPump: @unchecked Sendable {
     private let codec: () -> HTTP3Codec?
     private let logger: Logger
     /// A producer waiting for room (nil while it is running), by stream.
-    private var producers: [Int64: CheckedContinuation<Bool, Never>?] = [:]
+    @exclusivity(unchecked) private var producers: [Int64: CheckedContinuation<Bool, Never>?] = [:]
     /// The task pulling each stream's body, cancelled when the stream or connection ends.
-    private var tasks: [Int64: Task<Void, Never>] = [:]
+    @exclusivity(unchecked) private var tasks: [Int64: Task<Void, Never>] = [:]
 
     init(driver: QUICConnectionDriver, logger: Logger, codec: @escaping () -> HTTP3Codec?) {
         self.driver = driver

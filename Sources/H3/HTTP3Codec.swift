@@ -9,34 +9,39 @@ import QuicTransport
 /// done, and reports what it parsed as `HTTP3Event`s, which its owner drains with `takeEvents()`.
 /// Request and response bodies given to it are kept until the peer acknowledges them, because
 /// nghttp3, like ngtcp2, sends straight from the application's memory.
+///
+/// Its state is `@exclusivity(unchecked)`: Swift's run-time check costs about 5% of a small
+/// request's instructions here, and it guards nothing. The codec lives on one loop, and no
+/// access to a property spans a call that can reach another: nghttp3 calls back only from
+/// inside `nghttp3_conn_*` calls, and none is made while a property is being modified.
 package final class HTTP3Codec: QUICApplicationCodec {
     package enum Role: Sendable { case client, server }
 
     package let role: Role
-    private var conn: OpaquePointer?
+    @exclusivity(unchecked) private var conn: OpaquePointer?
     /// The connection this codec runs in; set once the handshake completes.
-    private unowned(unsafe) var core: QUICConnectionCore?
-    private var bodies: [Int64: HTTP3OutgoingBody] = [:]
-    private var events: [HTTP3Event] = []
+    @exclusivity(unchecked) private unowned(unsafe) var core: QUICConnectionCore?
+    @exclusivity(unchecked) private var bodies: [Int64: HTTP3OutgoingBody] = [:]
+    @exclusivity(unchecked) private var events: [HTTP3Event] = []
     /// `.data` events still open for more bytes: stream to event index, and the bytes by index.
-    private var openData: [Int64: Int] = [:]
-    private var dataBuffers: [Int: [UInt8]] = [:]
+    @exclusivity(unchecked) private var openData: [Int64: Int] = [:]
+    @exclusivity(unchecked) private var dataBuffers: [Int: [UInt8]] = [:]
     /// The field section being decoded, kept out of a dictionary because nghttp3 usually
     /// decodes a section whole. A HEADERS frame split across packets pauses its section; one
     /// paused while another stream's starts waits in `pausedFieldSections`.
-    private var fieldSection: (streamID: Int64, fields: [(name: String, value: String)]) = (-1, [])
-    private var pausedFieldSections: [Int64: [(name: String, value: String)]] = [:]
+    @exclusivity(unchecked) private var fieldSection: (streamID: Int64, fields: [(name: String, value: String)]) = (-1, [])
+    @exclusivity(unchecked) private var pausedFieldSections: [Int64: [(name: String, value: String)]] = [:]
     // qlog (only while the connection writes a trace): frame boundaries in each direction,
     // the field sections we submitted (logged when their HEADERS frame goes out), and the
     // vectors last offered to ngtcp2 (scanned for what it accepted).
-    private var outgoingFrames: [Int64: HTTP3FrameScanner] = [:]
-    private var incomingFrames: [Int64: HTTP3FrameScanner] = [:]
-    private var submittedHeaders: [Int64: [[(name: String, value: String)]]] = [:]
-    private var offered: (streamID: Int64, vectors: [ngtcp2_vec])?
+    @exclusivity(unchecked) private var outgoingFrames: [Int64: HTTP3FrameScanner] = [:]
+    @exclusivity(unchecked) private var incomingFrames: [Int64: HTTP3FrameScanner] = [:]
+    @exclusivity(unchecked) private var submittedHeaders: [Int64: [[(name: String, value: String)]]] = [:]
+    @exclusivity(unchecked) private var offered: (streamID: Int64, vectors: [ngtcp2_vec])?
     /// Streams whose body just ended and whose trailers must follow.
-    private var trailersDue: [Int64] = []
+    @exclusivity(unchecked) private var trailersDue: [Int64] = []
     /// Streams whose body file failed to read, reset once nghttp3's write call returns.
-    private var failedBodies: [Int64] = []
+    @exclusivity(unchecked) private var failedBodies: [Int64] = []
 
     package init(role: Role) throws {
         self.role = role
@@ -199,16 +204,13 @@ package final class HTTP3Codec: QUICApplicationCodec {
         for field in headers { byteCount += field.name.utf8.count + field.value.utf8.count }
         return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: max(byteCount, 1)) { bytes in
             withUnsafeTemporaryAllocation(of: nghttp3_nv.self, capacity: max(headers.count, 1)) { nva in
-                var offset = 0
-                func place(_ text: String) -> (UnsafeMutablePointer<UInt8>, Int) {
-                    let start = bytes.baseAddress! + offset
-                    let count = UnsafeMutableBufferPointer(start: start, count: byteCount - offset).initialize(from: text.utf8).1
-                    offset += count
-                    return (start, count)
-                }
+                var next = bytes.baseAddress!
                 for (index, field) in headers.enumerated() {
-                    let (name, nameLength) = place(field.name)
-                    let (value, valueLength) = place(field.value)
+                    let name = next
+                    let nameLength = UnsafeMutableBufferPointer(start: name, count: field.name.utf8.count).initialize(from: field.name.utf8).1
+                    let value = name + nameLength
+                    let valueLength = UnsafeMutableBufferPointer(start: value, count: field.value.utf8.count).initialize(from: field.value.utf8).1
+                    next = value + valueLength
                     (nva.baseAddress! + index).initialize(to: nghttp3_nv(
                         name: name, value: value, namelen: nameLength, valuelen: valueLength, flags: UInt8(NGHTTP3_NV_FLAG_NONE)
                     ))
@@ -563,7 +565,7 @@ package enum HTTP3Event: Sendable {
 /// streaming body grows with `append` and ends with `finish`. A file body reads its region
 /// into chunks of its own as nghttp3 asks for data, at most `windowLimit` ahead of the
 /// peer's acknowledgements: the bytes go from the page cache into the memory ngtcp2 encrypts
-/// from, with no copy in between.
+/// from, with no copy in between. Owned by its codec and confined like it (exclusivity unchecked).
 private final class HTTP3OutgoingBody {
     private struct Chunk {
         let bytes: UnsafeMutableRawBufferPointer
@@ -575,22 +577,22 @@ private final class HTTP3OutgoingBody {
     /// Bytes read from the file per chunk.
     static let fileChunkSize = 64 << 10
 
-    private var chunks: [Chunk] = []
+    @exclusivity(unchecked) private var chunks: [Chunk] = []
     /// Chunks already handed to nghttp3 (from the front of `chunks`).
-    private var provided = 0
+    @exclusivity(unchecked) private var provided = 0
     /// Bytes of the front chunk already acknowledged.
-    private var acknowledgedInFront: UInt64 = 0
-    private(set) var isFinished = false
+    @exclusivity(unchecked) private var acknowledgedInFront: UInt64 = 0
+    @exclusivity(unchecked) private(set) var isFinished = false
     /// Bytes queued and not yet acknowledged: what a producer's backpressure looks at.
-    private(set) var unacknowledgedBytes = 0
+    @exclusivity(unchecked) private(set) var unacknowledgedBytes = 0
     /// Trailer fields to send after the body (RFC 9114 §4.1); nghttp3 then ends the stream.
-    var trailers: [(name: String, value: String)]?
+    @exclusivity(unchecked) var trailers: [(name: String, value: String)]?
     /// What is left to read of a file body; nil once it is all read.
-    private var file: HTTP3FileRegion?
+    @exclusivity(unchecked) private var file: HTTP3FileRegion?
     /// The file stopped at its window, and nghttp3 waits for a resume.
-    private var waitsForAcknowledgement = false
+    @exclusivity(unchecked) private var waitsForAcknowledgement = false
     /// The file could not be read to the end of its region.
-    private(set) var readFailed = false
+    @exclusivity(unchecked) private(set) var readFailed = false
 
     init(copying source: [UInt8]?, file: HTTP3FileRegion? = nil, finished: Bool, trailers: [(name: String, value: String)]? = nil) {
         if let source { append(source) }

@@ -299,7 +299,9 @@ public struct HTTP3ServerResponse: Sendable {
 
 /// One server-side HTTP/3 connection: collects requests from the codec, runs the handler, and
 /// submits responses on the loop.
-// @unchecked Sendable: all state is touched only on the driver's event loop.
+// @unchecked Sendable: all state is touched only on the driver's event loop. For the same
+// reason, and because no access to a property spans a call that can reach it again, its state
+// skips Swift's run-time exclusivity check (`@exclusivity(unchecked)`), as the codec's does.
 final class HTTP3ServerConnection: @unchecked Sendable {
     /// A request whose handler is running and whose body may still be arriving.
     private struct Incoming {
@@ -310,7 +312,7 @@ final class HTTP3ServerConnection: @unchecked Sendable {
     private let driver: QUICConnectionDriver
     private let handler: HTTP3Server.Handler
     private let logger: Logger
-    private var incoming: [Int64: Incoming] = [:]
+    @exclusivity(unchecked) private var incoming: [Int64: Incoming] = [:]
     /// Credit for request bytes handlers have read. Weak: request bodies live in handler tasks
     /// that can outlast the connection, and a strong capture would make it hold itself.
     private lazy var flowCredit = HTTP3FlowCredit(eventLoop: driver.eventLoop) { [weak self] credits in
@@ -319,9 +321,9 @@ final class HTTP3ServerConnection: @unchecked Sendable {
         self.driver.afterInput()
     }
     /// Requests received whose response stream has not closed yet.
-    private var active: Set<Int64> = []
-    private var isShuttingDown = false
-    var onFinished: (() -> Void)?
+    @exclusivity(unchecked) private var active: Set<Int64> = []
+    @exclusivity(unchecked) private var isShuttingDown = false
+    @exclusivity(unchecked) var onFinished: (() -> Void)?
     /// Handlers run on this connection's loop: a response is submitted where it was produced,
     /// and the responses to one batch of requests leave in one pass.
     private lazy var handlerExecutor = EventLoopTaskExecutor(eventLoop: driver.eventLoop)

@@ -12,6 +12,10 @@ import Logging
 ///
 /// Time is whatever monotonic nanosecond clock the caller supplies, so tests can run it on a
 /// virtual clock. C callbacks run synchronously inside ngtcp2 calls; they only record events.
+///
+/// The properties touched for every packet and callback are `@exclusivity(unchecked)`, which
+/// skips Swift's run-time exclusivity check: the core is confined to one thread, and no access
+/// to one of them spans a call into ngtcp2 (whose callbacks could reach it again).
 package final class QUICConnectionCore {
     package enum Role: Sendable { case client, server }
 
@@ -28,7 +32,7 @@ package final class QUICConnectionCore {
     package let role: Role
     /// The Destination Connection ID of the client's first Initial: names the qlog trace.
     package let originalDestinationConnectionID: QUICConnectionID
-    package private(set) var state: State = .handshaking
+    @exclusivity(unchecked) package private(set) var state: State = .handshaking
     package private(set) var closeReason: QUICCloseReason?
     package private(set) var path: QUICPath
 
@@ -47,23 +51,23 @@ package final class QUICConnectionCore {
     var writeQueue: [Int64] = []
     var writeQueueHead = 0
     var queuedForWrite: Set<Int64> = []
-    var pendingDatagrams: [[UInt8]] = []
-    var events: [QUICConnectionEvent] = []
+    @exclusivity(unchecked) var pendingDatagrams: [[UInt8]] = []
+    @exclusivity(unchecked) var events: [QUICConnectionEvent] = []
     var verificationFailure: TLSVerificationFailure?
     /// The application protocol running inside the read and write loops, if any (HTTP/3).
-    package var applicationCodec: (any QUICApplicationCodec)?
+    @exclusivity(unchecked) package var applicationCodec: (any QUICApplicationCodec)?
     /// Makes the fresh codec that replaces `applicationCodec` when the server refuses 0-RTT.
     package var makeApplicationCodec: (() throws -> any QUICApplicationCodec)?
     /// The peer's stateless reset arrived (ngtcp2's `recv_stateless_reset`, RFC 9000 §10.3).
     var receivedStatelessReset = false
     /// What a codec threw inside a callback; closes the connection after the ngtcp2 call returns.
-    var codecFailure: (any Error)?
+    @exclusivity(unchecked) var codecFailure: (any Error)?
     private var lastError = ngtcp2_connection_close_error()
     private var closePacket: [UInt8] = []
     private var closePacketDue = false
     private var closePacketsSent = 0
     /// Traffic and loss totals for data-transfer reports.
-    var counters = QUICTransferCounters()
+    @exclusivity(unchecked) var counters = QUICTransferCounters()
     var lossLedger = QUICLossLedger()
     /// Reports started and not yet collected, and the largest congestion window so far.
     var dataTransferMarks: [QUICDataTransferMark] = []
@@ -475,7 +479,7 @@ package final class QUICConnectionCore {
     /// The `initial_ts` ngtcp2's qlog times are relative to.
     private var qlogReferenceTime: UInt64 = 0
     /// The latest time the caller gave the core, for events written outside ngtcp2.
-    var latestTime: UInt64 = 0
+    @exclusivity(unchecked) var latestTime: UInt64 = 0
     /// When the connection was created and when its handshake completed, on the caller's clock.
     private(set) var startedAt: UInt64 = 0
     private(set) var handshakeCompletedAt: UInt64?

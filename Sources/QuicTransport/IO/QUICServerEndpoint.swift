@@ -7,21 +7,22 @@ import NIOCore
 ///
 /// A datagram that fails or misbehaves only ever touches its own connection's core; drivers of
 /// other connections are not involved. Loop-confined: created, fed and closed on its socket's
-/// event loop. `QUICServerWorkerGroup` binds the workers of an address.
+/// event loop. `QUICServerWorkerGroup` binds the workers of an address. The state touched per
+/// datagram skips the run-time exclusivity check (`@exclusivity(unchecked)`) for that reason.
 package final class QUICServerEndpoint {
     let socket: QUICDatagramSocket
     /// A second socket at the address advertised as `preferred_address` (RFC 9000 §9.6), where
     /// clients may move once their handshake is confirmed.
     let preferredSocket: QUICDatagramSocket?
     package let core: QUICEndpointCore
-    private var drivers: [ObjectIdentifier: QUICConnectionDriver] = [:]
-    private var touched: [QUICConnectionDriver] = []
+    @exclusivity(unchecked) private var drivers: [ObjectIdentifier: QUICConnectionDriver] = [:]
+    @exclusivity(unchecked) private var touched: [QUICConnectionDriver] = []
     private let logger: Logger
     /// Called for each connection the endpoint accepts, before its first events.
     package var onNewConnection: ((QUICConnectionDriver) -> Void)?
     /// Datagrams this worker read from its sockets, and connections it accepted, since it began.
-    private(set) var datagramsReceived = 0
-    private(set) var connectionsAccepted = 0
+    @exclusivity(unchecked) private(set) var datagramsReceived = 0
+    @exclusivity(unchecked) private(set) var connectionsAccepted = 0
     /// Passes a datagram for another worker's connection to that worker; set by the group.
     var handOver: ((_ worker: Int, _ datagram: ByteBuffer, _ path: QUICPath, _ ecn: UInt32) -> Void)?
 
