@@ -33,10 +33,23 @@ struct DiscoveryTests {
                 quic = server
             }
             var configuration = HTTPTCPServer.Configuration(certificateChainPEM: identity.certificatePEM, privateKeyPEM: identity.privateKeyPEM)
-            configuration.port = port
-            let tcp = try HTTPTCPServer(configuration: configuration, handler: handler)
-            port = try await tcp.start()
-            return Servers(port: port, quic: quic, tcp: tcp)
+            guard !withQUIC else {
+                configuration.port = port
+                let tcp = try HTTPTCPServer(configuration: configuration, handler: handler)
+                return Servers(port: try await tcp.start(), quic: quic, tcp: tcp)
+            }
+            // TCP only: a port free for UDP too, so no other test's QUIC server (one still
+            // closing, say) answers there; a port the OS hands out for TCP alone may be taken.
+            for attempt in 1...20 {
+                configuration.port = try UDPBlackhole.freePort()
+                let tcp = try HTTPTCPServer(configuration: configuration, handler: handler)
+                do {
+                    return Servers(port: try await tcp.start(), quic: nil, tcp: tcp)
+                } catch where attempt < 20 {
+                    continue
+                }
+            }
+            throw SetupError("no port free for both TCP and UDP")
         }
 
         func stop() async {
