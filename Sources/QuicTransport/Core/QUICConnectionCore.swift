@@ -551,8 +551,6 @@ package final class QUICConnectionCore {
 
         let maxPacket = min(ngtcp2_conn_get_max_tx_udp_payload_size(conn), scratch.count)
         let quantumPackets = max(1, ngtcp2_conn_get_send_quantum(conn) / max(maxPacket, 1))
-        // Packets go into the scratch one after another and are never moved or overwritten
-        // within a call, so the socket may send an emitted batch straight from there.
         var batchStart = 0
         var batchEnd = 0
         var segmentSize = 0
@@ -576,9 +574,10 @@ package final class QUICConnectionCore {
             while true {
                 let capacity = segmentSize == 0 ? maxPacket : segmentSize
                 // One GSO batch stays under 64 KiB, the most one UDP send can carry.
-                if batchEnd + capacity > scratch.count || batchEnd - batchStart + capacity > 65_000 { flushBatch() }
+                if batchEnd - batchStart + capacity > 65_000 { flushBatch() }
                 if batchEnd + maxPacket > scratch.count {
-                    // The scratch is full (a send quantum fits twice, so this is rare): go on next pass.
+                    // The scratch is full (a send quantum fits in it, so this is rare): go on next pass.
+                    flushBatch()
                     ngtcp2_conn_update_pkt_tx_time(conn, now)
                     return true
                 }
@@ -602,12 +601,8 @@ package final class QUICConnectionCore {
                     return writePackets(now: now, scratch: UnsafeMutableRawBufferPointer(rebasing: scratch[batchEnd...]), emit: emit)
                 }
                 let packetPath = QUICPath(pathStorage.path)
-                if batchEnd > batchStart && (packetPath != batchPath || packetECN != batchECN) {
-                    // A packet for another path or with another ECN mark ends the batch before it.
-                    emit(UnsafeRawBufferPointer(rebasing: scratch[batchStart..<batchEnd]), segmentSize, batchPath, batchECN)
-                    batchStart = batchEnd
-                    segmentSize = 0
-                }
+                // A packet for another path or with another ECN mark ends the batch before it.
+                if packetPath != batchPath || packetECN != batchECN { flushBatch() }
                 if batchEnd == batchStart { (batchPath, batchECN) = (packetPath, packetECN) }
                 if segmentSize == 0 { segmentSize = packetSize }
                 batchEnd += packetSize
