@@ -38,10 +38,16 @@ package final class HTTP3Codec: QUICApplicationCodec {
     @exclusivity(unchecked) private var incomingFrames: [Int64: HTTP3FrameScanner] = [:]
     @exclusivity(unchecked) private var submittedHeaders: [Int64: [[(name: String, value: String)]]] = [:]
     @exclusivity(unchecked) private var offered: (streamID: Int64, vectors: [ngtcp2_vec])?
-    /// Streams whose body just ended and whose trailers must follow.
-    @exclusivity(unchecked) private var trailersDue: [Int64] = []
-    /// Streams whose body file failed to read, reset once nghttp3's write call returns.
-    @exclusivity(unchecked) private var failedBodies: [Int64] = []
+    /// What the body callback asked for that must wait until nghttp3's write call returns.
+    @exclusivity(unchecked) private var dueAfterWrite: [(streamID: Int64, action: AfterWrite)] = []
+
+    private enum AfterWrite {
+        /// The body just ended and its trailers follow (RFC 9114 §4.1).
+        case submitTrailers
+        /// The body's file could not be read: H3_INTERNAL_ERROR (§4.1.1), so the peer sees a
+        /// truncated response fail, not a short one succeed.
+        case reset
+    }
 
     package init(role: Role) throws {
         self.role = role
@@ -220,28 +226,22 @@ package final class HTTP3Codec: QUICApplicationCodec {
         }
     }
 
-    /// Sends the trailers of bodies that have just ended.
-    private func submitDueTrailers() throws {
-        guard let conn, !trailersDue.isEmpty else { return }
-        let due = trailersDue
-        trailersDue.removeAll()
-        for streamID in due {
-            guard let fields = bodies[streamID]?.trailers else { continue }
-            let rv = withFieldArray(fields) { nva, count in nghttp3_conn_submit_trailers(conn, streamID, nva, count) }
-            try check(rv, "nghttp3_conn_submit_trailers")
-            if core?.isQLogEnabled == true { submittedHeaders[streamID, default: []].append(fields) }
-        }
-    }
-
-    /// Resets the streams whose file could not be read (RFC 9114 §4.1.1: H3_INTERNAL_ERROR);
-    /// the peer sees a truncated response fail, not a short one succeed.
-    private func cancelFailedBodies() {
-        guard !failedBodies.isEmpty else { return }
-        let failed = failedBodies
-        failedBodies.removeAll()
-        for streamID in failed {
-            bodies[streamID] = nil
-            cancel(streamID: streamID, code: .internalError)
+    /// Submits the trailers and resets that body callbacks asked for during the write call.
+    private func runDueAfterWrite() throws {
+        guard let conn, !dueAfterWrite.isEmpty else { return }
+        let due = dueAfterWrite
+        dueAfterWrite.removeAll()
+        for (streamID, action) in due {
+            switch action {
+            case .submitTrailers:
+                guard let fields = bodies[streamID]?.trailers else { continue }
+                let rv = withFieldArray(fields) { nva, count in nghttp3_conn_submit_trailers(conn, streamID, nva, count) }
+                try check(rv, "nghttp3_conn_submit_trailers")
+                if core?.isQLogEnabled == true { submittedHeaders[streamID, default: []].append(fields) }
+            case .reset:
+                bodies[streamID] = nil
+                cancel(streamID: streamID, code: .internalError)
+            }
         }
     }
 
@@ -311,8 +311,7 @@ package final class HTTP3Codec: QUICApplicationCodec {
             nghttp3_conn_writev_stream(conn, &streamID, &fin, nghttpVectors.baseAddress, nghttpVectors.count)
         }
         guard count >= 0 else { throw applicationError(Int32(count), "nghttp3_conn_writev_stream") }
-        try submitDueTrailers()
-        cancelFailedBodies()
+        try runDueAfterWrite()
         guard streamID >= 0 else { return nil }
         if core?.isQLogEnabled == true { offered = (streamID, Array(vectors.prefix(count))) }
         return (streamID, count, fin != 0)
@@ -362,7 +361,7 @@ package final class HTTP3Codec: QUICApplicationCodec {
             // Nothing queued yet on a streaming body, or a file body at its window: nghttp3 waits
             // for nghttp3_conn_resume_stream.
             guard let (provided, endOfBody) = body.provide(into: vectors!, capacity: count) else {
-                if body.readFailed { codec.failedBodies.append(streamID) }
+                if body.readFailed { codec.dueAfterWrite.append((streamID, .reset)) }
                 return Int32(NGHTTP3_ERR_WOULDBLOCK)
             }
             if endOfBody {
@@ -370,7 +369,7 @@ package final class HTTP3Codec: QUICApplicationCodec {
                 if body.trailers != nil {
                     // The stream stays open for the trailers, submitted right after this call.
                     flags!.pointee |= UInt32(NGHTTP3_DATA_FLAG_NO_END_STREAM)
-                    codec.trailersDue.append(streamID)
+                    codec.dueAfterWrite.append((streamID, .submitTrailers))
                 }
             }
             return Int32(provided)
@@ -567,17 +566,13 @@ package enum HTTP3Event: Sendable {
 /// peer's acknowledgements: the bytes go from the page cache into the memory ngtcp2 encrypts
 /// from, with no copy in between. Owned by its codec and confined like it (exclusivity unchecked).
 private final class HTTP3OutgoingBody {
-    private struct Chunk {
-        let bytes: UnsafeMutableRawBufferPointer
-        let count: Int
-    }
-
     /// Bytes a file body reads ahead of the peer's acknowledgements.
     static let windowLimit = HTTP3BodyPump.bufferLimit
     /// Bytes read from the file per chunk.
     static let fileChunkSize = 64 << 10
 
-    @exclusivity(unchecked) private var chunks: [Chunk] = []
+    /// Memory this body allocated, one chunk each, freed as the peer acknowledges it.
+    @exclusivity(unchecked) private var chunks: [UnsafeMutableRawBufferPointer] = []
     /// Chunks already handed to nghttp3 (from the front of `chunks`).
     @exclusivity(unchecked) private var provided = 0
     /// Bytes of the front chunk already acknowledged.
@@ -605,8 +600,13 @@ private final class HTTP3OutgoingBody {
         guard !source.isEmpty else { return }
         let bytes = UnsafeMutableRawBufferPointer.allocate(byteCount: source.count, alignment: 1)
         source.withUnsafeBytes { bytes.copyMemory(from: $0) }
-        chunks.append(Chunk(bytes: bytes, count: source.count))
-        unacknowledgedBytes += source.count
+        enqueue(bytes)
+    }
+
+    /// Takes `bytes` (allocated for this body) as its next chunk.
+    private func enqueue(_ bytes: UnsafeMutableRawBufferPointer) {
+        chunks.append(bytes)
+        unacknowledgedBytes += bytes.count
     }
 
     func finish() { isFinished = true }
@@ -616,7 +616,7 @@ private final class HTTP3OutgoingBody {
         var count = 0
         while count < capacity && (provided < chunks.count || readFromFile()) {
             let chunk = chunks[provided]
-            vectors[count] = nghttp3_vec(base: chunk.bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), len: chunk.count)
+            vectors[count] = nghttp3_vec(base: chunk.baseAddress?.assumingMemoryBound(to: UInt8.self), len: chunk.count)
             provided += 1
             count += 1
         }
@@ -639,8 +639,7 @@ private final class HTTP3OutgoingBody {
             readFailed = true
             return false
         }
-        chunks.append(Chunk(bytes: bytes, count: length))
-        unacknowledgedBytes += length
+        enqueue(bytes)
         let rest = region.range.dropFirst(length)
         file = rest.isEmpty ? nil : HTTP3FileRegion(reader: region.reader, range: rest)
         return true
@@ -662,7 +661,7 @@ private final class HTTP3OutgoingBody {
             if remaining >= left {
                 remaining -= left
                 acknowledgedInFront = 0
-                front.bytes.deallocate()
+                front.deallocate()
                 chunks.removeFirst()
                 provided -= 1
             } else {
@@ -673,7 +672,7 @@ private final class HTTP3OutgoingBody {
     }
 
     deinit {
-        for chunk in chunks { chunk.bytes.deallocate() }
+        for chunk in chunks { chunk.deallocate() }
     }
 }
 
