@@ -159,10 +159,10 @@ public final class HTTP3Server: Sendable {
     /// Sends GOAWAY on every open connection and closes each once its requests are done, but
     /// keeps accepting new connections: clients move their next requests to a fresh one.
     public func rotateConnections() {
-        guard workers.withLockedValue({ $0 }) != nil else { return }
         sendGoaway()
     }
 
+    /// Starts every open connection's shutdown (a no-op for one already shutting down).
     private func sendGoaway() {
         for connection in connections.withLockedValue({ Array($0.values) }) {
             connection.eventLoop.execute { connection.beginShutdown() }
@@ -361,10 +361,10 @@ final class HTTP3ServerConnection: @unchecked Sendable {
         onFinished = nil
     }
 
-    /// GOAWAY now with the largest ID, the final GOAWAY a moment later, then close when idle.
     /// The loop this connection lives on.
     var eventLoop: any EventLoop { driver.eventLoop }
 
+    /// GOAWAY now with the largest ID, the final GOAWAY a moment later, then close when idle.
     func beginShutdown() {
         guard !isShuttingDown, let codec else { return }
         isShuttingDown = true
