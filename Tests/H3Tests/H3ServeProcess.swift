@@ -13,3 +13,17 @@ func startH3serve(root: URL, _ arguments: [String] = []) async throws -> (proces
     }
     return (server, port)
 }
+
+/// A fresh directory for h3serve to serve, holding the file `name` of `size` bytes (byte i is
+/// i·`multiplier`, mod 256), with `traces` for `--qlog-dir` and an empty `downloads` directory
+/// for a client inside it.
+func makeServedRoot(
+    _ label: String, file name: String, size: Int, multiplier: Int
+) throws -> (root: URL, traces: URL, downloads: URL, body: [UInt8]) {
+    let root = FileManager.default.temporaryDirectory.appendingPathComponent("\(label)-\(UUID())")
+    let downloads = root.appendingPathComponent("downloads")
+    try FileManager.default.createDirectory(at: downloads, withIntermediateDirectories: true)
+    let body = (0..<size).map { UInt8(truncatingIfNeeded: $0 &* multiplier) }
+    try Data(body).write(to: root.appendingPathComponent(name))
+    return (root, root.appendingPathComponent("qlog"), downloads, body)
+}

@@ -143,15 +143,9 @@ struct HTTP3LoopbackTests {
     /// one cipher offered, and count ECN marks in its ACKs (RFC 9000 §13.4.1).
     @Test func gtlsclientKeyUpdateChaChaAndECNAgainstH3serve() async throws {
         let gtlsclient = try TestEnvironment.systemTool("gtlsclient", package: "ngtcp2-client")
-        let root = FileManager.default.temporaryDirectory.appendingPathComponent("h3serve-ku-\(UUID())")
-        let traces = root.appendingPathComponent("qlog")
-        try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
-        let body = (0..<4_000_000).map { UInt8(truncatingIfNeeded: $0 &* 7) }
-        try Data(body).write(to: root.appendingPathComponent("4mb.bin"))
+        let (root, traces, downloads, body) = try makeServedRoot("h3serve-ku", file: "4mb.bin", size: 4_000_000, multiplier: 7)
         let (server, port) = try await startH3serve(root: root, ["--no-tcp", "--qlog-dir", traces.path])
         defer { server.stop() }
-        let downloads = root.appendingPathComponent("downloads")
-        try FileManager.default.createDirectory(at: downloads, withIntermediateDirectories: true)
         let client = try ChildProcess(gtlsclient, [
             "--quiet", "--exit-on-all-streams-close", "--key-update=50ms",
             "--ciphers=NORMAL:-VERS-ALL:+VERS-TLS1.3:-CIPHER-ALL:+CHACHA20-POLY1305",
@@ -174,17 +168,11 @@ struct HTTP3LoopbackTests {
     /// and carries on from the preferred socket.
     @Test func gtlsclientMovesToH3servesPreferredAddress() async throws {
         let gtlsclient = try TestEnvironment.systemTool("gtlsclient", package: "ngtcp2-client")
-        let root = FileManager.default.temporaryDirectory.appendingPathComponent("h3serve-pa-\(UUID())")
-        let traces = root.appendingPathComponent("qlog")
-        try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
-        let body = (0..<3_000_000).map { UInt8(truncatingIfNeeded: $0 &* 13) }
-        try Data(body).write(to: root.appendingPathComponent("3mb.bin"))
+        let (root, traces, downloads, body) = try makeServedRoot("h3serve-pa", file: "3mb.bin", size: 3_000_000, multiplier: 13)
         let (server, port) = try await startH3serve(root: root, ["--no-tcp", "--qlog-dir", traces.path, "--preferred-address", "127.0.0.2:0"])
         defer { server.stop() }
         let line = try await server.waitForLine(containing: "preferred address: ")
         let preferredPort = try #require(line.split(separator: ":").last.flatMap { UInt16($0.trimmingCharacters(in: .whitespaces)) })
-        let downloads = root.appendingPathComponent("downloads")
-        try FileManager.default.createDirectory(at: downloads, withIntermediateDirectories: true)
         let client = try ChildProcess(gtlsclient, [
             "--quiet", "--exit-on-all-streams-close", "--download", downloads.path,
             "127.0.0.1", "\(port)", "https://127.0.0.1:\(port)/3mb.bin",
@@ -207,11 +195,7 @@ struct HTTP3LoopbackTests {
     @Test(arguments: [false, true])
     func gtlsclientMigratesOnH3servesQUICLBConnectionIDs(encrypted: Bool) async throws {
         let gtlsclient = try TestEnvironment.systemTool("gtlsclient", package: "ngtcp2-client")
-        let root = FileManager.default.temporaryDirectory.appendingPathComponent("h3serve-lb-\(UUID())")
-        let traces = root.appendingPathComponent("qlog")
-        try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
-        let body = (0..<1_000_000).map { UInt8(truncatingIfNeeded: $0 &* 17) }
-        try Data(body).write(to: root.appendingPathComponent("1mb.bin"))
+        let (root, traces, downloads, body) = try makeServedRoot("h3serve-lb", file: "1mb.bin", size: 1_000_000, multiplier: 17)
         let key = "8f95f09245765f80256934e50c66207f"
         let configuration = try QUICLoadBalancerConfiguration(
             configRotation: 4,
@@ -222,8 +206,6 @@ struct HTTP3LoopbackTests {
             "--no-tcp", "--qlog-dir", traces.path, "--server-id", "0a0b0c", "--quic-lb-config", "4",
         ] + (encrypted ? ["--quic-lb-key", key] : []))
         defer { server.stop() }
-        let downloads = root.appendingPathComponent("downloads")
-        try FileManager.default.createDirectory(at: downloads, withIntermediateDirectories: true)
         let client = try ChildProcess(gtlsclient, [
             "--quiet", "--exit-on-all-streams-close", "--change-local-addr=10ms", "--download", downloads.path,
             "127.0.0.1", "\(port)", "https://127.0.0.1:\(port)/1mb.bin",
@@ -255,11 +237,7 @@ struct HTTP3LoopbackTests {
     /// clients to stay put (RFC 9000 §18.2): h3get --migrate does not move, and the fetch works.
     /// (Without the flag the same run moves: path_changes 1.)
     @Test func disableActiveMigrationKeepsTheClientOnItsAddress() async throws {
-        let root = FileManager.default.temporaryDirectory.appendingPathComponent("h3serve-nomig-\(UUID())")
-        let traces = root.appendingPathComponent("qlog")
-        try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
-        let body = (0..<300_000).map { UInt8(truncatingIfNeeded: $0 &* 13) }
-        try Data(body).write(to: root.appendingPathComponent("f.bin"))
+        let (root, traces, _, body) = try makeServedRoot("h3serve-nomig", file: "f.bin", size: 300_000, multiplier: 13)
         let (server, port) = try await startH3serve(root: root, ["--no-tcp", "--disable-active-migration", "--qlog-dir", traces.path])
         defer { server.stop() }
         let output = root.appendingPathComponent("out.bin").path
@@ -286,15 +264,9 @@ struct HTTP3LoopbackTests {
     @Test(arguments: [true, false])
     func gtlsclientZeroRTTAgainstH3serve(acceptsEarlyData: Bool) async throws {
         let gtlsclient = try TestEnvironment.systemTool("gtlsclient", package: "ngtcp2-client")
-        let root = FileManager.default.temporaryDirectory.appendingPathComponent("h3serve-0rtt-\(UUID())")
-        let traces = root.appendingPathComponent("qlog")
-        try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
-        let body = (0..<300_000).map { UInt8(truncatingIfNeeded: $0 &* 11) }
-        try Data(body).write(to: root.appendingPathComponent("body.bin"))
+        let (root, traces, downloads, body) = try makeServedRoot("h3serve-0rtt", file: "body.bin", size: 300_000, multiplier: 11)
         let (server, port) = try await startH3serve(root: root, ["--no-tcp", "--qlog-dir", traces.path] + (acceptsEarlyData ? ["--early-data"] : []))
         defer { server.stop() }
-        let downloads = root.appendingPathComponent("downloads")
-        try FileManager.default.createDirectory(at: downloads, withIntermediateDirectories: true)
         for _ in 0..<2 {
             try? FileManager.default.removeItem(at: downloads.appendingPathComponent("body.bin"))
             let client = try ChildProcess(gtlsclient, [
