@@ -1,6 +1,7 @@
 import Foundation
 import CQuicShims
 import HTTPTypes
+import NIOConcurrencyHelpers
 
 /// Serves the files under one directory (RFC 9110 semantics over HTTP/3): GET and HEAD with
 /// `content-length` and `content-type`, a single byte range (RFC 9110 §14), 404 for what is not
@@ -9,9 +10,15 @@ public struct HTTP3FileHandler: Sendable {
     public let root: URL
     private let directory: HTTP3RootDirectory
 
-    public init(root: String) {
+    /// - Parameters:
+    ///   - root: the directory to serve.
+    ///   - openFileReuse: how long an opened file is reused for later requests of the same path
+    ///     before it is looked up again, as nginx's `open_file_cache_valid`. A hit costs no
+    ///     system call but the read; a file replaced on disk is seen at most this late. `.zero`
+    ///     opens the file for every request.
+    public init(root: String, openFileReuse: Duration = .seconds(1)) {
         self.root = URL(fileURLWithPath: root).standardizedFileURL.resolvingSymlinksInPath()
-        self.directory = HTTP3RootDirectory(path: self.root.path)
+        self.directory = HTTP3RootDirectory(path: self.root.path, reuse: openFileReuse)
     }
 
     public func respond(to request: HTTP3ServerRequest) -> HTTP3ServerResponse {
@@ -137,8 +144,14 @@ public struct HTTP3FileHandler: Sendable {
 /// `..` or through a symlink, in one system call and without a window between check and open.
 /// Where the kernel or a seccomp filter refuses openat2 itself, `realpath(3)` and a prefix check
 /// stand in for it.
+///
+/// What a path opened to is kept for a short while and handed to later requests for the same
+/// path (nginx's `open_file_cache`; ngtcp2's example server keeps its files forever). Served
+/// files are read with `pread`, so one open file serves any number of requests at once. A file
+/// truncated in place still fails the stream that finds it short; one replaced by a rename is
+/// served in its old version until the entry expires.
 final class HTTP3RootDirectory: Sendable {
-    enum Entry {
+    enum Entry: Sendable {
         case file(HTTP3FileReader)
         case directory
     }
@@ -148,7 +161,29 @@ final class HTTP3RootDirectory: Sendable {
     private let canonicalPath: String
     private let kernelResolves: Bool
 
-    init(path: String) {
+    /// An entry found by a recent lookup, and when it stops being trusted.
+    private struct RecentEntry: Sendable {
+        let entry: Entry
+        let expires: ContinuousClock.Instant
+    }
+
+    /// The recent lookups by relative path. Expired ones are swept out, closing their files, at
+    /// most once per reuse time and only when a lookup misses, so an idle server keeps at most
+    /// `recentLimit` descriptors open.
+    private struct RecentEntries: Sendable {
+        var byPath: [String: RecentEntry] = [:]
+        var nextSweep = ContinuousClock.now
+    }
+
+    /// How long an entry is reused; zero turns reuse off.
+    private let reuse: Duration
+    private let recent = NIOLockedValueBox(RecentEntries())
+    /// The most entries (and so open descriptors) kept; when full, new ones are not kept until
+    /// a sweep makes room.
+    static let recentLimit = 256
+
+    init(path: String, reuse: Duration = .zero) {
+        self.reuse = reuse
         descriptor = Glibc.open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         canonicalPath = path.hasSuffix("/") ? path : path + "/"
         var probe: Int32 = -1
@@ -160,7 +195,33 @@ final class HTTP3RootDirectory: Sendable {
     deinit { if descriptor >= 0 { close(descriptor) } }
 
     /// Opens `relativePath` beneath the root: a regular file, or the news that it is a directory.
+    /// A path looked up less than the reuse time ago gets what that lookup found.
     func openFile(_ relativePath: String) -> Entry? {
+        guard reuse > .zero else { return lookUp(relativePath) }
+        let now = ContinuousClock.now
+        if let hit = recent.withLockedValue({ $0.byPath[relativePath] }), now < hit.expires { return hit.entry }
+        let entry = lookUp(relativePath)
+        // Swept outside the lock: dropping an entry may close its file.
+        let swept: [String: RecentEntry]? = recent.withLockedValue { recent in
+            var swept: [String: RecentEntry]?
+            if now >= recent.nextSweep {
+                swept = recent.byPath
+                recent.byPath = recent.byPath.filter { now < $0.value.expires }
+                recent.nextSweep = now + reuse
+            }
+            if let entry, recent.byPath.count < Self.recentLimit || recent.byPath[relativePath] != nil {
+                recent.byPath[relativePath] = RecentEntry(entry: entry, expires: now + reuse)
+            } else if entry == nil {
+                recent.byPath[relativePath] = nil
+            }
+            return swept
+        }
+        withExtendedLifetime(swept) {}
+        return entry
+    }
+
+    /// Asks the kernel what `relativePath` is beneath the root, opening it if it is a file.
+    private func lookUp(_ relativePath: String) -> Entry? {
         guard descriptor >= 0 else { return nil }
         let opened: Int32
         if kernelResolves {

@@ -33,6 +33,9 @@ struct H3Serve: AsyncParsableCommand {
     @Option(help: "Directory to serve.")
     var root = "."
 
+    @Option(name: .customLong("open-file-cache"), help: "Seconds an opened file is reused for later requests of the same path before it is looked up again, as nginx's open_file_cache_valid; 0 opens it for every request.")
+    var openFileCache: Double = 1
+
     @Option(help: "PEM certificate chain; without it a self-signed certificate is generated.")
     var cert: String?
 
@@ -82,6 +85,7 @@ struct H3Serve: AsyncParsableCommand {
         if QUICCongestionControl(rawValue: cc) == nil { throw ValidationError("--cc is cubic, reno, bbr or bbr2") }
         if noQUIC && noTCP { throw ValidationError("--no-quic and --no-tcp together leave nothing to serve") }
         if !(1...255).contains(workers) { throw ValidationError("--workers is 1 to 255") }
+        if !(0...3600).contains(openFileCache) { throw ValidationError("--open-file-cache is 0 to 3600 seconds") }
         if let preferredAddress {
             guard let parsed = parseHostPort(preferredAddress), isNumericAddress(parsed.host) else {
                 throw ValidationError("--preferred-address takes a numeric IP:PORT, e.g. 127.0.0.2:0 or [::1]:4434")
@@ -133,7 +137,7 @@ struct H3Serve: AsyncParsableCommand {
         } catch {
             throw fail("\(error)")
         }
-        let files = HTTP3FileHandler(root: root)
+        let files = HTTP3FileHandler(root: root, openFileReuse: .milliseconds(Int64(openFileCache * 1000)))
         let advertised = NIOLockedValueBox<String?>(nil)
         let logsRequests = !quiet
         let handler: HTTP3Server.Handler = { request in

@@ -78,4 +78,40 @@ struct HTTP3FileHandlerTests {
         #expect(response.head.status == .methodNotAllowed)
         #expect(response.head.headerFields[.allow] == "GET, HEAD")
     }
+
+    /// A file replaced by a rename, as deployments replace files, between two requests.
+    static func replaceTenTxt(in root: URL) throws {
+        let staged = root.appendingPathComponent(".ten.txt.new")
+        try Data("abcdefghij".utf8).write(to: staged)
+        #expect(rename(staged.path, root.appendingPathComponent("ten.txt").path) == 0)
+    }
+
+    @Test func anOpenedFileServesLaterRequestsUntilItsReuseTimeIsUp() throws {
+        let root = try Self.makeRoot().root
+        let reusing = HTTP3FileHandler(root: root.path, openFileReuse: .seconds(3600))
+        let briefly = HTTP3FileHandler(root: root.path, openFileReuse: .milliseconds(50))
+        let never = HTTP3FileHandler(root: root.path, openFileReuse: .zero)
+        for handler in [reusing, briefly, never] {
+            #expect(try Self.bodyBytes(Self.get(handler, "/ten.txt")) == Array("0123456789".utf8))
+        }
+        try Self.replaceTenTxt(in: root)
+        // Reused: the file opened before the rename, whole and with its own length.
+        let reused = Self.get(reusing, "/ten.txt")
+        #expect(try Self.bodyBytes(reused) == Array("0123456789".utf8))
+        #expect(reused.head.headerFields[.contentLength] == "10")
+        #expect(try Self.bodyBytes(Self.get(never, "/ten.txt")) == Array("abcdefghij".utf8))
+        Thread.sleep(forTimeInterval: 0.3)
+        #expect(try Self.bodyBytes(Self.get(briefly, "/ten.txt")) == Array("abcdefghij".utf8))
+    }
+
+    @Test func aPathThatStopsExistingIsNotServedFromAnOldLookupOnceItExpires() throws {
+        let root = try Self.makeRoot().root
+        let handler = HTTP3FileHandler(root: root.path, openFileReuse: .milliseconds(50))
+        #expect(Self.get(handler, "/ten.txt").head.status == .ok)
+        try FileManager.default.removeItem(at: root.appendingPathComponent("ten.txt"))
+        Thread.sleep(forTimeInterval: 0.3)
+        #expect(Self.get(handler, "/ten.txt").head.status == .notFound)
+        try Data("back".utf8).write(to: root.appendingPathComponent("ten.txt"))
+        #expect(try Self.bodyBytes(Self.get(handler, "/ten.txt")) == Array("back".utf8))
+    }
 }
