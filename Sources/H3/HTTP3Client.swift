@@ -304,11 +304,27 @@ public struct HTTP3ResponseBody: AsyncSequence, Sendable {
     public var trailers: HTTPFields? { exchange.trailers }
 }
 
-/// Errors an HTTP/3 request can end with.
+/// Errors an HTTP/3 request can end with. The cases before the connection is up say how far it
+/// got (name resolution, a QUIC answer, the TLS handshake, the certificate), so a caller can act
+/// on them without reading messages; h3get maps them to curl's exit codes.
 public enum HTTP3ClientError: Error, Sendable, CustomStringConvertible {
     case invalidRequest(String)
-    case connect(String)
+    /// The host name did not resolve.
+    case cannotResolve(String)
+    /// No QUIC server answered: the port was refused (ICMP port unreachable) or the network
+    /// unreachable.
+    case cannotConnect(String)
+    /// The handshake did not finish in time: no answer, or no complete one (RFC 9000 §10.1).
+    case handshakeTimedOut(String)
+    /// The TLS handshake failed for a reason other than the server's certificate: a TLS alert
+    /// either side sent as a CRYPTO_ERROR (RFC 9001 §4.8), such as no common ALPN.
+    case tlsHandshakeFailed(String)
+    /// This client refused the server's certificate: untrusted, expired, for another name, or
+    /// not matching a pin (RFC 9001 §4.4).
+    case certificateRejected(String)
+    /// The connection failed after its handshake.
     case connectionFailed(String)
+    /// The connection closed cleanly before the request finished.
     case connectionClosed(String)
     case streamReset(HTTP3ErrorCode)
     case protocolError(String)
@@ -319,13 +335,44 @@ public enum HTTP3ClientError: Error, Sendable, CustomStringConvertible {
     public var description: String {
         switch self {
         case .invalidRequest(let reason): return "invalid request: \(reason)"
-        case .connect(let reason): return "cannot connect: \(reason)"
+        case .cannotResolve(let reason), .cannotConnect(let reason): return "cannot connect: \(reason)"
+        case .handshakeTimedOut(let reason): return "cannot connect: \(reason)"
+        case .tlsHandshakeFailed(let reason), .certificateRejected(let reason): return reason
         case .connectionFailed(let reason): return "connection failed: \(reason)"
         case .connectionClosed(let reason): return "connection closed: \(reason)"
         case .streamReset(let code): return "the server reset the request with \(code)"
         case .protocolError(let reason): return "HTTP/3 error: \(reason)"
         case .cancelled: return "request cancelled"
         case .requestRejected: return "the server rejected the request before processing it (H3_REQUEST_REJECTED or GOAWAY)"
+        }
+    }
+
+    /// Whether the connection never came up, so the request was never sent.
+    public var isConnectFailure: Bool {
+        switch self {
+        case .cannotResolve, .cannotConnect, .handshakeTimedOut, .tlsHandshakeFailed, .certificateRejected: return true
+        case .invalidRequest, .connectionFailed, .connectionClosed, .streamReset, .protocolError, .cancelled, .requestRejected: return false
+        }
+    }
+
+    /// Why a connector gave up before any handshake could finish.
+    init(_ failure: QUICClientConnector.Failure) {
+        switch failure {
+        case .resolution: self = .cannotResolve(failure.description)
+        case .refused, .unreachable, .setup: self = .cannotConnect(failure.description)
+        case .silent: self = .handshakeTimedOut(failure.description)
+        }
+    }
+
+    /// Why a connection that closed before its handshake completed did so.
+    init(handshakeEndedBy reason: QUICCloseReason) {
+        switch reason {
+        case .handshakeFailed(_, _, .some): self = .certificateRejected(reason.description)
+        case .handshakeFailed: self = .tlsHandshakeFailed(reason.description)
+        case .peerTransportClose where reason.isCryptoError: self = .tlsHandshakeFailed("TLS handshake failed: the server closed with \(reason)")
+        case .localTransportError where reason.isCryptoError: self = .tlsHandshakeFailed("TLS handshake failed: \(reason)")
+        case .handshakeTimeout, .idleTimeout: self = .handshakeTimedOut(reason.description)
+        default: self = .connectionFailed(HTTP3ClientConnection.describe(reason))
         }
     }
 }

@@ -91,7 +91,7 @@ final class HTTP3ClientConnection: @unchecked Sendable {
             self.sendPending()
         }
         connector.onEvents = { events in self.handle(events) }
-        connector.onFailure = { failure in self.fail(.connect(failure.description)) }
+        connector.onFailure = { failure in self.fail(HTTP3ClientError(failure)) }
         connector.onFinished = {
             self.fail(.connectionClosed(self.driver?.core.closeReason.map { "\($0)" } ?? "closed"))
             // The driver has dropped its hooks; dropping the driver and the connector here frees
@@ -213,8 +213,12 @@ final class HTTP3ClientConnection: @unchecked Sendable {
             case .streamCreditAvailable:
                 sendPending()
             case .closed(let reason):
-                let text = Self.describe(reason)
-                fail(reason.isNoError ? .connectionClosed(text) : .connectionFailed(text))
+                if case .connecting = state, !reason.isNoError {
+                    fail(HTTP3ClientError(handshakeEndedBy: reason))
+                } else {
+                    let text = Self.describe(reason)
+                    fail(reason.isNoError ? .connectionClosed(text) : .connectionFailed(text))
+                }
             default:
                 break
             }

@@ -212,6 +212,22 @@ public struct HTTP3ServerRequest: Sendable {
     }
 }
 
+/// Why a request body ended before the client's FIN, as a server handler reading it sees it.
+public enum HTTP3RequestBodyError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// The client reset the request stream (RESET_STREAM, RFC 9000 §19.4) with this code; the
+    /// client cancelling is H3_REQUEST_CANCELLED (RFC 9114 §4.1.1).
+    case clientReset(HTTP3ErrorCode)
+    /// The QUIC connection ended first.
+    case connectionClosed(String)
+
+    public var description: String {
+        switch self {
+        case .clientReset(let code): return "the client reset the request with \(code)"
+        case .connectionClosed(let reason): return "the connection closed before the request body ended: \(reason)"
+        }
+    }
+}
+
 /// A request body as byte chunks, in order, ending at the client's FIN (RFC 9114 §4.1).
 public struct HTTP3RequestBody: AsyncSequence, Sendable {
     public typealias Element = [UInt8]
@@ -353,7 +369,7 @@ final class HTTP3ServerConnection: @unchecked Sendable {
     /// and the server forgets this connection.
     private func connectionEnded() {
         let reason = driver.core.closeReason.map { "\($0)" } ?? "closed"
-        for (_, request) in incoming { request.body.finish(throwing: HTTP3ClientError.connectionClosed(reason)) }
+        for (_, request) in incoming { request.body.finish(throwing: HTTP3RequestBodyError.connectionClosed(reason)) }
         incoming.removeAll()
         active.removeAll()
         pump.connectionClosed()
@@ -416,9 +432,9 @@ final class HTTP3ServerConnection: @unchecked Sendable {
             case .end(let streamID):
                 incoming.removeValue(forKey: streamID)?.body.finish()
             case .reset(let streamID, let code):
-                incoming.removeValue(forKey: streamID)?.body.finish(throwing: HTTP3ClientError.streamReset(code))
+                incoming.removeValue(forKey: streamID)?.body.finish(throwing: HTTP3RequestBodyError.clientReset(code))
             case .closed(let streamID, let code):
-                incoming.removeValue(forKey: streamID)?.body.finish(throwing: HTTP3ClientError.streamReset(code))
+                incoming.removeValue(forKey: streamID)?.body.finish(throwing: HTTP3RequestBodyError.clientReset(code))
                 active.remove(streamID)
                 pump.streamClosed(streamID)
                 if isShuttingDown { driver.eventLoop.execute { self.closeIfIdle() } }

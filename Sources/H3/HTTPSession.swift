@@ -9,12 +9,15 @@ import QuicTransport
 public enum HTTPVersionPolicy: String, Sendable, CaseIterable {
     /// Use HTTP/3 once it is known to work for the origin: an `Alt-Svc` cache entry (RFC 7838)
     /// or a DNS HTTPS record with `alpn=h3` (RFC 9460). Otherwise use TCP and learn from the
-    /// response's `Alt-Svc`, so the next request goes over HTTP/3 (curl's `--http3`).
+    /// response's `Alt-Svc`, so the next request goes over HTTP/3. URLSession's default, and
+    /// h3get's `--http3-after-discovery`.
     case discovery
     /// Try HTTP/3 first; if its handshake has not finished after a short delay, race TCP and
     /// take whichever is ready first (URLRequest's `assumesHTTP3Capable`, Happy Eyeballs).
+    /// curl's `--http3`, and h3get's default. A live `Alt-Svc` cache entry names where.
     case assumesHTTP3Capable
-    /// HTTP/3 or a clear failure, never TCP (curl's `--http3-only`).
+    /// HTTP/3 or a clear failure, never TCP (curl's `--http3-only`). A live `Alt-Svc` cache
+    /// entry names where.
     case http3Only
 }
 
@@ -37,18 +40,28 @@ public enum HTTP3Discovery: String, Sendable {
     case required = "--http3-only"
 }
 
-/// Failures that are the session's own, as opposed to HTTP/3's (`HTTP3ClientError`).
-public enum HTTPSessionError: Error, Sendable, CustomStringConvertible {
-    /// The TCP request failed.
+/// Failures that are the session's own, as opposed to HTTP/3's (`HTTP3ClientError`): the TCP
+/// fallback's, by how far it got, and the two together when both versions failed.
+public indirect enum HTTPSessionError: Error, Sendable, CustomStringConvertible {
+    /// The host name did not resolve for TCP.
+    case tcpCannotResolve(String)
+    /// No TCP connection: refused, unreachable, or not answered in time.
+    case tcpCannotConnect(String)
+    /// The TLS handshake over TCP failed for a reason other than the certificate.
+    case tcpTLSFailed(String)
+    /// The server's certificate was refused on the TCP path.
+    case tcpCertificateRejected(String)
+    /// The TCP request failed once connected.
     case tcp(String)
     /// TCP cannot be used for this request at all.
     case tcpUnavailable(String)
     /// HTTP/3 was tried and failed, and so did TCP.
-    case bothFailed(http3: String, tcp: String)
+    case bothFailed(http3: HTTP3ClientError, tcp: HTTPSessionError)
 
     public var description: String {
         switch self {
-        case .tcp(let reason): return reason
+        case .tcpCannotResolve(let reason), .tcpCannotConnect(let reason): return "cannot connect: \(reason)"
+        case .tcpTLSFailed(let reason), .tcpCertificateRejected(let reason), .tcp(let reason): return reason
         case .tcpUnavailable(let reason): return "no TCP fallback: \(reason)"
         case .bothFailed(let http3, let tcp): return "HTTP/3 failed (\(http3)) and TCP failed (\(tcp))"
         }
@@ -197,15 +210,21 @@ public final class HTTPSession: Sendable {
             discovery: configuration.policy == .http3Only ? .required : .assumed
         )
 
+        // The Alt-Svc cache is consulted whatever the policy, as curl does with --alt-svc.
+        let cached = cachedAlternative(for: origin, notes: &notes)
         let target: HTTP3Target?
         switch configuration.policy {
         case .http3Only:
-            let response = try await viaHTTP3(request, body: body, target: direct, host: host, port: port, notes: notes)
+            let response = try await viaHTTP3(request, body: body, target: cached ?? direct, host: host, port: port, notes: notes)
             return learn(from: response, origin: origin)
         case .assumesHTTP3Capable:
-            target = direct
+            target = cached ?? direct
         case .discovery:
-            target = await discover(origin: origin, notes: &notes)
+            if let cached {
+                target = cached
+            } else {
+                target = await lookUpHTTPSRecord(for: origin, notes: &notes)
+            }
         }
         guard let target else {
             let response = try await viaTCP(request, body: body, host: host, port: port, discovery: nil, reason: nil, notes: notes)
@@ -225,22 +244,26 @@ public final class HTTPSession: Sendable {
 
     // MARK: Discovery
 
-    /// An HTTP/3 alternative from the Alt-Svc cache, else from an HTTPS record; nil for TCP.
-    private func discover(origin: AltServiceCache.Origin, notes: inout [String]) async -> HTTP3Target? {
-        if let cache = configuration.altServiceCache {
-            for warning in cache.warnings where !notes.contains(warning) { notes.append(warning) }
-            for alternative in cache.alternatives(for: origin) {
-                // An alternative on the origin's own host keeps any --resolve/--connect-to address.
-                let host = alternative.host ?? configuration.connectTo?.host ?? origin.host
-                let target = HTTP3Target(connectHost: host, connectPort: alternative.port, discovery: .altSvcCache)
-                if isBroken(target) {
-                    notes.append("Alt-Svc alternative \(alternative) is marked broken; skipped")
-                    continue
-                }
-                notes.append("Alt-Svc cache: \(origin) has \(alternative)")
-                return target
+    /// The first live HTTP/3 alternative the Alt-Svc cache has for `origin` (RFC 7838 §2.2).
+    private func cachedAlternative(for origin: AltServiceCache.Origin, notes: inout [String]) -> HTTP3Target? {
+        guard let cache = configuration.altServiceCache else { return nil }
+        for warning in cache.warnings where !notes.contains(warning) { notes.append(warning) }
+        for alternative in cache.alternatives(for: origin) {
+            // An alternative on the origin's own host keeps any --resolve/--connect-to address.
+            let host = alternative.host ?? configuration.connectTo?.host ?? origin.host
+            let target = HTTP3Target(connectHost: host, connectPort: alternative.port, discovery: .altSvcCache)
+            if isBroken(target) {
+                notes.append("Alt-Svc alternative \(alternative) is marked broken; skipped")
+                continue
             }
+            notes.append("Alt-Svc cache: \(origin) has \(alternative)")
+            return target
         }
+        return nil
+    }
+
+    /// An HTTP/3 alternative from a DNS HTTPS record (RFC 9460 §7.1); nil for TCP.
+    private func lookUpHTTPSRecord(for origin: AltServiceCache.Origin, notes: inout [String]) async -> HTTP3Target? {
         guard configuration.looksUpHTTPSRecords, !Self.isLiteralOrLocal(origin.host) || configuration.httpsRecordResolver != nil else {
             return nil
         }
@@ -363,9 +386,9 @@ public final class HTTPSession: Sendable {
     /// What ended one leg of the race.
     private enum Outcome: Sendable {
         case http3Ready
-        case http3Failed(String)
+        case http3Failed(HTTP3ClientError)
         case tcpAnswered(HTTPSessionResponse)
-        case tcpFailed(any Error)
+        case tcpFailed(HTTPSessionError)
     }
 
     /// Happy Eyeballs between the HTTP/3 handshake and a TCP request (RFC 8305 §5 in spirit):
@@ -385,7 +408,7 @@ public final class HTTPSession: Sendable {
                     )
                     sink.yield(.tcpAnswered(response))
                 } catch {
-                    sink.yield(.tcpFailed(error))
+                    sink.yield(.tcpFailed(error as? HTTPSessionError ?? .tcp("\(error)")))
                 }
             }
         }
@@ -400,13 +423,13 @@ public final class HTTPSession: Sendable {
                 _ = try await client.connect(host: host, port: port)
                 sink.yield(.http3Ready)
             } catch {
-                sink.yield(.http3Failed("\(error)"))
+                sink.yield(.http3Failed(error as? HTTP3ClientError ?? .connectionFailed("\(error)")))
             }
         }
         defer { timer.cancel() }
-        var http3Failure: String?
+        var http3Failure: HTTP3ClientError?
         var http3IsReady = false
-        var tcpFailure: (any Error)?
+        var tcpFailure: HTTPSessionError?
         let claimTCP = { tcpStarted.withLockedValue { started in defer { started = true }; return !started } }
         for await outcome in outcomes {
             switch outcome {
@@ -419,7 +442,7 @@ public final class HTTPSession: Sendable {
             case .http3Failed(let reason):
                 markBroken(target)
                 http3Failure = reason
-                if let tcpFailure { throw HTTPSessionError.bothFailed(http3: reason, tcp: "\(tcpFailure)") }
+                if let tcpFailure { throw HTTPSessionError.bothFailed(http3: reason, tcp: tcpFailure) }
                 if claimTCP() { _ = startTCP("HTTP/3 to \(target.key) failed: \(reason)") }
             case .tcpAnswered(let response):
                 return response
@@ -427,7 +450,7 @@ public final class HTTPSession: Sendable {
                 if http3IsReady {
                     return try await viaHTTP3(request, body: body, target: target, host: host, port: port, notes: notes)
                 }
-                if let http3Failure { throw HTTPSessionError.bothFailed(http3: http3Failure, tcp: "\(error)") }
+                if let http3Failure { throw HTTPSessionError.bothFailed(http3: http3Failure, tcp: error) }
                 tcpFailure = error
             }
         }

@@ -66,7 +66,7 @@ final class HTTPTCPTransport: Sendable {
         do {
             response = try await client.execute(outgoing, deadline: .distantFuture)
         } catch {
-            throw HTTPSessionError.tcp(Self.describe(error))
+            throw Self.classify(error)
         }
         var head = HTTPResponse(status: .init(code: Int(response.status.code), reasonPhrase: response.status.reasonPhrase))
         head.headerFields = HTTPFields(response.headers, splitCookie: false)
@@ -80,24 +80,28 @@ final class HTTPTCPTransport: Sendable {
 
     private static func bracket(_ host: String) -> String { host.contains(":") ? "[\(host)]" : host }
 
-    /// Names the common TCP and TLS failures the way curl's messages do.
-    private static func describe(_ error: any Error) -> String {
+    /// Sorts a TCP failure by how far it got, naming the common ones the way curl's messages do.
+    private static func classify(_ error: any Error) -> HTTPSessionError {
         if error is NIOSSLError || error is BoringSSLError {
             if "\(error)".contains("CERTIFICATE_VERIFY_FAILED") {
-                return "TLS handshake failed: certificate verification failed (pass --cacert, --pin-sha256 or -k)"
+                return .tcpCertificateRejected("TLS handshake failed: certificate verification failed (pass --cacert, --pin-sha256 or -k)")
             }
-            return "TLS handshake failed: \(error)"
+            return .tcpTLSFailed("TLS handshake failed: \(error)")
         }
         if let client = error as? HTTPClientError {
-            if client == .connectTimeout { return "cannot connect: TCP connect timed out" }
-            return "\(client)"
+            if client == .connectTimeout { return .tcpCannotConnect("TCP connect timed out") }
+            return .tcp("\(client)")
         }
         if let connection = error as? NIOConnectionError {
+            if connection.dnsAAAAError != nil && connection.dnsAError != nil && connection.connectionErrors.isEmpty {
+                return .tcpCannotResolve("cannot resolve \(connection.host)")
+            }
             let reasons = connection.connectionErrors.map { "\($0.target): \($0.error)" }
-            return "cannot connect: " + (reasons.isEmpty ? "\(connection)" : reasons.joined(separator: "; "))
+            return .tcpCannotConnect(reasons.isEmpty ? "\(connection)" : reasons.joined(separator: "; "))
         }
-        let text = "\(error)"
-        if text.localizedCaseInsensitiveContains("connection refused") { return "cannot connect: TCP connection refused" }
-        return text
+        if let io = error as? IOError, [ECONNREFUSED, ENETUNREACH, EHOSTUNREACH, ETIMEDOUT].contains(io.errnoCode) {
+            return .tcpCannotConnect(io.errnoCode == ECONNREFUSED ? "TCP connection refused" : "\(io)")
+        }
+        return .tcp("\(error)")
     }
 }

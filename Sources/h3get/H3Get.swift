@@ -12,19 +12,19 @@ enum H3GetMain {
     static func main() { runWithBlockedMainThread { await H3Get.main() } }
 }
 
-/// `h3get`: fetches URLs with curl's flags, over HTTP/3 where it is discovered (Alt-Svc, DNS
-/// HTTPS records) or assumed, and over HTTP/2 or HTTP/1.1 on TCP otherwise. URLs to one
-/// authority share one connection and run concurrently; bodies are written in the order the
-/// URLs were given.
+/// `h3get`: fetches URLs with curl's flags over HTTP/3, racing HTTP/2 or HTTP/1.1 on TCP when
+/// the QUIC handshake is slow or fails, as curl's `--http3` does. URLs to one authority share
+/// one connection and run concurrently; bodies are written in the order the URLs were given.
 struct H3Get: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "h3get",
-        abstract: "Fetch URLs over HTTP/3 with discovery and a TCP fallback, in the manner of curl.",
+        abstract: "Fetch URLs over HTTP/3 with a TCP fallback, in the manner of curl.",
         discussion: """
-            --http3 (the default) uses HTTP/3 once an Alt-Svc cache entry or a DNS HTTPS record
-            says the server has it, and TCP otherwise, learning Alt-Svc for the next run.
-            --assume-h3 tries HTTP/3 first and races TCP if the handshake is slow or fails.
-            --http3-only never uses TCP.
+            --http3 (the default, as curl's --http3) tries HTTP/3 first and races TCP if the
+            handshake is slow or fails. --http3-only never uses TCP. --http3-after-discovery
+            (URLSession's way) uses HTTP/3 once an Alt-Svc cache entry or a DNS HTTPS record says
+            the server has it, and TCP otherwise, learning Alt-Svc for the next run. In every
+            mode, an --alt-svc file's live entry for the origin says where HTTP/3 is.
             """
     )
 
@@ -58,14 +58,14 @@ struct H3Get: AsyncParsableCommand {
     @Option(help: "RFC 9218 priority, \"u=N[, i]\" (urgency 0-7, default 3; i = incremental): once for every URL, or once per URL in order.")
     var priority: [String] = []
 
-    @Flag(name: .customLong("http3"), help: "Use HTTP/3 where discovered (Alt-Svc cache, HTTPS record), else TCP (the default).")
-    var http3Discovery = false
+    @Flag(name: .customLong("http3"), help: "Try HTTP/3 first and race TCP if its handshake is slow or fails, as curl's --http3 (the default).")
+    var http3 = false
 
     @Flag(name: .customLong("http3-only"), help: "Use HTTP/3 only; fail rather than fall back to TCP.")
     var http3Only = false
 
-    @Flag(name: .customLong("assume-h3"), help: "Try HTTP/3 first and race TCP if its handshake is slow or fails (URLSession's assumesHTTP3Capable).")
-    var assumeHTTP3 = false
+    @Flag(name: .customLong("http3-after-discovery"), help: "Use HTTP/3 only where discovered (Alt-Svc cache, DNS HTTPS record), else TCP, as URLSession does.")
+    var http3AfterDiscovery = false
 
     @Option(name: .customLong("alt-svc"), help: "Read and write the Alt-Svc cache in this file, in curl's format (\"\" keeps it in memory).")
     var altSvcFile: String?
@@ -118,8 +118,24 @@ struct H3Get: AsyncParsableCommand {
         case couldNotConnect = 7
         case httpError = 22
         case writeError = 23
+        case timedOut = 28
         case tlsError = 35
         case receiveError = 56
+        case peerVerificationFailed = 60
+        case http3Error = 95
+
+        /// How far a failed attempt got, for picking between two: a refused certificate says
+        /// more than a refused port.
+        var progress: Int {
+            switch self {
+            case .couldNotResolve: return 0
+            case .couldNotConnect: return 1
+            case .timedOut: return 2
+            case .tlsError: return 3
+            case .peerVerificationFailed: return 4
+            case .httpError, .writeError, .receiveError, .http3Error: return 5
+            }
+        }
     }
 
     func validate() throws {
@@ -135,8 +151,8 @@ struct H3Get: AsyncParsableCommand {
             throw ValidationError("give one -o per URL (\(urls.count) URLs, \(outputs.count) -o)")
         }
         for header in headers where !header.contains(":") { throw ValidationError("header '\(header)' is not \"Name: value\"") }
-        if [http3Discovery, http3Only, assumeHTTP3].filter({ $0 }).count > 1 {
-            throw ValidationError("use only one of --http3, --http3-only and --assume-h3")
+        if [http3, http3Only, http3AfterDiscovery].filter({ $0 }).count > 1 {
+            throw ValidationError("use only one of --http3, --http3-only and --http3-after-discovery")
         }
         if let ciphers, ciphers.split(separator: ",").contains(where: { QUICCipherSuite(rawValue: String($0)) == nil }) {
             throw ValidationError("--cipher takes aes128gcm, aes256gcm or chacha20 (comma-separated)")
@@ -158,7 +174,7 @@ struct H3Get: AsyncParsableCommand {
         // -v also shows what the library warns about (a migration or key update that failed).
         logToStandardError(level: verbose ? .info : .critical)
         var configuration = HTTPSession.Configuration()
-        configuration.policy = http3Only ? .http3Only : assumeHTTP3 ? .assumesHTTP3Capable : .discovery
+        configuration.policy = http3Only ? .http3Only : http3AfterDiscovery ? .discovery : .assumesHTTP3Capable
         configuration.tracksLosses = stats != nil
         if let sessionFile { configuration.sessionTicketStore = QUICSessionTicketStore(path: sessionFile) }
         if let ciphers { configuration.cipherSuites = ciphers.split(separator: ",").compactMap { QUICCipherSuite(rawValue: String($0)) } }
@@ -191,7 +207,7 @@ struct H3Get: AsyncParsableCommand {
             case .success(let transfer):
                 if let failure = try emit(transfer, index: index) { exit = exit ?? failure }
             case .failure(let error):
-                let code = classify(error)
+                let code = Self.exitCode(for: error)
                 if !silent { FileHandle.standardError.write(Data("h3get: \(urls[index]): \(error)\n".utf8)) }
                 exit = exit ?? code
             }
@@ -407,24 +423,24 @@ struct H3Get: AsyncParsableCommand {
         return Array(data.utf8)
     }
 
-    /// Maps a failure to curl's exit code: by its type, then by whether TLS refused the peer.
-    private func classify(_ error: any Error) -> Exit {
-        let text = "\(error)"
-        let isTLS = text.contains("TLS") || text.contains("certificate") || text.contains("CRYPTO_ERROR")
+    /// curl's exit code for a failure, from its case.
+    static func exitCode(for error: any Error) -> Exit {
         switch error {
-        case HTTP3ClientError.connect(let reason) where reason.contains("cannot resolve"):
-            return .couldNotResolve
-        case HTTP3ClientError.connect, HTTP3ClientError.connectionFailed, HTTPSessionError.tcp, HTTPSessionError.bothFailed:
-            if isTLS { return .tlsError }
-            return text.contains("cannot connect") || text.contains("handshake") ? .couldNotConnect : .receiveError
-        case HTTPSessionError.tcpUnavailable:
-            return .couldNotConnect
+        case HTTP3ClientError.cannotResolve, HTTPSessionError.tcpCannotResolve: return .couldNotResolve
+        case HTTP3ClientError.cannotConnect, HTTPSessionError.tcpCannotConnect, HTTPSessionError.tcpUnavailable: return .couldNotConnect
+        case HTTP3ClientError.handshakeTimedOut: return .timedOut
+        case HTTP3ClientError.tlsHandshakeFailed, HTTPSessionError.tcpTLSFailed: return .tlsError
+        case HTTP3ClientError.certificateRejected, HTTPSessionError.tcpCertificateRejected: return .peerVerificationFailed
+        case HTTP3ClientError.streamReset, HTTP3ClientError.protocolError: return .http3Error
+        case HTTPSessionError.bothFailed(let http3, let tcp):
+            let (viaHTTP3, viaTCP) = (exitCode(for: http3), exitCode(for: tcp))
+            return viaHTTP3.progress > viaTCP.progress ? viaHTTP3 : viaTCP
         default:
             return .receiveError
         }
     }
 
-    /// "host:port" or "[v6]:port".
+    /// One line to stderr.
     private func log(_ text: String) {
         FileHandle.standardError.write(Data((text + "\n").utf8))
     }

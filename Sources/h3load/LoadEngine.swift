@@ -191,7 +191,9 @@ extension HTTP3ClientError {
     /// Whether the error means the connection is gone, not just this request.
     var endsConnection: Bool {
         switch self {
-        case .connect, .connectionFailed, .connectionClosed: return true
+        case .cannotResolve, .cannotConnect, .handshakeTimedOut, .tlsHandshakeFailed, .certificateRejected,
+            .connectionFailed, .connectionClosed:
+            return true
         case .invalidRequest, .streamReset, .protocolError, .cancelled, .requestRejected: return false
         }
     }

@@ -264,10 +264,11 @@ struct DiscoveryTests {
     @Test func h3getLearnsUsesAndForgetsHTTP3ThroughTheCacheFile() async throws {
         let root = try Self.makeRoot()
         let cacheFile = root.appendingPathComponent("altsvc.txt").path
-        FileManager.default.createFile(atPath: cacheFile, contents: Data())
+        _ = FileManager.default.createFile(atPath: cacheFile, contents: Data())
         let (server, port) = try await startH3serve(root: root, ["--port", "0"])
         let url = "https://127.0.0.1:\(port)/index.html"
-        let writeOut = ["-w", "%{http_version}", "-o", "/dev/null"]
+        // URLSession's policy: HTTP/3 only once discovered.
+        let writeOut = ["--http3-after-discovery", "-w", "%{http_version}", "-o", "/dev/null"]
 
         // 1. Nothing known: TCP, and the advertisement is written to the file.
         let first = try await Self.h3get(["-k", "--alt-svc", cacheFile] + writeOut + [url])
@@ -314,15 +315,53 @@ struct DiscoveryTests {
         #expect(run.error.contains("HTTP/3 tried because: Alt-Svc cache"), "\(run.error)")
     }
 
+    @Test func h3getSpeaksHTTP3ToAnHTTP3OnlyServerWithoutBeingTold() async throws {
+        let root = try Self.makeRoot()
+        let (server, port) = try await startH3serve(root: root, ["--port", "0", "--no-tcp"])
+        defer { server.stop() }
+        let url = "https://127.0.0.1:\(port)/index.html"
+        for flags in [[], ["--http3"], ["--http3-only"]] {
+            let run = try await Self.h3get(["-k", "-v", "-w", "%{http_version}"] + flags + [url])
+            #expect(run.status == 0, "\(flags): \(run.error)")
+            #expect(run.output == "discovered\n3", "\(flags)")
+            #expect(!run.error.contains("fell back"), "\(flags): \(run.error)")
+        }
+        // URLSession's way waits for discovery, and there is none here: TCP, refused.
+        let discovering = try await Self.h3get(["-k", "--http3-after-discovery", url])
+        #expect(discovering.status == 7, "\(discovering.error)")
+        #expect(discovering.error.contains("TCP connection refused"), "\(discovering.error)")
+        // Every mode asks the certificate to be trusted: curl's exit code for a refused one.
+        let untrusted = try await Self.h3get(["--http3-only", url])
+        #expect(untrusted.status == 60, "\(untrusted.error)")
+        #expect(untrusted.error.contains("certificate verification failed"), "\(untrusted.error)")
+    }
+
+    @Test(arguments: [[], ["--http3-only"], ["--http3-after-discovery"]])
+    func h3getFollowsAnAltSvcFileInEveryMode(flags: [String]) async throws {
+        let root = try Self.makeRoot()
+        let (server, port) = try await startH3serve(root: root, ["--port", "0", "--no-tcp"])
+        defer { server.stop() }
+        // The origin's own port has nothing behind it; the cache says HTTP/3 is on the server's.
+        let originPort = try UDPBlackhole.freePort()
+        let cacheFile = root.appendingPathComponent("altsvc.txt").path
+        try Data("h2 127.0.0.1 \(originPort) h3 127.0.0.1 \(port) \"20991231 00:00:00\" 0 0\n".utf8).write(to: URL(fileURLWithPath: cacheFile))
+        let run = try await Self.h3get(["-k", "-v", "--alt-svc", cacheFile, "-w", "%{http_version}"] + flags + ["https://127.0.0.1:\(originPort)/index.html"])
+        #expect(run.status == 0, "\(flags): \(run.error)")
+        #expect(run.output == "discovered\n3", "\(flags)")
+        #expect(run.error.contains("HTTP/3 tried because: Alt-Svc cache"), "\(flags): \(run.error)")
+    }
+
     @Test func h3getFallsBackWhenUDPIsBlockedUnlessHTTP3Only() async throws {
         let root = try Self.makeRoot()
         let (server, port) = try await startH3serve(root: root, ["--port", "0", "--no-quic"])
         defer { server.stop() }
         let url = "https://127.0.0.1:\(port)/index.html"
 
-        let assumed = try await Self.h3get(["-k", "-v", "--assume-h3", "-w", "%{http_version}", url])
+        // The default, curl's --http3: HTTP/3 first, and TCP once it fails; -v says why.
+        let assumed = try await Self.h3get(["-k", "-v", "-w", "%{http_version}", url])
         #expect(assumed.status == 0, "\(assumed.error)")
         #expect(assumed.output == "discovered\n2")
+        #expect(assumed.error.contains("HTTP/3 tried because: assumed"), "\(assumed.error)")
         #expect(assumed.error.contains("fell back to TCP: HTTP/3 to 127.0.0.1:\(port) failed"), "\(assumed.error)")
 
         let only = try await Self.h3get(["-k", "--http3-only", url])
@@ -330,9 +369,10 @@ struct DiscoveryTests {
         #expect(only.error.contains("cannot connect"), "\(only.error)")
         #expect(only.output.isEmpty)
 
-        // Without -k the TCP path verifies too: curl's exit code for a TLS failure.
+        // Without -k the TCP path verifies too: curl's exit code for a refused certificate,
+        // which says more than HTTP/3's refused port.
         let untrusted = try await Self.h3get([url])
-        #expect(untrusted.status == 35, "\(untrusted.error)")
+        #expect(untrusted.status == 60, "\(untrusted.error)")
         #expect(untrusted.error.contains("certificate verification failed"), "\(untrusted.error)")
     }
 
@@ -347,7 +387,7 @@ struct DiscoveryTests {
         defer { dns.stop() }
         let cacheFile = root.appendingPathComponent("altsvc.txt").path
         let run = try await Self.h3get([
-            "-k", "-v", "--alt-svc", cacheFile, "--dns-server", "127.0.0.1:\(dns.port)", "-w", "%{http_version}",
+            "-k", "-v", "--http3-after-discovery", "--alt-svc", cacheFile, "--dns-server", "127.0.0.1:\(dns.port)", "-w", "%{http_version}",
             "https://h3.test/index.html",
         ])
         #expect(run.status == 0, "\(run.error)")
@@ -368,7 +408,8 @@ struct DiscoveryTests {
             #expect(run.standardError.contains(message), "\(arguments): \(run.standardError)")
         }
         for (arguments, message) in [
-            (["--http3-only", "--assume-h3"], "only one of"),
+            (["--http3-only", "--http3-after-discovery"], "only one of"),
+            (["--http3", "--http3-only"], "only one of"),
             (["--dns-server", "nowhere"], "--dns-server takes HOST:PORT"),
         ] {
             let run = try await Self.h3get(arguments + ["https://127.0.0.1:1/"])

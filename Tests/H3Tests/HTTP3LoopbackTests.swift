@@ -338,7 +338,7 @@ struct HTTP3LoopbackTests {
         // A client that rejects the certificate leaves a connection without HTTP/3 behind;
         // the graceful shutdown on SIGTERM must cope with it and exit cleanly.
         let untrusted = try ChildProcess(h3get, ["--http3-only", "\(base)/ten.txt"])
-        #expect(try await untrusted.waitForExit() == 35)
+        #expect(try await untrusted.waitForExit() == 60)
         server.terminate()
         #expect(try await server.waitForExit() == 0, "\(server.standardError)")
         #expect(server.standardOutput.contains("shutting down"))
@@ -787,4 +787,29 @@ struct HTTP3LoopbackTests {
         // own 4 MiB send buffer ahead, not the whole 64 MB.
         #expect(observed.total < 24 << 20, "the upload ran \(observed.total) bytes ahead of the handler")
     }
+
+    @Test func aCancelledUploadEndsTheHandlersBodyWithTheClientsReset() async throws {
+        let (failures, failed) = AsyncStream<any Error>.makeStream()
+        let (server, port, identity) = try await Self.startServer { request in
+            do {
+                _ = try await request.body.collect()
+                failed.yield(CancellationError())  // The body ended normally: the wrong outcome.
+            } catch {
+                failed.yield(error)
+            }
+            return HTTP3ServerResponse(status: .ok)
+        }
+        defer { server.shutdown() }
+        let client = Self.client(trusting: identity)
+        defer { client.shutdown() }
+        let upload = AsyncThrowingStream<[UInt8], any Error>(unfolding: { [UInt8](repeating: 0x6b, count: 64 << 10) })
+        let request = HTTPRequest(method: .put, scheme: "https", authority: "localhost:\(port)", path: "/endless-upload")
+        let uploading = Task { try await client.execute(request, bodyStream: upload) }
+        try await Task.sleep(for: .milliseconds(300))
+        uploading.cancel()
+        var iterator = failures.makeAsyncIterator()
+        let seen = await iterator.next()
+        #expect(seen as? HTTP3RequestBodyError == .clientReset(.requestCancelled), "\(String(describing: seen))")
+    }
 }
+

@@ -42,6 +42,16 @@ package enum QUICCloseReason: Sendable, Equatable, CustomStringConvertible {
         }
     }
 
+    /// Whether a TLS alert carried as CRYPTO_ERROR (RFC 9001 §4.8) ended the connection, sent by
+    /// either side; a failed local handshake counts too.
+    package var isCryptoError: Bool {
+        switch self {
+        case .handshakeFailed: return true
+        case .peerTransportClose(let code, _), .localTransportError(let code, _): return (0x100...0x1ff).contains(code)
+        default: return false
+        }
+    }
+
     /// A clean, expected end: an application close with code 0, or an idle timeout after use.
     package var isNoError: Bool {
         switch self {
