@@ -41,7 +41,7 @@ package struct QUICConnectionIDFactory: Sendable {
     /// The length of every ID this factory issues.
     package let idLength: Int
     /// The worker this factory issues IDs for.
-    package let worker: UInt8
+    package private(set) var worker: UInt8
     /// How the worker byte is masked; the same for every worker of the endpoint.
     package let steering: QUICWorkerSteering
     /// The QUIC-LB configuration the IDs follow; nil for unroutable IDs.
@@ -66,25 +66,17 @@ package struct QUICConnectionIDFactory: Sendable {
         self.idLength = loadBalancer?.connectionIDLength ?? 1 + Self.unconfiguredRandomLength + Self.tagLength + 1
         self.worker = worker
         self.steering = QUICWorkerSteering(secret: self.secret)
-        self.resetSecret = Self.hmac(self.secret, Array("quic stateless reset".utf8) + (loadBalancer?.serverID ?? []))
-        let tagKey = Array(Self.hmac(self.secret, Array("quic connection id tag".utf8)).prefix(AES128Block.keyLength))
+        self.resetSecret = hmacSHA256(key: self.secret, Array("quic stateless reset".utf8) + (loadBalancer?.serverID ?? []))
+        let tagKey = Array(hmacSHA256(key: self.secret, Array("quic connection id tag".utf8)).prefix(AES128Block.keyLength))
         guard let tagCipher = AES128Block(key: tagKey) else { preconditionFailure("GnuTLS refused AES-128") }
         self.tagCipher = tagCipher
     }
 
     /// The same endpoint's factory for another worker: same secret, layout and mask.
     package func forWorker(_ worker: UInt8) -> QUICConnectionIDFactory {
-        QUICConnectionIDFactory(copying: self, worker: worker)
-    }
-
-    private init(copying other: QUICConnectionIDFactory, worker: UInt8) {
-        self.idLength = other.idLength
-        self.secret = other.secret
-        self.resetSecret = other.resetSecret
-        self.tagCipher = other.tagCipher
-        self.steering = other.steering
-        self.loadBalancer = other.loadBalancer
-        self.worker = worker
+        var factory = self
+        factory.worker = worker
+        return factory
     }
 
     /// The secret bytes, for ngtcp2's token helpers.
@@ -164,12 +156,6 @@ package struct QUICConnectionIDFactory: Sendable {
         return Array(tagCipher.encrypt(block).prefix(Self.tagLength))
     }
 
-    private static func hmac(_ key: [UInt8], _ message: [UInt8]) -> [UInt8] {
-        var digest = [UInt8](repeating: 0, count: 32)
-        _ = gnutls_hmac_fast(GNUTLS_MAC_SHA256, key, key.count, message, message.count, &digest)
-        return digest
-    }
-
     private static func random(count: Int) -> [UInt8] {
         var bytes = [UInt8](repeating: 0, count: count)
         _ = gnutls_rnd(GNUTLS_RND_RANDOM, &bytes, count)
@@ -189,9 +175,7 @@ package struct QUICWorkerSteering: Sendable, Equatable {
     package let addend: UInt32
 
     init(secret: [UInt8]) {
-        var digest = [UInt8](repeating: 0, count: 32)
-        let label = Array("quic worker steering".utf8)
-        _ = gnutls_hmac_fast(GNUTLS_MAC_SHA256, secret, secret.count, label, label.count, &digest)
+        let digest = hmacSHA256(key: secret, Array("quic worker steering".utf8))
         let word = { (at: Int) in digest[at..<(at + 4)].reduce(UInt32(0)) { $0 << 8 | UInt32($1) } }
         multiplier = word(0) | 1
         addend = word(4)
@@ -202,4 +186,12 @@ package struct QUICWorkerSteering: Sendable, Equatable {
         let value = word.reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
         return UInt8(truncatingIfNeeded: (value &* multiplier &+ addend) >> 24)
     }
+}
+
+/// HMAC-SHA-256 (RFC 2104) of `message` under `key`: how the factory derives its keys from the
+/// endpoint's secret, each under its own label.
+private func hmacSHA256(key: [UInt8], _ message: [UInt8]) -> [UInt8] {
+    var digest = [UInt8](repeating: 0, count: 32)
+    _ = gnutls_hmac_fast(GNUTLS_MAC_SHA256, key, key.count, message, message.count, &digest)
+    return digest
 }

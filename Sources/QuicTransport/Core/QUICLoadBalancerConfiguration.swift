@@ -242,7 +242,7 @@ public struct QUICLoadBalancerConfigurationError: Error, Sendable, Equatable, Cu
 }
 
 /// AES-128 on one block, that is AES-128-ECB, which QUIC-LB's single-pass algorithm uses
-/// (draft-ietf-quic-load-balancers-21 §5.4.1).
+/// (draft-ietf-quic-load-balancers-21 §5.4.1), as do `QUICConnectionIDFactory`'s ID tags.
 ///
 /// GnuTLS 3.7 has no ECB cipher; CBC with a zero IV on a single block is the same function, as
 /// ngtcp2's GnuTLS backend does for header protection. Each call sets up a fresh GnuTLS cipher,
