@@ -335,8 +335,7 @@ public enum HTTP3ClientError: Error, Sendable, CustomStringConvertible {
     public var description: String {
         switch self {
         case .invalidRequest(let reason): return "invalid request: \(reason)"
-        case .cannotResolve(let reason), .cannotConnect(let reason): return "cannot connect: \(reason)"
-        case .handshakeTimedOut(let reason): return "cannot connect: \(reason)"
+        case .cannotResolve(let reason), .cannotConnect(let reason), .handshakeTimedOut(let reason): return "cannot connect: \(reason)"
         case .tlsHandshakeFailed(let reason), .certificateRejected(let reason): return reason
         case .connectionFailed(let reason): return "connection failed: \(reason)"
         case .connectionClosed(let reason): return "connection closed: \(reason)"
@@ -344,14 +343,6 @@ public enum HTTP3ClientError: Error, Sendable, CustomStringConvertible {
         case .protocolError(let reason): return "HTTP/3 error: \(reason)"
         case .cancelled: return "request cancelled"
         case .requestRejected: return "the server rejected the request before processing it (H3_REQUEST_REJECTED or GOAWAY)"
-        }
-    }
-
-    /// Whether the connection never came up, so the request was never sent.
-    public var isConnectFailure: Bool {
-        switch self {
-        case .cannotResolve, .cannotConnect, .handshakeTimedOut, .tlsHandshakeFailed, .certificateRejected: return true
-        case .invalidRequest, .connectionFailed, .connectionClosed, .streamReset, .protocolError, .cancelled, .requestRejected: return false
         }
     }
 

@@ -167,9 +167,9 @@ final class HTTP3RootDirectory: Sendable {
         let expires: ContinuousClock.Instant
     }
 
-    /// The recent lookups by relative path. Expired ones are swept out, closing their files, at
-    /// most once per reuse time and only when a lookup misses, so an idle server keeps at most
-    /// `recentLimit` descriptors open.
+    /// The recent lookups by relative path. Expired ones are swept out (a file closes once no
+    /// response reads it either) at most once per reuse time and only when a lookup misses, so
+    /// an idle server keeps at most `recentLimit` descriptors open.
     private struct RecentEntries: Sendable {
         var byPath: [String: RecentEntry] = [:]
         var nextSweep = ContinuousClock.now
@@ -201,22 +201,17 @@ final class HTTP3RootDirectory: Sendable {
         let now = ContinuousClock.now
         if let hit = recent.withLockedValue({ $0.byPath[relativePath] }), now < hit.expires { return hit.entry }
         let entry = lookUp(relativePath)
-        // Swept outside the lock: dropping an entry may close its file.
-        let swept: [String: RecentEntry]? = recent.withLockedValue { recent in
-            var swept: [String: RecentEntry]?
+        recent.withLockedValue { recent in
             if now >= recent.nextSweep {
-                swept = recent.byPath
                 recent.byPath = recent.byPath.filter { now < $0.value.expires }
                 recent.nextSweep = now + reuse
             }
             if let entry, recent.byPath.count < Self.recentLimit || recent.byPath[relativePath] != nil {
                 recent.byPath[relativePath] = RecentEntry(entry: entry, expires: now + reuse)
-            } else if entry == nil {
+            } else {
                 recent.byPath[relativePath] = nil
             }
-            return swept
         }
-        withExtendedLifetime(swept) {}
         return entry
     }
 

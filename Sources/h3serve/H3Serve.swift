@@ -137,7 +137,7 @@ struct H3Serve: AsyncParsableCommand {
         } catch {
             throw fail("\(error)")
         }
-        let files = HTTP3FileHandler(root: root, openFileReuse: .milliseconds(Int64(openFileCache * 1000)))
+        let files = HTTP3FileHandler(root: root, openFileReuse: .seconds(openFileCache))
         let advertised = NIOLockedValueBox<String?>(nil)
         let logsRequests = !quiet
         let handler: HTTP3Server.Handler = { request in
