@@ -27,3 +27,23 @@ func makeServedRoot(
     try Data(body).write(to: root.appendingPathComponent(name))
     return (root, root.appendingPathComponent("qlog"), downloads, body)
 }
+
+/// Has Debian's gtlsclient fetch `file` from h3serve on `port` into `downloads`, with `flags`
+/// before its usual ones, and returns what it wrote (empty if it wrote nothing).
+func gtlsclientDownload(_ file: String, port: UInt16, flags: [String] = [], into downloads: URL, within seconds: Double) async throws -> [UInt8] {
+    let gtlsclient = try TestEnvironment.systemTool("gtlsclient", package: "ngtcp2-client")
+    let client = try ChildProcess(gtlsclient, ["--quiet", "--exit-on-all-streams-close"] + flags + [
+        "--download", downloads.path, "127.0.0.1", "\(port)", "https://127.0.0.1:\(port)/\(file)",
+    ])
+    _ = try await client.waitForExit(seconds: seconds)
+    return FileManager.default.contents(atPath: downloads.appendingPathComponent(file).path).map(Array.init) ?? []
+}
+
+/// Stops h3serve and returns the path of its one connection's server trace in `traces`.
+func serverTrace(afterStopping server: ChildProcess, in traces: URL) async throws -> String {
+    server.terminate()
+    _ = try await server.waitForExit()
+    let name = try FileManager.default.contentsOfDirectory(atPath: traces.path).first { $0.hasSuffix("_server.sqlog") }
+    guard let name else { throw SetupError("h3serve wrote no server trace in \(traces.path)") }
+    return traces.appendingPathComponent(name).path
+}

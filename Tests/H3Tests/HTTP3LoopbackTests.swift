@@ -138,26 +138,21 @@ struct HTTP3LoopbackTests {
         #expect(server.standardError.contains("GET /50mb.bin 200 50000000"), "\(server.standardError)")
     }
 
-    /// ngtcp2's example client updates keys 50 ms into the connection with ChaCha20-Poly1305 only,
+    /// ngtcp2's example client updates keys 5 ms into the connection with ChaCha20-Poly1305 only,
     /// marking ECT(0): h3serve must follow the peer's key update (RFC 9001 §6.2), negotiate the
     /// one cipher offered, and count ECN marks in its ACKs (RFC 9000 §13.4.1).
     @Test func gtlsclientKeyUpdateChaChaAndECNAgainstH3serve() async throws {
-        let gtlsclient = try TestEnvironment.systemTool("gtlsclient", package: "ngtcp2-client")
-        let (root, traces, downloads, body) = try makeServedRoot("h3serve-ku", file: "4mb.bin", size: 4_000_000, multiplier: 7)
+        // The update must come while the body still flows: 5 ms after the handshake, into a
+        // 16 MB transfer that takes 40 ms even at 400 MB/s (at 50 ms, a fast run of 4 MB had
+        // finished before the client updated).
+        let (root, traces, downloads, body) = try makeServedRoot("h3serve-ku", file: "16mb.bin", size: 16_000_000, multiplier: 7)
         let (server, port) = try await startH3serve(root: root, ["--no-tcp", "--qlog-dir", traces.path])
         defer { server.stop() }
-        let client = try ChildProcess(gtlsclient, [
-            "--quiet", "--exit-on-all-streams-close", "--key-update=50ms",
-            "--ciphers=NORMAL:-VERS-ALL:+VERS-TLS1.3:-CIPHER-ALL:+CHACHA20-POLY1305",
-            "--download", downloads.path, "127.0.0.1", "\(port)", "https://127.0.0.1:\(port)/4mb.bin",
-        ])
-        _ = try await client.waitForExit(seconds: 100)
-        let fetched = try Data(contentsOf: downloads.appendingPathComponent("4mb.bin"))
-        #expect(try SHA256.hash(Array(fetched)) == (try SHA256.hash(body)), "sha256 of the body after the key update")
-        server.terminate()
-        _ = try await server.waitForExit()
-        let trace = try #require(try FileManager.default.contentsOfDirectory(atPath: traces.path).first { $0.hasSuffix("_server.sqlog") })
-        let text = try String(contentsOfFile: traces.appendingPathComponent(trace).path, encoding: .utf8)
+        let fetched = try await gtlsclientDownload("16mb.bin", port: port, flags: [
+            "--key-update=5ms", "--ciphers=NORMAL:-VERS-ALL:+VERS-TLS1.3:-CIPHER-ALL:+CHACHA20-POLY1305",
+        ], into: downloads, within: 100)
+        #expect(try SHA256.hash(fetched) == (try SHA256.hash(body)), "sha256 of the body after the key update")
+        let text = try String(contentsOfFile: try await serverTrace(afterStopping: server, in: traces), encoding: .utf8)
         #expect(text.contains(#""key_type":"client_1rtt_secret","generation":1,"trigger":"remote_update""#), "the server saw the client's key update")
         let ect0 = text.matches(of: /"ect0":(\d+)/).compactMap { Int($0.output.1) }.max() ?? 0
         #expect(ect0 > 100, "ACKs count ECT(0)-marked packets: \(ect0)")
@@ -167,23 +162,14 @@ struct HTTP3LoopbackTests {
     /// client moves there once the handshake is confirmed, and the server validates the new path
     /// and carries on from the preferred socket.
     @Test func gtlsclientMovesToH3servesPreferredAddress() async throws {
-        let gtlsclient = try TestEnvironment.systemTool("gtlsclient", package: "ngtcp2-client")
         let (root, traces, downloads, body) = try makeServedRoot("h3serve-pa", file: "3mb.bin", size: 3_000_000, multiplier: 13)
         let (server, port) = try await startH3serve(root: root, ["--no-tcp", "--qlog-dir", traces.path, "--preferred-address", "127.0.0.2:0"])
         defer { server.stop() }
         let line = try await server.waitForLine(containing: "preferred address: ")
         let preferredPort = try #require(line.split(separator: ":").last.flatMap { UInt16($0.trimmingCharacters(in: .whitespaces)) })
-        let client = try ChildProcess(gtlsclient, [
-            "--quiet", "--exit-on-all-streams-close", "--download", downloads.path,
-            "127.0.0.1", "\(port)", "https://127.0.0.1:\(port)/3mb.bin",
-        ])
-        _ = try await client.waitForExit(seconds: 100)
-        let fetched = try Data(contentsOf: downloads.appendingPathComponent("3mb.bin"))
-        #expect(try SHA256.hash(Array(fetched)) == (try SHA256.hash(body)))
-        server.terminate()
-        _ = try await server.waitForExit()
-        let trace = try #require(try FileManager.default.contentsOfDirectory(atPath: traces.path).first { $0.hasSuffix("_server.sqlog") })
-        let text = try String(contentsOfFile: traces.appendingPathComponent(trace).path, encoding: .utf8)
+        let fetched = try await gtlsclientDownload("3mb.bin", port: port, into: downloads, within: 100)
+        #expect(try SHA256.hash(fetched) == (try SHA256.hash(body)))
+        let text = try String(contentsOfFile: try await serverTrace(afterStopping: server, in: traces), encoding: .utf8)
         #expect(text.contains(#""new":{"ip":"127.0.0.2","port":\#(preferredPort)}"#), "the connection moved to the preferred address")
         #expect(text.contains(#""frame_type":"path_challenge""#))
     }
@@ -194,7 +180,6 @@ struct HTTP3LoopbackTests {
     /// the client's migration (`--change-local-addr`) moves to such IDs.
     @Test(arguments: [false, true])
     func gtlsclientMigratesOnH3servesQUICLBConnectionIDs(encrypted: Bool) async throws {
-        let gtlsclient = try TestEnvironment.systemTool("gtlsclient", package: "ngtcp2-client")
         let (root, traces, downloads, body) = try makeServedRoot("h3serve-lb", file: "1mb.bin", size: 1_000_000, multiplier: 17)
         let key = "8f95f09245765f80256934e50c66207f"
         let configuration = try QUICLoadBalancerConfiguration(
@@ -206,17 +191,9 @@ struct HTTP3LoopbackTests {
             "--no-tcp", "--qlog-dir", traces.path, "--server-id", "0a0b0c", "--quic-lb-config", "4",
         ] + (encrypted ? ["--quic-lb-key", key] : []))
         defer { server.stop() }
-        let client = try ChildProcess(gtlsclient, [
-            "--quiet", "--exit-on-all-streams-close", "--change-local-addr=10ms", "--download", downloads.path,
-            "127.0.0.1", "\(port)", "https://127.0.0.1:\(port)/1mb.bin",
-        ])
-        _ = try await client.waitForExit(seconds: 60)
-        let fetched = try Data(contentsOf: downloads.appendingPathComponent("1mb.bin"))
-        #expect(try SHA256.hash(Array(fetched)) == (try SHA256.hash(body)))
-        server.terminate()
-        _ = try await server.waitForExit()
-        let trace = try #require(try FileManager.default.contentsOfDirectory(atPath: traces.path).first { $0.hasSuffix("_server.sqlog") })
-        let events = try QLogEvent.read(traces.appendingPathComponent(trace).path)
+        let fetched = try await gtlsclientDownload("1mb.bin", port: port, flags: ["--change-local-addr=10ms"], into: downloads, within: 60)
+        #expect(try SHA256.hash(fetched) == (try SHA256.hash(body)))
+        let events = try QLogEvent.read(try await serverTrace(afterStopping: server, in: traces))
         let initial = events.filter { $0.name == "transport:parameters_set" && $0.data["owner"] as? String == "local" }
             .compactMap { $0.data["initial_source_connection_id"] as? String }
         let issued = events.filter { $0.name == "transport:packet_sent" }.flatMap(\.frames)
@@ -789,13 +766,14 @@ struct HTTP3LoopbackTests {
     }
 
     @Test func aCancelledUploadEndsTheHandlersBodyWithTheClientsReset() async throws {
-        let (failures, failed) = AsyncStream<any Error>.makeStream()
+        // What ended the handler's body: an error, or nil when it ended normally (the wrong outcome).
+        let (endings, ended) = AsyncStream<(any Error)?>.makeStream()
         let (server, port, identity) = try await Self.startServer { request in
             do {
                 _ = try await request.body.collect()
-                failed.yield(CancellationError())  // The body ended normally: the wrong outcome.
+                ended.yield(nil)
             } catch {
-                failed.yield(error)
+                ended.yield(error)
             }
             return HTTP3ServerResponse(status: .ok)
         }
@@ -807,9 +785,8 @@ struct HTTP3LoopbackTests {
         let uploading = Task { try await client.execute(request, bodyStream: upload) }
         try await Task.sleep(for: .milliseconds(300))
         uploading.cancel()
-        var iterator = failures.makeAsyncIterator()
-        let seen = await iterator.next()
+        var iterator = endings.makeAsyncIterator()
+        let seen = await iterator.next() ?? nil
         #expect(seen as? HTTP3RequestBodyError == .clientReset(.requestCancelled), "\(String(describing: seen))")
     }
 }
-
