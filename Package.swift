@@ -166,6 +166,16 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // Network.framework code written as Apple-platform apps write it, run against real peers;
+        // in Swift 5 mode, as most such apps are.
+        .testTarget(
+            name: "PortedAppTests",
+            dependencies: [
+                "QuicTransport", "QuicTestSupport",
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+            ],
+            swiftSettings: [.swiftLanguageMode(.v5)]
+        ),
         // h3load's statistics and report; an executable target can be imported by its tests.
         .testTarget(name: "H3LoadTests", dependencies: ["h3load"], swiftSettings: swiftSettings),
         .testTarget(

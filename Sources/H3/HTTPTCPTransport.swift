@@ -21,8 +21,8 @@ final class HTTPTCPTransport: Sendable {
     private let client: AsyncHTTPClient.HTTPClient
     private let connectTo: (host: String, port: UInt16)?
 
-    /// - Throws: when `verification` cannot be expressed for TCP (a certificate pin, which
-    ///   async-http-client cannot check) or the CA file does not load.
+    /// - Throws: when `verification` cannot be expressed for TCP (a certificate pin or a custom
+    ///   verifier, which async-http-client cannot consult) or the CA file does not load.
     /// - Parameter connectTo: where to connect for requests to `host` (curl's `--resolve`).
     init(verification: QuicTransport.CertificateVerification, host: String, connectTo: (host: String, port: UInt16)?) throws {
         var tls = TLSConfiguration.makeClientConfiguration()
@@ -36,6 +36,8 @@ final class HTTPTCPTransport: Sendable {
             tls.certificateVerification = .none
         case .pinnedSHA256:
             throw HTTPSessionError.tcpUnavailable("a --pin-sha256 pin is checked on HTTP/3 only, so the TCP fallback is refused")
+        case .custom:
+            throw HTTPSessionError.tcpUnavailable("a custom certificate verifier is consulted on HTTP/3 only, so the TCP fallback is refused")
         }
         var configuration = AsyncHTTPClient.HTTPClient.Configuration(
             tlsConfiguration: tls,

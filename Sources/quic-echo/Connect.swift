@@ -285,11 +285,19 @@ struct EchoError: Error, CustomStringConvertible {
     init(_ description: String) { self.description = description }
 }
 
+/// A new outbound stream; the tunnel must be ready (or, with 0-RTT, started).
+private func openStream(in group: NWConnectionGroup, using options: NWProtocolQUIC.Options? = nil) throws -> NWConnection {
+    guard let stream = NWConnection(from: group, using: options) else {
+        throw EchoError("cannot open a stream: the tunnel is \(group.state)")
+    }
+    return stream
+}
+
 private func streamPayload(_ payload: Data, prefix: String) -> Data { Data(prefix.utf8) + payload }
 
 /// Sends the payload with FIN on a new bidirectional stream and checks the echo byte for byte.
 private func echoBidirectional(_ group: NWConnectionGroup, payload: Data, index: Int) async throws -> Int {
-    let stream = NWConnection(from: group)
+    let stream = try openStream(in: group)
     stream.start(queue: DispatchQueue(label: "quic-echo.stream"))
     let sent = streamPayload(payload, prefix: "bidi-\(index):")
     async let sending: Void = stream.send(content: sent, isComplete: true)
@@ -305,7 +313,7 @@ private func echoBidirectional(_ group: NWConnectionGroup, payload: Data, index:
 private func echoUnidirectional(_ group: NWConnectionGroup, collector: UnidirectionalCollector, payload: Data, index: Int) async throws -> Int {
     let options = NWProtocolQUIC.Options()
     options.direction = .unidirectional
-    let stream = NWConnection(from: group, using: options)
+    let stream = try openStream(in: group, using: options)
     stream.start(queue: DispatchQueue(label: "quic-echo.stream"))
     let sent = streamPayload(payload, prefix: "uni-\(index):")
     try await stream.send(content: sent, isComplete: true)
@@ -318,7 +326,7 @@ private func echoUnidirectional(_ group: NWConnectionGroup, collector: Unidirect
 
 /// Resets the sending side of a bidirectional stream with `code` and expects the server's reset to carry it.
 private func resetBidirectional(_ group: NWConnectionGroup, code: UInt64) async throws -> Int {
-    let stream = NWConnection(from: group)
+    let stream = try openStream(in: group)
     stream.start(queue: DispatchQueue(label: "quic-echo.stream"))
     let probe = Data("reset-probe".utf8)
     try await stream.send(content: probe, isComplete: false)
@@ -345,13 +353,13 @@ private func resetBidirectional(_ group: NWConnectionGroup, code: UInt64) async 
 private func resetUnidirectional(_ group: NWConnectionGroup, collector: UnidirectionalCollector, code: UInt64) async throws -> Int {
     let options = NWProtocolQUIC.Options()
     options.direction = .unidirectional
-    let stream = NWConnection(from: group, using: options)
+    let stream = try openStream(in: group, using: options)
     stream.start(queue: DispatchQueue(label: "quic-echo.stream"))
     try await stream.send(content: Data("uni-reset:".utf8), isComplete: false)
     let metadata = stream.metadata(definition: NWProtocolQUIC.definition) as! NWProtocolQUIC.Metadata
     // Let the server see the stream before it is reset.
     try await collector.firstBytes(withPrefix: "uni-reset:")
-    metadata.applicationError = code
+    metadata.applicationError = .init(code: code)
     stream.cancel()
     let seen = try await collector.resetCode(withPrefix: "uni-reset:")
     guard seen == code else { throw EchoError("unidirectional reset: server reset with code \(seen), expected \(code)") }

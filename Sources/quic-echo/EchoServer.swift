@@ -31,7 +31,11 @@ struct EchoServer: Sendable {
         } else {
             let options = NWProtocolQUIC.Options()
             options.direction = .unidirectional
-            outbound = NWConnection(from: group, using: options)
+            guard let stream = NWConnection(from: group, using: options) else {
+                logger.debug("stream \(metadata.streamIdentifier): the tunnel ended before the echo stream opened")
+                return
+            }
+            outbound = stream
             outbound.start(queue: DispatchQueue(label: "quic-echo.stream"))
         }
         inbound.start(queue: DispatchQueue(label: "quic-echo.stream"))
@@ -47,7 +51,7 @@ struct EchoServer: Sendable {
             let code = error.applicationErrorCode ?? 0
             logger.info("stream \(metadata.streamIdentifier) reset by peer with code \(code); resetting back")
             let outboundMetadata = outbound.metadata(definition: NWProtocolQUIC.definition) as! NWProtocolQUIC.Metadata
-            outboundMetadata.applicationError = code
+            outboundMetadata.applicationError = .init(code: code)
             outbound.cancel()
         } catch {
             logger.debug("stream \(metadata.streamIdentifier) ended: \(error)")

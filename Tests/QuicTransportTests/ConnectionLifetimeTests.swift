@@ -150,7 +150,7 @@ struct ConnectionLifetimeTests {
         }
         group.stateUpdateHandler = { _ in _ = group.descriptor }
         try await startAndWaitUntilReady(group)
-        let stream = NWConnection(from: group)
+        let stream = try #require(NWConnection(from: group))
         stream.stateUpdateHandler = { _ in _ = stream.endpoint }
         #expect(try await roundTrip(Data("echo".utf8), on: group) == Data("echo".utf8))
         if datagram {

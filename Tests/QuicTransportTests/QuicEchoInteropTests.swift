@@ -6,29 +6,6 @@ import Testing
 /// quic-echo against aioquic 1.7.2, an implementation nobody here wrote, over real UDP and TLS.
 @Suite("quic-echo interop with aioquic", .serialized, .timeLimit(.minutes(2)))
 struct QuicEchoInteropTests {
-    /// aioquic's certificate: made by openssl, so no code of ours is on that side of the handshake.
-    static func makeCertificate() throws -> (cert: String, key: String) {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("aioquic-\(UUID())")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        let cert = directory.appendingPathComponent("cert.pem").path
-        let key = directory.appendingPathComponent("key.pem").path
-        let openssl = Process()
-        openssl.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
-        openssl.arguments = [
-            "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-            "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1", "-days", "2",
-            "-keyout", key, "-out", cert,
-        ]
-        openssl.standardError = FileHandle.nullDevice
-        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/openssl") else {
-            throw SetupError("openssl is missing: run `bash scripts/setup` (apt-get install openssl)")
-        }
-        try openssl.run()
-        openssl.waitUntilExit()
-        guard openssl.terminationStatus == 0 else { throw SetupError("openssl could not make a certificate") }
-        return (cert, key)
-    }
-
     static func script(_ name: String) -> String {
         TestEnvironment.repositoryRoot.appendingPathComponent("Tests/Interop/aioquic/\(name)").path
     }
@@ -54,7 +31,7 @@ struct QuicEchoInteropTests {
 
     @Test func quicEchoClientAgainstAioquicServer() async throws {
         let python = try TestEnvironment.python()
-        let (cert, key) = try Self.makeCertificate()
+        let (cert, key) = try OpenSSLCertificate.make()
         let server = try ChildProcess(python, [Self.script("echo_server.py"), "--port", "0", "--cert", cert, "--key", key, "--datagrams"])
         defer { server.stop() }
         let listening = try await server.waitForLine(containing: "LISTENING")

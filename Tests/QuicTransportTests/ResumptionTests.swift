@@ -96,7 +96,7 @@ struct ResumptionTests {
         // in order), so they must leave with the first flight, in 0-RTT.
         let second = server.makeClient(allowFastOpen: true) { $0.tls.sessionTicketStore = store; $0.qlogDirectory = directory }
         let message = Data((0..<3000).map { UInt8(truncatingIfNeeded: $0) })
-        let stream = NWConnection(from: second)
+        let stream = try #require(NWConnection(from: second))
         stream.start(queue: DispatchQueue(label: "test.stream"))
         stream.send(content: message, isComplete: true, completion: .contentProcessed { _ in })
         second.start(queue: DispatchQueue(label: "test"))

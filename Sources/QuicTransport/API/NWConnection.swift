@@ -22,14 +22,41 @@ public final class NWConnection: @unchecked Sendable {
         case cancelled
     }
 
-    /// Describes a message's place in the stream, as in Network.framework.
-    public final class ContentContext: @unchecked Sendable {
+    /// Describes a message's place in the stream and carries its protocol metadata, as in
+    /// Network.framework. A received message's context holds the stream's QUIC metadata.
+    /// Expiration and priority are kept for source compatibility; QUIC streams do not use them.
+    // @unchecked Sendable: immutable after init.
+    public class ContentContext: @unchecked Sendable {
         public let identifier: String
         public let isFinal: Bool
+        /// Milliseconds after which an unsent message may be dropped; 0 for never.
+        public let expirationMilliseconds: UInt64
+        /// The message's priority relative to others, from 0.0 to 1.0.
+        public let relativePriority: Double
+        /// A message that must be sent before this one.
+        public let antecedent: ContentContext?
+        /// The protocol metadata attached to the message.
+        public let protocolMetadata: [NWProtocolMetadata]
 
-        public init(identifier: String, isFinal: Bool = false) {
+        public init(
+            identifier: String,
+            expiration: UInt64 = 0,
+            priority: Double = 0.5,
+            isFinal: Bool = false,
+            antecedent: ContentContext? = nil,
+            metadata: [NWProtocolMetadata]? = []
+        ) {
             self.identifier = identifier
+            self.expirationMilliseconds = expiration
+            self.relativePriority = priority
             self.isFinal = isFinal
+            self.antecedent = antecedent
+            self.protocolMetadata = metadata ?? []
+        }
+
+        /// The attached metadata of one protocol, if any.
+        public func protocolMetadata(definition: NWProtocolDefinition) -> NWProtocolMetadata? {
+            protocolMetadata.first { $0.definition == definition }
         }
 
         public static let defaultMessage = ContentContext(identifier: "default")
@@ -50,7 +77,7 @@ public final class NWConnection: @unchecked Sendable {
     let group: NWConnectionGroup
     let metadataObject: NWProtocolQUIC.Metadata
     /// True for `init(host:port:using:)`: the connection owns its tunnel.
-    private let ownsGroup: Bool
+    let ownsGroup: Bool
 
     private let observable = ObservableState<State>(.setup) { state in
         switch state {
@@ -69,12 +96,35 @@ public final class NWConnection: @unchecked Sendable {
     private var receives: [(minimum: Int, maximum: Int, completion: ReceiveCompletion)] = []
     private var message = Data()
     private var failure: NWError?
+    /// The contexts received data comes with, made on first use: they carry the stream's metadata.
+    private var receivedContext: ContentContext?
+    private var finalContext: ContentContext?
 
-    /// Opens a new stream in `group`; `options.direction` chooses unidirectional.
-    public init(from group: NWConnectionGroup, using options: NWProtocolQUIC.Options? = nil) {
+    /// Opens a new outbound stream in `group`, as Network.framework does: nil until the group is
+    /// `.ready` (or, with `allowFastOpen`, until it has started: the stream then waits for 0-RTT
+    /// keys or the handshake), and nil once it has ended. `options` may be QUIC options whose
+    /// `direction` chooses a unidirectional stream. A tunnel has one peer, so `endpoint` must be
+    /// nil or the tunnel's own.
+    public convenience init?(from group: NWConnectionGroup, to endpoint: NWEndpoint? = nil, using options: NWProtocolOptions? = nil) {
+        guard group.canOpenStreams else { return nil }
+        if let endpoint, endpoint != group.remoteEndpoint { return nil }
+        let quicOptions = options as? NWProtocolQUIC.Options
+        self.init(outboundIn: group, direction: (quicOptions ?? group.options).direction)
+    }
+
+    /// A connection for a message received on a group: a new stream to the message's sender, that
+    /// is, on its tunnel. Nil while the group cannot open streams.
+    public convenience init?(message: NWConnectionGroup.Message) {
+        guard let group = message.group else { return nil }
+        self.init(from: group)
+    }
+
+    /// A new outbound stream of `group`; it gets its ID when started.
+    init(outboundIn group: NWConnectionGroup, direction: NWProtocolQUIC.Options.Direction) {
         self.group = group
-        let direction = (options ?? group.options).direction
-        self.metadataObject = NWProtocolQUIC.Metadata(streamType: direction == .unidirectional ? .unidirectional : .bidirectional)
+        self.metadataObject = NWProtocolQUIC.Metadata(
+            tunnel: group.tunnelMetadata, streamType: direction == .unidirectional ? .unidirectional : .bidirectional
+        )
         self.ownsGroup = false
     }
 
@@ -85,8 +135,10 @@ public final class NWConnection: @unchecked Sendable {
 
     /// Opens a QUIC tunnel to `endpoint` that carries one stream.
     public init(to endpoint: NWEndpoint, using parameters: NWParameters) {
-        self.group = NWConnectionGroup(with: NWMultiplexGroup(to: endpoint), using: parameters)
+        let group = NWConnectionGroup(with: NWMultiplexGroup(to: endpoint), using: parameters)
+        self.group = group
         self.metadataObject = NWProtocolQUIC.Metadata(
+            tunnel: group.tunnelMetadata,
             streamType: parameters.quicOptions.direction == .unidirectional ? .unidirectional : .bidirectional
         )
         self.ownsGroup = true
@@ -95,7 +147,9 @@ public final class NWConnection: @unchecked Sendable {
     /// A stream the peer opened.
     init(inbound streamID: Int64, group: NWConnectionGroup) {
         self.group = group
-        self.metadataObject = NWProtocolQUIC.Metadata(streamType: streamID & 0x2 == 0 ? .bidirectional : .unidirectional)
+        self.metadataObject = NWProtocolQUIC.Metadata(
+            tunnel: group.tunnelMetadata, streamType: streamID & 0x2 == 0 ? .bidirectional : .unidirectional
+        )
         self.metadataObject.streamIdentifier = UInt64(streamID)
         self.ownsGroup = false
         self.streamID = streamID
@@ -114,6 +168,12 @@ public final class NWConnection: @unchecked Sendable {
     public var connectionGroup: NWConnectionGroup { group }
 
     public var endpoint: NWEndpoint { group.descriptor.members[0] }
+
+    /// The parameters of the tunnel this stream belongs to.
+    public var parameters: NWParameters { group.parameters }
+
+    /// The queue given to `start(queue:)`, where handlers and completions run.
+    public var queue: DispatchQueue? { observable.startQueue }
 
     public func start(queue: DispatchQueue) {
         observable.setQueue(queue)
@@ -182,7 +242,7 @@ public final class NWConnection: @unchecked Sendable {
             guard !self.isCancelled else { return }
             self.isCancelled = true
             if let id = self.streamID, let driver = self.group.driver {
-                let code = self.metadataObject.applicationError
+                let code = self.metadataObject.applicationErrorIfSet?.code
                 let core = driver.core
                 let canSend = core.canSend(on: id)
                 let canReceive = core.canReceive(on: id)
@@ -202,6 +262,10 @@ public final class NWConnection: @unchecked Sendable {
             if self.ownsGroup { self.group.cancel() }
         }
     }
+
+    /// Ends the stream at once, as `cancel()` does; Network.framework's `forceCancel()` also skips
+    /// a graceful close, which for a QUIC stream is the same thing.
+    public func forceCancel() { cancel() }
 
     /// Abandons only the sending side with RESET_STREAM carrying `applicationError` (RFC 9000 §19.4);
     /// receiving continues. An extension beyond Network.framework, whose `cancel()` ends both sides.
@@ -341,12 +405,13 @@ public final class NWConnection: @unchecked Sendable {
                 let completion = request.completion
                 let data = message.isEmpty ? nil : message
                 message = Data()
-                callback { completion(data, .finalMessage, true, nil) }
+                let context = contextForReceived(isFinal: true)
+                callback { completion(data, context, true, nil) }
                 continue
             }
             if let code = status.resetCode {
                 _ = core.read(streamID: id, maximumLength: 0)
-                metadataObject.applicationError = code
+                metadataObject.applicationError = .init(code: code)
                 failure = .quic(.streamReset(code))
                 continue
             }
@@ -359,7 +424,8 @@ public final class NWConnection: @unchecked Sendable {
                 let data = message
                 message = Data()
                 let completion = request.completion
-                callback { completion(data, .finalMessage, true, nil) }
+                let context = contextForReceived(isFinal: true)
+                callback { completion(data, context, true, nil) }
                 continue
             }
             guard status.readableBytes >= request.minimum || status.finReceived else { break }
@@ -367,9 +433,24 @@ public final class NWConnection: @unchecked Sendable {
             receives.removeFirst()
             let data = read.bytes.isEmpty ? nil : Data(read.bytes)
             let completion = request.completion
-            let context: ContentContext = read.isFinished ? .finalMessage : .defaultMessage
+            let context = contextForReceived(isFinal: read.isFinished)
             callback { completion(data, context, read.isFinished, nil) }
         }
+    }
+
+    /// The context received bytes come with: Apple's default or final message, with the stream's
+    /// QUIC metadata attached.
+    private func contextForReceived(isFinal: Bool) -> ContentContext {
+        if isFinal {
+            if let finalContext { return finalContext }
+            let context = ContentContext(identifier: "final", isFinal: true, metadata: [metadataObject])
+            finalContext = context
+            return context
+        }
+        if let receivedContext { return receivedContext }
+        let context = ContentContext(identifier: "default", metadata: [metadataObject])
+        receivedContext = context
+        return context
     }
 
     /// ngtcp2 closed the stream in both directions.
@@ -400,5 +481,21 @@ public final class NWConnection: @unchecked Sendable {
         let queued = pendingSends
         pendingSends.removeAll()
         for (_, _, completion) in queued { complete(completion, error) }
+    }
+}
+
+extension NWConnection {
+    public typealias EstablishmentReport = QUICEstablishmentReport
+    public typealias DataTransferReport = QUICDataTransferReport
+    public typealias PendingDataTransferReport = NWConnectionGroup.PendingDataTransferReport
+
+    /// How the stream's tunnel was established; nil before its handshake completes.
+    public func requestEstablishmentReport(queue: DispatchQueue, completion: @escaping @Sendable (EstablishmentReport?) -> Void) {
+        group.requestEstablishmentReport(queue: queue, completion: completion)
+    }
+
+    /// Starts measuring what the stream's tunnel carries; `collect` on the result ends the interval.
+    public func startDataTransferReport() -> PendingDataTransferReport {
+        group.startDataTransferReport()
     }
 }

@@ -8,26 +8,21 @@ import NIOPosix
 /// One QUIC tunnel (connection) as a Network.framework connection group: streams are
 /// `NWConnection`s inside it, and datagrams (RFC 9221) go to and from the group itself.
 ///
-/// Configure handlers, then `start(queue:)`. Handlers and completions run on that queue.
+/// Configure handlers, then `start(queue:)`. Handlers and completions run on that queue. The
+/// states are Apple's five: a client group goes from `.setup` to `.ready` when the handshake
+/// completes, and a group a listener delivers becomes `.ready` when it starts.
 // @unchecked Sendable: handler properties, the state and the queue sit behind `lock`; everything
 // under "Loop-confined" is read and written only on `eventLoop`.
 public final class NWConnectionGroup: @unchecked Sendable {
     public enum State: Equatable, Sendable {
         case setup
         case waiting(NWError)
-        case preparing
         case ready
         case failed(NWError)
         case cancelled
     }
 
-    /// A datagram's message context on the group, as in Network.framework.
-    public struct Message: Sendable {
-        public static let `default` = Message()
-        public init() {}
-    }
-
-    public let descriptor: NWMultiplexGroup
+    public let descriptor: any NWGroupDescriptor
     public let parameters: NWParameters
     let eventLoop: any EventLoop
     let logger: Logger
@@ -42,9 +37,12 @@ public final class NWConnectionGroup: @unchecked Sendable {
     private let lock = NIOLock()
     private var _newConnectionHandler: (@Sendable (NWConnection) -> Void)?
     private var _receiveHandler: (@Sendable (Message, Data?, Bool) -> Void)?
+    private var receiveLimit = Int.max
     private var streamContinuations: [AsyncStream<NWConnection>.Continuation] = []
     private var datagramContinuations: [AsyncStream<Data>.Continuation] = []
-    private let metadataObject = NWProtocolQUIC.Metadata(streamType: .bidirectional)
+    /// What the tunnel's QUIC metadata reports, shared with its streams' metadata.
+    let tunnelMetadata: NWProtocolQUIC.TunnelMetadata
+    private let metadataObject: NWProtocolQUIC.Metadata
 
     // MARK: Loop-confined
     var driver: QUICConnectionDriver?
@@ -62,10 +60,12 @@ public final class NWConnectionGroup: @unchecked Sendable {
     /// Runs when an accepted tunnel closes before it was ever established (a failed handshake).
     var onHandshakeFailure: ((QUICCloseReason) -> Void)?
 
-    /// A client tunnel to the descriptor's endpoint.
-    public init(with descriptor: NWMultiplexGroup, using parameters: NWParameters) {
+    /// A client tunnel to the descriptor's endpoint, which must be an `NWMultiplexGroup` (the
+    /// group fails at start otherwise).
+    public init(with descriptor: any NWGroupDescriptor, using parameters: NWParameters) {
         self.descriptor = descriptor
         self.parameters = parameters
+        (tunnelMetadata, metadataObject) = Self.makeMetadata()
         self.options = parameters.quicOptions.copy()
         self.eventLoop = MultiThreadedEventLoopGroup.singleton.next()
         self.logger = Logger(label: "quic.group")
@@ -74,18 +74,25 @@ public final class NWConnectionGroup: @unchecked Sendable {
     /// A server tunnel the listener accepted; already running on `driver`'s loop.
     init(accepted driver: QUICConnectionDriver, parameters: NWParameters, options: NWProtocolQUIC.Options, logger: Logger) {
         let remote = driver.core.path.remote
-        self.descriptor = NWMultiplexGroup(to: .hostPort(host: .init(remote.host), port: .init(integerLiteral: remote.port)))
+        self.descriptor = NWMultiplexGroup(to: NWEndpoint(address: remote))
         self.parameters = parameters
+        (tunnelMetadata, metadataObject) = Self.makeMetadata()
         self.options = options
         self.eventLoop = driver.eventLoop
         self.logger = logger
         self.driver = driver
+        attachMetadata(to: driver)
         // The driver keeps the group alive until the connection is over; finishing breaks the cycle.
         driver.eventHandler = { events in self.handle(events) }
         driver.onFinished = { [previous = driver.onFinished] finished in
             previous?(finished)
             self.connectionEnded()
         }
+    }
+
+    private static func makeMetadata() -> (NWProtocolQUIC.TunnelMetadata, NWProtocolQUIC.Metadata) {
+        let tunnel = NWProtocolQUIC.TunnelMetadata()
+        return (tunnel, NWProtocolQUIC.Metadata(tunnel: tunnel, streamType: nil))
     }
 
     // MARK: Public API
@@ -106,14 +113,27 @@ public final class NWConnectionGroup: @unchecked Sendable {
     /// The tunnel's remote endpoint.
     public var remoteEndpoint: NWEndpoint? { descriptor.members.first }
 
+    /// The queue given to `start(queue:)`, where handlers and completions run.
+    public var queue: DispatchQueue? { observable.startQueue }
+
     /// Connects (clients) or begins delivering events (accepted groups).
     public func start(queue: DispatchQueue) {
         observable.setQueue(queue)
+        if let problem = options.tls.configurationProblem {
+            setState(.failed(.quic(.invalid(problem))))
+            return
+        }
+        guard descriptor is NWMultiplexGroup else {
+            setState(.failed(.quic(.invalid("QUIC groups need an NWMultiplexGroup descriptor, not \(type(of: descriptor))"))))
+            return
+        }
+        // A tunnel the listener delivered has completed its handshake: it is ready at once, so
+        // streams can be opened right after `start`. If it closed meanwhile, the loop says so next.
+        if driver != nil, state == .setup { setState(.ready) }
         eventLoop.execute {
             guard !self.started else { return }
             self.started = true
             if self.driver == nil {
-                self.setState(.preparing)
                 self.connect()
             } else {
                 // An accepted group is established already; replay that and the held streams.
@@ -132,12 +152,12 @@ public final class NWConnectionGroup: @unchecked Sendable {
     /// Closes the tunnel with CONNECTION_CLOSE. With `metadata`'s `applicationError` set, the
     /// close carries that code and `applicationErrorReason` (RFC 9000 §10.2); otherwise code 0.
     public func cancel() {
-        let code = metadataObject.applicationError ?? 0
-        let reason = metadataObject.applicationErrorReason ?? ""
-        cancel(applicationError: code, reason: reason)
+        let error = metadataObject.applicationErrorIfSet ?? 0
+        cancel(applicationError: error.code, reason: error.reason ?? "")
     }
 
-    /// Closes the tunnel with this application error code and reason phrase.
+    /// Closes the tunnel with this application error code and reason phrase. Our addition;
+    /// Apple apps set `applicationError` in the metadata and call `cancel()`.
     public func cancel(applicationError: UInt64, reason: String = "") {
         eventLoop.execute {
             guard let driver = self.driver else {
@@ -153,7 +173,9 @@ public final class NWConnectionGroup: @unchecked Sendable {
         }
     }
 
-    /// Sends one QUIC datagram (RFC 9221); both sides must have enabled `isDatagram`.
+    /// Sends one QUIC datagram (RFC 9221); both sides must have enabled `isDatagram`. The
+    /// payload must fit `usableDatagramFrameSize` of the metadata. `endpoint` and `message` are
+    /// accepted as in Network.framework; a tunnel has one peer, so they change nothing.
     public func send(
         content: Data?,
         to endpoint: NWEndpoint? = nil,
@@ -176,18 +198,40 @@ public final class NWConnectionGroup: @unchecked Sendable {
         }
     }
 
-    /// Receives datagrams (RFC 9221) sent on the group.
+    /// Receives datagrams (RFC 9221) sent on the group; each is complete (`isComplete` is true).
+    /// A datagram larger than `maximumMessageSize` is dropped when `rejectOversizedMessages`,
+    /// and delivered otherwise. Nil stops delivery.
     public func setReceiveHandler(
-        maximumMessageSize: Int = 65_535,
+        maximumMessageSize: Int = .max,
         rejectOversizedMessages: Bool = true,
-        handler: @escaping @Sendable (Message, Data?, Bool) -> Void
+        handler: (@Sendable (Message, Data?, Bool) -> Void)?
     ) {
-        lock.withLock { _receiveHandler = handler }
+        lock.withLock {
+            _receiveHandler = handler
+            receiveLimit = rejectOversizedMessages ? max(0, maximumMessageSize) : .max
+        }
     }
 
-    /// QUIC metadata of the tunnel: set `applicationError` before `cancel()` to close with it.
+    /// QUIC metadata of the tunnel: negotiated figures, keep-alive, stream limits, and the
+    /// `applicationError` that `cancel()` closes with.
     public func metadata(definition: NWProtocolDefinition) -> NWProtocolMetadata? {
         definition == NWProtocolQUIC.definition ? metadataObject : nil
+    }
+
+    /// Opens a new outbound stream on the tunnel, as `NWConnection(from:to:using:)`; nil until the
+    /// group is ready. `connectionTo` must be nil or the tunnel's endpoint: a tunnel has one peer.
+    public func extract(connectionTo endpoint: NWEndpoint? = nil, using options: NWProtocolOptions? = nil) -> NWConnection? {
+        NWConnection(from: self, to: endpoint, using: options)
+    }
+
+    /// Hands a stream back to the group. A QUIC stream never leaves its tunnel, so this only
+    /// confirms it: true for a stream of this tunnel that has not ended, false otherwise.
+    public func reinsert(connection: NWConnection) -> Bool {
+        guard connection.group === self, !connection.ownsGroup else { return false }
+        switch connection.state {
+        case .failed, .cancelled: return false
+        default: return true
+        }
     }
 
     /// The qlog trace this tunnel writes, when a qlog directory is set.
@@ -195,9 +239,20 @@ public final class NWConnectionGroup: @unchecked Sendable {
         get async { try? await eventLoop.submit { self.driver?.core.qlogPath }.get() }
     }
 
-    /// The negotiated ALPN protocol, once `.ready`.
+    /// The negotiated ALPN protocol, once `.ready` (also in the metadata's `negotiatedALPN`).
     public var negotiatedALPN: String? {
         get async { try? await eventLoop.submit { self.driver?.core.negotiatedALPN }.get() }
+    }
+
+    /// Whether `NWConnection(from:)` may open a stream now: once the group is ready, or, with
+    /// `allowFastOpen`, before that too, so the stream's first bytes can go out in 0-RTT (as
+    /// Network.framework's fast open sends what was queued before `start`).
+    var canOpenStreams: Bool {
+        switch state {
+        case .ready: return true
+        case .setup, .waiting: return parameters.allowFastOpen
+        case .failed, .cancelled: return false
+        }
     }
 
     /// How the tunnel was established (duration, handshake RTT, ALPN, cipher, version), as
@@ -250,7 +305,7 @@ public final class NWConnectionGroup: @unchecked Sendable {
             guard let connector = self.connector else { return self.eventLoop.makeFailedFuture(NWError.posix(.EOPNOTSUPP)) }
             return connector.migrate()
         }.get()
-        return .hostPort(host: .init(path.local.host), port: .init(integerLiteral: path.local.port))
+        return NWEndpoint(address: path.local)
     }
 
     /// Round-trip and congestion figures of the tunnel's path right now (RFC 9002 §5).
@@ -313,7 +368,10 @@ public final class NWConnectionGroup: @unchecked Sendable {
     }
 
     private func connect() {
-        guard case .hostPort(let host, let port) = descriptor.members[0] else { return }
+        guard case .hostPort(let host, let port)? = descriptor.members.first else { return }
+        if options.tls.certificateChainFile != nil {
+            logger.warning("client certificates are not supported yet: the local identity is ignored")
+        }
         let connector = QUICClientConnector(
             host: host.stringValue,
             port: port.rawValue,
@@ -326,6 +384,7 @@ public final class NWConnectionGroup: @unchecked Sendable {
         // The connector (through its driver) keeps the group alive until the connection is over.
         connector.onAttempt = { driver in
             self.driver = driver
+            if let driver { self.attachMetadata(to: driver) }
             // With 0-RTT, streams queued before start go out with the first flight.
             self.openPendingStreams()
         }
@@ -356,6 +415,8 @@ public final class NWConnectionGroup: @unchecked Sendable {
             logger.trace("event", metadata: ["event": "\(event)"])
             switch event {
             case .handshakeCompleted:
+                applyMetadataSettings()
+                refreshMetadata()
                 if started { setState(.ready) }
                 onEstablished?()
                 onEstablished = nil
@@ -370,7 +431,9 @@ public final class NWConnectionGroup: @unchecked Sendable {
                 streams[id]?.completeSend(token: token, error: error)
             case .streamClosed(let id, let code):
                 streams[id]?.transportClosed(code: code)
+                if id & 0x1 != (driver?.core.role == .client ? 0 : 1) { refreshMetadata() }  // The peer's streams free credit.
             case .streamCreditAvailable:
+                refreshMetadata()
                 openPendingStreams()
             case .datagramReceived(let bytes):
                 if started { deliverDatagram(Data(bytes)) } else { heldDatagrams.append(Data(bytes)) }
@@ -384,6 +447,9 @@ public final class NWConnectionGroup: @unchecked Sendable {
     }
 
     private func finish(_ reason: QUICCloseReason) {
+        if case .peerApplicationClose(let code, let phrase) = reason {
+            tunnelMetadata.applicationError = .init(code: code, reason: phrase.isEmpty ? nil : phrase)
+        }
         guard started else { return }
         let error = NWError.quic(QUICError(reason))
         switch reason {
@@ -428,6 +494,7 @@ public final class NWConnectionGroup: @unchecked Sendable {
             _newConnectionHandler = nil
             _receiveHandler = nil
         }
+        tunnelMetadata.setApplier(nil)
         finishObservers()
         onFinished?()
     }
@@ -448,9 +515,67 @@ public final class NWConnectionGroup: @unchecked Sendable {
     }
 
     private func deliverDatagram(_ data: Data) {
-        let (handler, continuations) = lock.withLock { (_receiveHandler, datagramContinuations) }
-        if let handler { callback { handler(.default, data, true) } }
+        let (handler, limit, continuations) = lock.withLock { (_receiveHandler, receiveLimit, datagramContinuations) }
+        if let handler {
+            if data.count <= limit {
+                let message = Message(received: self, path: driver?.core.path)
+                callback { handler(message, data, true) }
+            } else {
+                logger.debug("dropped a datagram of \(data.count) bytes, above maximumMessageSize \(limit)")
+            }
+        }
         for continuation in continuations { continuation.yield(data) }
+    }
+
+    // MARK: Metadata
+
+    /// Lets changes made through metadata reach `driver`'s connection.
+    private func attachMetadata(to driver: QUICConnectionDriver) {
+        tunnelMetadata.setApplier { [weak self, weak driver] change in
+            guard let self, let driver else { return }
+            self.eventLoop.execute {
+                guard driver.core.closeReason == nil else { return }
+                switch change {
+                case .keepAlive(let behavior):
+                    guard driver.core.isHandshakeCompleted else { return }  // Applied at the handshake.
+                    driver.core.setKeepAlive(milliseconds: self.keepAliveMilliseconds(behavior, core: driver.core))
+                case .localMaxStreams(let bidirectional, let limit):
+                    driver.core.raisePeerStreamLimit(bidirectional: bidirectional, to: limit)
+                }
+                driver.afterInput()
+                self.refreshMetadata()
+            }
+        }
+    }
+
+    /// Carries out what was set through metadata before the handshake completed.
+    private func applyMetadataSettings() {
+        guard let core = driver?.core else { return }
+        let behavior = tunnelMetadata.keepAlive
+        if behavior != .off { core.setKeepAlive(milliseconds: keepAliveMilliseconds(behavior, core: core)) }
+        let requested = tunnelMetadata.current
+        core.raisePeerStreamLimit(bidirectional: true, to: requested.requestedLocalMaxStreamsBidirectional)
+        core.raisePeerStreamLimit(bidirectional: false, to: requested.requestedLocalMaxStreamsUnidirectional)
+    }
+
+    /// The keep-alive interval of `behavior`: `.on` pings after half the idle timeout in force.
+    private func keepAliveMilliseconds(_ behavior: NWProtocolQUIC.Metadata.KeepAliveBehavior, core: QUICConnectionCore) -> UInt64 {
+        switch behavior {
+        case .off: return 0
+        case .seconds(let seconds): return UInt64(max(1, seconds)) * 1000
+        case .on:
+            let idle = core.effectiveIdleTimeoutMilliseconds
+            return idle > 0 ? max(1000, idle / 2) : 15_000
+        }
+    }
+
+    /// Copies the connection's figures into the metadata; on the loop.
+    private func refreshMetadata() {
+        guard let core = driver?.core else { return }
+        let security = core.isHandshakeCompleted
+            ? sec_protocol_metadata_t(negotiated: core.negotiatedALPN, serverName: core.clientTLS?.verificationName, cipherSuiteName: core.cipherName)
+            : nil
+        tunnelMetadata.refresh(core.tunnelFigures, security: tunnelMetadata.securityMetadata == nil ? security : nil)
     }
 
     /// Queues a locally opened stream; it gets its ID once the handshake and the peer's limits allow.

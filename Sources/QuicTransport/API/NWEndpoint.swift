@@ -50,8 +50,15 @@ public struct NWInterface: Hashable, Sendable {
     public init(name: String) { self.name = name }
 }
 
+/// Describes what a connection group connects to, as in Network.framework. QUIC's is
+/// `NWMultiplexGroup`; Apple's multicast groups have no counterpart here.
+public protocol NWGroupDescriptor: Sendable {
+    /// The endpoints of the group.
+    var members: [NWEndpoint] { get }
+}
+
 /// Describes a multiplexed group: one QUIC tunnel to one endpoint.
-public struct NWMultiplexGroup: Hashable, Sendable {
+public struct NWMultiplexGroup: NWGroupDescriptor, Hashable {
     public let members: [NWEndpoint]
     public init(to remoteEndpoint: NWEndpoint) { self.members = [remoteEndpoint] }
 }

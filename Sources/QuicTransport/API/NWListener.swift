@@ -132,6 +132,10 @@ public final class NWListener: @unchecked Sendable {
         configuration.maximumConnections = maximumConcurrentTunnels
         configuration.liveConnections = liveConnections
         configuration.loadBalancer = options.loadBalancer
+        if let problem = options.tls.configurationProblem {
+            setState(.failed(.quic(.invalid(problem))))
+            return
+        }
         if configuration.quic.alpn.isEmpty {
             setState(.failed(.quic(.invalid("at least one ALPN protocol is required"))))
             return

@@ -11,7 +11,10 @@ public struct NWProtocolDefinition: Hashable, Sendable, CustomStringConvertible 
 public class NWProtocolOptions: @unchecked Sendable {}
 
 /// Base class of per-connection protocol metadata, as in Network.framework.
-public class NWProtocolMetadata: @unchecked Sendable {}
+public class NWProtocolMetadata: @unchecked Sendable {
+    /// The protocol this metadata belongs to.
+    public var definition: NWProtocolDefinition { NWProtocolDefinition(name: "unknown") }
+}
 
 /// QUIC (RFC 9000) over TLS 1.3 (RFC 9001): options, per-stream metadata and the protocol definition.
 public final class NWProtocolQUIC: @unchecked Sendable {
@@ -78,9 +81,21 @@ public final class NWProtocolQUIC: @unchecked Sendable {
         /// only. Our addition.
         public var disablesActiveMigration = false
 
-        public init(alpn: [String] = []) {
+        /// Default options with no ALPN protocol; add them to `alpn` or through
+        /// `sec_protocol_options_add_tls_application_protocol`.
+        override public init() {
+            self.alpn = []
+        }
+
+        /// Default options offering these ALPN protocol IDs.
+        public convenience init(alpn: [String]) {
+            self.init()
             self.alpn = alpn
         }
+
+        /// The TLS options of the handshake, for Security's `sec_protocol_options_*` calls
+        /// (verify block, ALPN, TLS versions, local identity); they change these options.
+        public var securityProtocolOptions: sec_protocol_options_t { sec_protocol_options_t(options: self) }
 
         /// A copy, so a connection keeps the settings it started with.
         func copy() -> Options {
@@ -142,6 +157,10 @@ public final class NWProtocolQUIC: @unchecked Sendable {
         public var privateKeyFile: String?
         /// Servers: an in-memory identity, for example a `SelfSignedCertificate`.
         public var identity: SelfSignedCertificate?
+        /// The TLS versions allowed, from `sec_protocol_options_set_min/max_tls_protocol_version`.
+        /// QUIC needs TLS 1.3 (RFC 9001 §4.2); bounds that exclude it fail the start.
+        public var minimumTLSVersion: tls_protocol_version_t?
+        public var maximumTLSVersion: tls_protocol_version_t?
         /// The AEADs to offer (RFC 9001 §5.3).
         public var cipherSuites: [QUICCipherSuite] = QUICCipherSuite.allCases
         /// Clients: keep the session tickets servers send here and resume with them (RFC 8446
@@ -149,37 +168,16 @@ public final class NWProtocolQUIC: @unchecked Sendable {
         public var sessionTicketStore: QUICSessionTicketStore?
 
         public init() {}
-    }
 
-    /// Per-stream QUIC metadata: identifier, type, and the application error to reset with.
-    // @unchecked Sendable: `applicationError` and `applicationErrorReason` sit behind a lock;
-    // the rest is immutable once the stream has an ID.
-    public final class Metadata: NWProtocolMetadata, @unchecked Sendable {
-        private let lock = NIOLock()
-        private var _streamIdentifier: UInt64 = 0
-        private var _applicationError: UInt64?
-        private var _applicationErrorReason: String?
-        public let streamType: StreamType
-
-        init(streamType: StreamType) { self.streamType = streamType }
-
-        /// The QUIC stream ID (RFC 9000 §2.1): 0, 4, 8… client bidirectional, 2, 6… client unidirectional.
-        public var streamIdentifier: UInt64 {
-            get { lock.withLock { _streamIdentifier } }
-            set { lock.withLock { _streamIdentifier = newValue } }
-        }
-
-        /// Set before `cancel()` to reset the stream with this code (RESET_STREAM/STOP_SENDING,
-        /// RFC 9000 §19.4–§19.5). After a peer reset it holds the peer's code.
-        public var applicationError: UInt64? {
-            get { lock.withLock { _applicationError } }
-            set { lock.withLock { _applicationError = newValue } }
-        }
-
-        /// For a group: the reason phrase sent in CONNECTION_CLOSE with `applicationError`.
-        public var applicationErrorReason: String? {
-            get { lock.withLock { _applicationErrorReason } }
-            set { lock.withLock { _applicationErrorReason = newValue } }
+        /// Why these options cannot make a QUIC handshake, or nil when they can.
+        var configurationProblem: String? {
+            if let maximum = maximumTLSVersion, maximum < .TLSv13 || maximum.isDatagramTLS {
+                return "QUIC needs TLS 1.3 (RFC 9001 §4.2), but the maximum TLS version is set to \(maximum)"
+            }
+            if let minimum = minimumTLSVersion, minimum.isDatagramTLS {
+                return "QUIC needs TLS 1.3 (RFC 9001 §4.2), but the minimum TLS version is set to \(minimum)"
+            }
+            return nil
         }
     }
 }
@@ -210,6 +208,14 @@ public final class NWParameters: @unchecked Sendable {
     /// QUIC with these ALPN protocol IDs and default options.
     public static func quic(alpn: [String]) -> NWParameters {
         NWParameters(quic: NWProtocolQUIC.Options(alpn: alpn))
+    }
+
+    /// QUIC with these ALPN protocol IDs and RFC 9221 datagrams offered (`isDatagram`), as
+    /// Network.framework's `quicDatagram(alpn:)`.
+    public static func quicDatagram(alpn: [String]) -> NWParameters {
+        let options = NWProtocolQUIC.Options(alpn: alpn)
+        options.isDatagram = true
+        return NWParameters(quic: options)
     }
 
     /// The QUIC options in the stack.

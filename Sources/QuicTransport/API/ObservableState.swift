@@ -32,6 +32,9 @@ final class ObservableState<State: Equatable & Sendable>: @unchecked Sendable {
     /// The queue given to `start(queue:)`, where handlers and completions run.
     func setQueue(_ newQueue: DispatchQueue) { lock.withLock { queue = newQueue } }
 
+    /// The queue given to `start(queue:)`, or nil before it.
+    var startQueue: DispatchQueue? { lock.withLock { queue } }
+
     /// Runs `body` on the caller's queue, or a global one before `start(queue:)`.
     func callback(_ body: @escaping @Sendable () -> Void) {
         (lock.withLock { queue } ?? DispatchQueue.global()).async(execute: body)

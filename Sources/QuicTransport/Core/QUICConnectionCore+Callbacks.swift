@@ -322,11 +322,7 @@ extension QUICConnectionCore {
     /// A closed peer-initiated stream frees a slot in the peer's stream limit (RFC 9000 §4.6).
     func replenishPeerStreamCredit(closed streamID: Int64) {
         guard !isLocallyInitiated(streamID) else { return }
-        if Self.isBidirectional(streamID) {
-            ngtcp2_conn_extend_max_streams_bidi(conn, 1)
-        } else {
-            ngtcp2_conn_extend_max_streams_uni(conn, 1)
-        }
+        grantPeerStreams(bidirectional: Self.isBidirectional(streamID), 1)
     }
 }
 

@@ -13,6 +13,7 @@ extension QUICConnectionCore {
         if rv == NGTCP2_ERR_STREAM_ID_BLOCKED { return nil }
         guard rv == 0 else { throw QUICCoreError.ngtcp2("ngtcp2_conn_open_stream", rv) }
         streams[streamID] = QUICStreamState(id: streamID)
+        if bidirectional { localStreamsOpened.bidirectional += 1 } else { localStreamsOpened.unidirectional += 1 }
         return streamID
     }
 
@@ -79,9 +80,10 @@ extension QUICConnectionCore {
         guard state == .handshaking || state == .established else { throw QUICStreamError.connectionClosed }
         guard configuration.maxDatagramFrameSize > 0 else { throw QUICStreamError.datagramsNotNegotiated }
         if isHandshakeCompleted {
-            let peerLimit = ngtcp2_conn_get_remote_transport_params(conn)?.pointee.max_datagram_frame_size ?? 0
-            guard peerLimit > 0 else { throw QUICStreamError.datagramsNotNegotiated }
-            guard UInt64(bytes.count) + 16 <= peerLimit else { throw QUICStreamError.datagramTooLarge(bytes.count) }
+            guard isDatagramNegotiated else { throw QUICStreamError.datagramsNotNegotiated }
+            guard bytes.count <= usableDatagramFrameSize else {
+                throw QUICStreamError.datagramTooLarge(bytes.count, limit: usableDatagramFrameSize)
+            }
         }
         pendingDatagrams.append(bytes)
     }
@@ -229,7 +231,7 @@ package enum QUICStreamError: Error, Equatable, CustomStringConvertible {
     case sendingAbandoned
     case receiveOnlyStream
     case datagramsNotNegotiated
-    case datagramTooLarge(Int)
+    case datagramTooLarge(Int, limit: Int)
 
     package var description: String {
         switch self {
@@ -239,7 +241,8 @@ package enum QUICStreamError: Error, Equatable, CustomStringConvertible {
         case .sendingAbandoned: return "the stream's sending side was reset"
         case .receiveOnlyStream: return "cannot send on a stream the peer opened unidirectionally"
         case .datagramsNotNegotiated: return "datagrams were not negotiated with the peer (RFC 9221)"
-        case .datagramTooLarge(let size): return "datagram of \(size) bytes exceeds the peer's max_datagram_frame_size"
+        case .datagramTooLarge(let size, let limit):
+            return "a datagram of \(size) bytes does not fit: at most \(limit) fit the peer's max_datagram_frame_size and a packet"
         }
     }
 }

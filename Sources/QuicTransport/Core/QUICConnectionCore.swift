@@ -47,6 +47,10 @@ package final class QUICConnectionCore {
     let idFactory: QUICConnectionIDFactory
 
     var streams: [Int64: QUICStreamState] = [:]
+    /// MAX_STREAMS credit given to the peer beyond the initial limits (RFC 9000 §4.6).
+    var peerStreamCreditGranted = (bidirectional: UInt64(0), unidirectional: UInt64(0))
+    /// How many streams of each kind this side has opened.
+    var localStreamsOpened = (bidirectional: UInt64(0), unidirectional: UInt64(0))
     /// Streams with bytes or FIN to write, served round-robin.
     var writeQueue: [Int64] = []
     var writeQueueHead = 0

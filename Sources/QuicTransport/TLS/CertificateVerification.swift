@@ -1,4 +1,6 @@
 import CQuicShims
+import Dispatch
+import NIOConcurrencyHelpers
 
 /// How a client decides whether to trust the server's certificate.
 public enum CertificateVerification: Sendable, Equatable {
@@ -10,6 +12,9 @@ public enum CertificateVerification: Sendable, Equatable {
     case pinnedSHA256([UInt8])
     /// Accept any certificate. For testing only: the connection is not authenticated.
     case insecure
+    /// Let the application decide on the chain; the trust store is not consulted. This is what
+    /// `sec_protocol_options_set_verify_block` sets.
+    case custom(CertificateVerifier)
 
     /// Parses a SHA-256 pin written as hex, optionally with colons as `openssl x509 -fingerprint -sha256` prints it.
     public static func pinnedSHA256(hex: String) throws -> CertificateVerification {
@@ -29,6 +34,56 @@ public enum CertificateVerification: Sendable, Equatable {
     }
 }
 
+/// A decision on the server's certificate chain that the application makes itself, as a
+/// Network.framework verify block does.
+///
+/// The handshake waits for the answer on its event loop, for at most `answerTimeout`; a verifier
+/// that never answers rejects the peer. Answer from any thread; only the first answer counts.
+public struct CertificateVerifier: Sendable, Equatable {
+    /// What the verifier sees of the peer.
+    public struct Peer: Sendable {
+        /// The DER certificates the server presented, leaf first.
+        public let certificateChain: [[UInt8]]
+        /// The name the client verifies against: SNI, or the address it connected to.
+        public let serverName: String
+        /// The ALPN protocol the server chose (its EncryptedExtensions come before its Certificate).
+        public let negotiatedALPN: String?
+    }
+
+    /// How long a handshake waits for `verify` to answer.
+    public static let answerTimeout: Duration = .seconds(10)
+
+    /// Identity for `==`: two verifiers are equal when they are the same one.
+    private final class Identity: Sendable {}
+    private let identity = Identity()
+    let verify: @Sendable (Peer, @escaping @Sendable (Bool) -> Void) -> Void
+
+    /// `verify` gets the peer and calls the completion once, with `true` to trust it.
+    public init(_ verify: @escaping @Sendable (Peer, @escaping @Sendable (Bool) -> Void) -> Void) {
+        self.verify = verify
+    }
+
+    public static func == (lhs: CertificateVerifier, rhs: CertificateVerifier) -> Bool { lhs.identity === rhs.identity }
+
+    /// Asks the verifier and waits for its answer: nil to trust the peer, or why not.
+    func decide(on peer: Peer) -> TLSVerificationFailure? {
+        let answer = NIOLockedValueBox<Bool?>(nil)
+        let answered = DispatchSemaphore(value: 0)
+        verify(peer) { trusted in
+            let first = answer.withLockedValue { value in
+                defer { if value == nil { value = trusted } }
+                return value == nil
+            }
+            if first { answered.signal() }
+        }
+        let seconds = Double(Self.answerTimeout.components.seconds)
+        guard answered.wait(timeout: .now() + seconds) == .success else {
+            return .other("the certificate verifier did not answer within \(Int(seconds)) s")
+        }
+        return answer.withLockedValue { $0 } == true ? nil : .rejectedByVerifier
+    }
+}
+
 /// Checks the peer certificate of a handshaking client `session` against `verification`.
 ///
 /// Call it from a `gnutls_session_set_verify_function` or `gnutls_certificate_set_verify_function`
@@ -43,6 +98,11 @@ package func verifyPeerCertificate(
     switch verification {
     case .insecure:
         return nil
+    case .custom(let verifier):
+        let chain = peerCertificateChain(session)
+        guard !chain.isEmpty else { return .noPeerCertificate }
+        let alpn = negotiatedALPN(session)
+        return verifier.decide(on: .init(certificateChain: chain, serverName: serverName, negotiatedALPN: alpn))
     case .pinnedSHA256(let expected):
         var count: UInt32 = 0
         guard let chain = gnutls_certificate_get_peers(session, &count), count > 0 else { return .noPeerCertificate }
@@ -61,6 +121,13 @@ package func verifyPeerCertificate(
         if rc < 0 { return .other("gnutls_certificate_verify_peers failed: \(gnutlsMessage(rc))") }
         return TLSVerificationFailure(status: status, serverName: serverName)
     }
+}
+
+/// The DER certificates the peer presented, leaf first.
+func peerCertificateChain(_ session: gnutls_session_t) -> [[UInt8]] {
+    var count: UInt32 = 0
+    guard let chain = gnutls_certificate_get_peers(session, &count) else { return [] }
+    return (0..<Int(count)).map { Array(UnsafeRawBufferPointer(start: chain[$0].data, count: Int(chain[$0].size))) }
 }
 
 /// `gnutls_certificate_verify_peers3(session, serverName, &status)` plus an extendedKeyUsage serverAuth check.

@@ -99,11 +99,7 @@ final class QUICTLSSession {
     deinit { gnutls_deinit(raw) }
 
     /// The protocol ALPN settled on, if any (RFC 7301 §3.2).
-    var negotiatedALPN: String? {
-        var datum = gnutls_datum_t()
-        guard gnutls_alpn_get_selected_protocol(raw, &datum) == 0, let data = datum.data else { return nil }
-        return String(decoding: UnsafeBufferPointer(start: data, count: Int(datum.size)), as: UTF8.self)
-    }
+    var negotiatedALPN: String? { QuicTransport.negotiatedALPN(raw) }
 
     /// The AEAD in use, for example `AES-128-GCM`.
     var cipherName: String? {
@@ -150,4 +146,11 @@ final class QUICTLSSession {
     private static func check(_ rv: Int32, _ function: String) throws {
         if rv < 0 { throw TLSError.gnutlsFailure(function: function, code: rv) }
     }
+}
+
+/// The protocol ALPN settled on in `session`, if any (RFC 7301 §3.2).
+func negotiatedALPN(_ session: gnutls_session_t) -> String? {
+    var datum = gnutls_datum_t()
+    guard gnutls_alpn_get_selected_protocol(session, &datum) == 0, let data = datum.data else { return nil }
+    return String(decoding: UnsafeBufferPointer(start: data, count: Int(datum.size)), as: UTF8.self)
 }

@@ -51,7 +51,7 @@ package final class TLSCredentials: @unchecked Sendable {
             }
             if count < 0 { throw TLSError.invalidPEM(source: path, detail: gnutlsMessage(count)) }
             if count == 0 { throw TLSError.noCertificates(source: path) }
-        case .pinnedSHA256, .insecure:
+        case .pinnedSHA256, .insecure, .custom:
             break
         }
         return credentials

@@ -16,6 +16,8 @@ public enum TLSVerificationFailure: Sendable, Equatable, CustomStringConvertible
     case pinMismatch(expected: String, actual: String)
     /// The peer presented no certificate.
     case noPeerCertificate
+    /// The application's verifier (a verify block) answered `false`.
+    case rejectedByVerifier
     /// Any other failure, described by GnuTLS.
     case other(String)
 
@@ -35,6 +37,8 @@ public enum TLSVerificationFailure: Sendable, Equatable, CustomStringConvertible
             "pinned SHA-256 fingerprint mismatch (expected \(expected), server presented \(actual))"
         case .noPeerCertificate:
             "the server presented no certificate"
+        case .rejectedByVerifier:
+            "rejected by the application's certificate verifier"
         case .other(let text):
             text
         }

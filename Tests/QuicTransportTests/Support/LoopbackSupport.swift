@@ -101,7 +101,7 @@ func startAndWaitUntilReady(_ group: NWConnectionGroup) async throws {
 
 /// Sends `message` whole on a new bidirectional stream of `group` and returns the reply, waiting at most 20 s.
 func roundTrip(_ message: Data, on group: NWConnectionGroup) async throws -> Data {
-    let stream = NWConnection(from: group)
+    let stream = try #require(NWConnection(from: group))
     stream.start(queue: DispatchQueue(label: "test.stream"))
     try await stream.send(content: message, isComplete: true)
     return try await within(20) { try await stream.receiveMessage() }

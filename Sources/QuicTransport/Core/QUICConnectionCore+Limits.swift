@@ -1,0 +1,75 @@
+import CQuicShims
+
+/// Stream limits, keep-alive and the negotiated figures that QUIC metadata reports.
+extension QUICConnectionCore {
+    /// Bytes a short-header packet spends around a DATAGRAM frame's payload: flags, the longest
+    /// connection ID, the longest packet number, the AEAD tag (RFC 9000 §17.3, RFC 9001 §5.3), and
+    /// the frame's type and a two-byte length (RFC 9221 §4).
+    private static let datagramPacketOverhead = 1 + 20 + 4 + 16 + 1 + 2
+
+    /// The largest datagram payload that fits the peer's `max_datagram_frame_size` and one packet
+    /// on the current path (RFC 9221 §3, §5); 0 when datagrams are not negotiated.
+    package var usableDatagramFrameSize: Int {
+        guard isHandshakeCompleted, isDatagramNegotiated,
+            let peer = ngtcp2_conn_get_remote_transport_params(conn)?.pointee
+        else { return 0 }
+        // max_datagram_frame_size counts the frame's type and length fields as well.
+        let frameLimit = Int(clamping: peer.max_datagram_frame_size) - 1 - 2
+        let packetLimit = ngtcp2_conn_get_path_max_tx_udp_payload_size(conn) - Self.datagramPacketOverhead
+        return max(0, min(frameLimit, packetLimit))
+    }
+
+    /// What QUIC metadata reports of this connection now.
+    package var tunnelFigures: QUICTunnelFigures {
+        var figures = QUICTunnelFigures()
+        figures.negotiatedALPN = negotiatedALPN
+        figures.localMaxStreamsBidirectional = configuration.initialMaxStreamsBidirectional + peerStreamCreditGranted.bidirectional
+        figures.localMaxStreamsUnidirectional = configuration.initialMaxStreamsUnidirectional + peerStreamCreditGranted.unidirectional
+        guard isHandshakeCompleted, let peer = ngtcp2_conn_get_remote_transport_params(conn)?.pointee else { return figures }
+        figures.remoteIdleTimeoutMilliseconds = peer.max_idle_timeout / UInt64(NGTCP2_MILLISECONDS)
+        // MAX_STREAMS counts every stream ever opened (RFC 9000 §4.6): those opened plus those left.
+        figures.remoteMaxStreamsBidirectional = localStreamsOpened.bidirectional + ngtcp2_conn_get_streams_bidi_left(conn)
+        figures.remoteMaxStreamsUnidirectional = localStreamsOpened.unidirectional + ngtcp2_conn_get_streams_uni_left(conn)
+        figures.usableDatagramFrameSize = usableDatagramFrameSize
+        return figures
+    }
+
+    /// Lets the peer open `count` more streams of a kind: MAX_STREAMS goes out with the next packet.
+    func grantPeerStreams(bidirectional: Bool, _ count: UInt64) {
+        guard count > 0 else { return }
+        if bidirectional {
+            ngtcp2_conn_extend_max_streams_bidi(conn, Int(clamping: count))
+            peerStreamCreditGranted.bidirectional += count
+        } else {
+            ngtcp2_conn_extend_max_streams_uni(conn, Int(clamping: count))
+            peerStreamCreditGranted.unidirectional += count
+        }
+    }
+
+    /// Raises the peer's cumulative stream limit of a kind to `limit`; a lower value changes
+    /// nothing, since limits never decrease (RFC 9000 §4.6).
+    package func raisePeerStreamLimit(bidirectional: Bool, to limit: UInt64) {
+        guard state == .handshaking || state == .established else { return }
+        let figures = tunnelFigures
+        let current = bidirectional ? figures.localMaxStreamsBidirectional : figures.localMaxStreamsUnidirectional
+        // MAX_STREAMS may not exceed 2^60 (RFC 9000 §19.11).
+        let target = min(limit, 1 << 60)
+        if target > current { grantPeerStreams(bidirectional: bidirectional, target - current) }
+    }
+
+    /// Sends a PING after `milliseconds` without traffic, so that idle timeouts do not end the
+    /// connection (RFC 9000 §10.1.2); 0 turns it off. Rearm the timer afterwards.
+    package func setKeepAlive(milliseconds: UInt64) {
+        ngtcp2_conn_set_keep_alive_timeout(conn, milliseconds * UInt64(NGTCP2_MILLISECONDS))
+    }
+
+    /// The idle timeout in force, in milliseconds: the lower of both sides' nonzero
+    /// `max_idle_timeout` (RFC 9000 §10.1); 0 when neither side has one.
+    package var effectiveIdleTimeoutMilliseconds: UInt64 {
+        let local = configuration.idleTimeoutMilliseconds
+        let remote = isHandshakeCompleted
+            ? (ngtcp2_conn_get_remote_transport_params(conn)?.pointee.max_idle_timeout ?? 0) / UInt64(NGTCP2_MILLISECONDS)
+            : 0
+        return [local, remote].filter { $0 > 0 }.min() ?? 0
+    }
+}

@@ -1,0 +1,24 @@
+import Foundation
+
+/// `quic-echo serve` on a free port, with its generated certificate's fingerprint (empty with `--cert`).
+package struct EchoServerProcess {
+    package let process: ChildProcess
+    package let port: Int
+    package let fingerprint: String
+
+    package init(_ extraArguments: [String] = []) async throws {
+        let binary = try TestEnvironment.executable("quic-echo")
+        process = try ChildProcess(binary, ["serve", "--host", "127.0.0.1", "--port", "0"] + extraArguments)
+        let listening = try await process.waitForLine(containing: "listening on")
+        guard let portText = listening.split(separator: " ").dropFirst(2).first?.split(separator: ":").last, let port = Int(portText) else {
+            throw SetupError("cannot read the port from '\(listening)'")
+        }
+        self.port = port
+        if extraArguments.contains("--cert") {
+            fingerprint = ""  // The caller's own certificate: nothing generated to print.
+        } else {
+            let certificateLine = try await process.waitForLine(containing: "sha256")
+            fingerprint = String(certificateLine.split(separator: " ").last ?? "")
+        }
+    }
+}

@@ -1,0 +1,103 @@
+import Foundation
+import QuicTestSupport
+import QuicTransport
+import Testing
+
+/// What `NWProtocolQUIC.Metadata` reports and what setting it does, over real UDP and TLS.
+@Suite("QUIC metadata over loopback", .timeLimit(.minutes(2)))
+struct QUICMetadataTests {
+    static func tunnelMetadata(_ group: NWConnectionGroup) throws -> NWProtocolQUIC.Metadata {
+        try #require(group.metadata(definition: NWProtocolQUIC.definition) as? NWProtocolQUIC.Metadata)
+    }
+
+    /// With a 2 s idle timeout on both sides, a quiet tunnel ends after 2 s unless keep-alive
+    /// PINGs (RFC 9000 §10.1.2) hold it open; both tunnels run side by side for 5 s.
+    @Test func keepAlivePingsHoldAQuietTunnelOpenPastItsIdleTimeout() async throws {
+        let server = try await LoopbackServer { $0.idleTimeout = 2_000 }
+        server.echo()
+        let kept = server.makeClient { $0.idleTimeout = 2_000 }
+        let quiet = server.makeClient { $0.idleTimeout = 2_000 }
+        // Set before start, as apps do with a group's metadata; it applies at the handshake.
+        try Self.tunnelMetadata(kept).keepAlive = .seconds(1)
+        try await startAndWaitUntilReady(kept)
+        try await startAndWaitUntilReady(quiet)
+        #expect(try Self.tunnelMetadata(kept).keepAlive == .seconds(1))
+        #expect(try Self.tunnelMetadata(kept).remoteIdleTimeout == 2_000)
+        try await Task.sleep(for: .seconds(5))
+        guard case .failed(let error) = quiet.state, case .quic(let quic) = error else {
+            Issue.record("the tunnel without keep-alive is \(quiet.state), not failed by its idle timeout")
+            return
+        }
+        #expect(quic.kind == .idleTimeout)
+        #expect(kept.state == .ready, "keep-alive PINGs kept the tunnel open")
+        #expect(try await roundTrip(Data("still here".utf8), on: kept) == Data("still here".utf8))
+        kept.cancel()
+    }
+
+    /// A server that allows two bidirectional streams raises the limit to three through its
+    /// metadata (MAX_STREAMS, RFC 9000 §19.11); the client's third stream then opens, and both
+    /// sides' metadata report the new limit.
+    @Test func raisingLocalMaxStreamsLetsThePeerOpenMore() async throws {
+        let server = try await LoopbackServer { $0.initialMaxStreamsBidirectional = 2 }
+        let serverMetadata = Recorder<NWProtocolQUIC.Metadata>()
+        let serverGroups = server.groups
+        Task {
+            for await group in serverGroups {
+                serverMetadata.append(try Self.tunnelMetadata(group))
+                await LoopbackServer.echo(group)
+            }
+        }
+        let group = server.makeClient()
+        try await startAndWaitUntilReady(group)
+        let clientMetadata = try Self.tunnelMetadata(group)
+        #expect(clientMetadata.remoteMaxStreamsBidirectional == 2)
+        // Two streams held open use up the limit; the third waits for credit.
+        var held: [NWConnection] = []
+        for index in 0..<3 {
+            let stream = try #require(NWConnection(from: group))
+            stream.start(queue: DispatchQueue(label: "test.stream"))
+            stream.send(content: Data("stream \(index)".utf8), isComplete: false, completion: .idempotent)
+            held.append(stream)
+        }
+        #expect(await eventually(within: 10) { held[0].state == .ready && held[1].state == .ready })
+        try await Task.sleep(for: .milliseconds(300))
+        #expect(held[2].state == .preparing, "the peer's limit of two holds the third stream back")
+
+        let metadata = try #require(await eventually(within: 10) { !serverMetadata.values.isEmpty } ? serverMetadata.values.first : nil)
+        #expect(metadata.localMaxStreamsBidirectional == 2)
+        metadata.localMaxStreamsBidirectional = 3
+        #expect(metadata.localMaxStreamsBidirectional == 3)
+        #expect(await eventually(within: 10) { held[2].state == .ready }, "MAX_STREAMS let the third stream open")
+        #expect(await eventually(within: 10) { clientMetadata.remoteMaxStreamsBidirectional == 3 })
+        // Limits never go down (RFC 9000 §4.6).
+        metadata.localMaxStreamsBidirectional = 1
+        #expect(metadata.localMaxStreamsBidirectional == 3)
+        group.cancel()
+    }
+
+    /// The tunnel's peer closes with an application error and reason: the metadata reports both.
+    @Test func thePeersCloseCodeAndReasonLandInTheMetadata() async throws {
+        let server = try await LoopbackServer()
+        let serverGroups = server.groups
+        Task {
+            for await group in serverGroups {
+                group.start(queue: DispatchQueue(label: "server"))
+                let metadata = try Self.tunnelMetadata(group)
+                metadata.applicationError = NWProtocolQUIC.ApplicationError(code: 0x1ab, reason: "going away")
+                group.cancel()
+            }
+        }
+        let group = server.makeClient()
+        let states = group.states
+        group.start(queue: DispatchQueue(label: "test"))
+        _ = try await within(10) {
+            for await state in states {
+                if case .failed = state { return true }
+                if case .cancelled = state { return true }
+            }
+            return false
+        }
+        let metadata = try Self.tunnelMetadata(group)
+        #expect(metadata.applicationError == NWProtocolQUIC.ApplicationError(code: 0x1ab, reason: "going away"))
+    }
+}
