@@ -10,20 +10,20 @@ struct QUICMetadataTests {
         try #require(group.metadata(definition: NWProtocolQUIC.definition) as? NWProtocolQUIC.Metadata)
     }
 
-    /// With a 2 s idle timeout on both sides, a quiet tunnel ends after 2 s unless keep-alive
-    /// PINGs (RFC 9000 §10.1.2) hold it open; both tunnels run side by side for 5 s.
+    /// With a 3 s idle timeout on both sides, a quiet tunnel ends after 3 s unless keep-alive
+    /// PINGs (RFC 9000 §10.1.2), one a second, hold it open; both run side by side for 6.5 s.
     @Test func keepAlivePingsHoldAQuietTunnelOpenPastItsIdleTimeout() async throws {
-        let server = try await LoopbackServer { $0.idleTimeout = 2_000 }
+        let server = try await LoopbackServer { $0.idleTimeout = 3_000 }
         server.echo()
-        let kept = server.makeClient { $0.idleTimeout = 2_000 }
-        let quiet = server.makeClient { $0.idleTimeout = 2_000 }
+        let kept = server.makeClient { $0.idleTimeout = 3_000 }
+        let quiet = server.makeClient { $0.idleTimeout = 3_000 }
         // Set before start, as apps do with a group's metadata; it applies at the handshake.
         try Self.tunnelMetadata(kept).keepAlive = .seconds(1)
         try await startAndWaitUntilReady(kept)
         try await startAndWaitUntilReady(quiet)
         #expect(try Self.tunnelMetadata(kept).keepAlive == .seconds(1))
-        #expect(try Self.tunnelMetadata(kept).remoteIdleTimeout == 2_000)
-        try await Task.sleep(for: .seconds(5))
+        #expect(try Self.tunnelMetadata(kept).remoteIdleTimeout == 3_000)
+        try await Task.sleep(for: .milliseconds(6_500))
         guard case .failed(let error) = quiet.state, case .quic(let quic) = error else {
             Issue.record("the tunnel without keep-alive is \(quiet.state), not failed by its idle timeout")
             return

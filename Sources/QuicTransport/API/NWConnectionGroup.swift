@@ -27,6 +27,8 @@ public final class NWConnectionGroup: @unchecked Sendable {
     let eventLoop: any EventLoop
     let logger: Logger
     let options: NWProtocolQUIC.Options
+    /// True for a tunnel a listener delivered: its handshake completed before anyone saw it.
+    private let isAccepted: Bool
 
     private let observable = ObservableState<State>(.setup) { state in
         switch state {
@@ -66,6 +68,7 @@ public final class NWConnectionGroup: @unchecked Sendable {
         self.descriptor = descriptor
         self.parameters = parameters
         (tunnelMetadata, metadataObject) = Self.makeMetadata()
+        self.isAccepted = false
         self.options = parameters.quicOptions.copy()
         self.eventLoop = MultiThreadedEventLoopGroup.singleton.next()
         self.logger = Logger(label: "quic.group")
@@ -77,6 +80,7 @@ public final class NWConnectionGroup: @unchecked Sendable {
         self.descriptor = NWMultiplexGroup(to: NWEndpoint(address: remote))
         self.parameters = parameters
         (tunnelMetadata, metadataObject) = Self.makeMetadata()
+        self.isAccepted = true
         self.options = options
         self.eventLoop = driver.eventLoop
         self.logger = logger
@@ -129,7 +133,7 @@ public final class NWConnectionGroup: @unchecked Sendable {
         }
         // A tunnel the listener delivered has completed its handshake: it is ready at once, so
         // streams can be opened right after `start`. If it closed meanwhile, the loop says so next.
-        if driver != nil, state == .setup { setState(.ready) }
+        if isAccepted, state == .setup { setState(.ready) }
         eventLoop.execute {
             guard !self.started else { return }
             self.started = true
@@ -572,10 +576,11 @@ public final class NWConnectionGroup: @unchecked Sendable {
     /// Copies the connection's figures into the metadata; on the loop.
     private func refreshMetadata() {
         guard let core = driver?.core else { return }
-        let security = core.isHandshakeCompleted
-            ? sec_protocol_metadata_t(negotiated: core.negotiatedALPN, serverName: core.clientTLS?.verificationName, cipherSuiteName: core.cipherName)
+        // The TLS side is settled once the handshake completes: made once.
+        let security = core.isHandshakeCompleted && tunnelMetadata.securityMetadata == nil
+            ? sec_protocol_metadata_t(negotiated: core.negotiatedALPN, serverName: core.clientTLS?.verificationName)
             : nil
-        tunnelMetadata.refresh(core.tunnelFigures, security: tunnelMetadata.securityMetadata == nil ? security : nil)
+        tunnelMetadata.refresh(core.tunnelFigures, security: security)
     }
 
     /// Queues a locally opened stream; it gets its ID once the handshake and the peer's limits allow.

@@ -24,12 +24,10 @@ public final class sec_protocol_metadata_t: @unchecked Sendable {
     // @unchecked Sendable: immutable after init; the C strings are freed in deinit.
     let negotiatedProtocol: UnsafeMutablePointer<CChar>?
     let serverName: UnsafeMutablePointer<CChar>?
-    let cipherSuiteName: String?
 
-    init(negotiated alpn: String?, serverName: String? = nil, cipherSuiteName: String? = nil) {
+    init(negotiated alpn: String?, serverName: String? = nil) {
         negotiatedProtocol = alpn.flatMap { strdup($0) }
         self.serverName = serverName.flatMap { strdup($0) }
-        self.cipherSuiteName = cipherSuiteName
     }
 
     deinit {
