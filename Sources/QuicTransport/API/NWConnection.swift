@@ -96,13 +96,14 @@ public final class NWConnection: @unchecked Sendable {
     private var receives: [(minimum: Int, maximum: Int, completion: ReceiveCompletion)] = []
     private var message = Data()
     private var failure: NWError?
-    /// The contexts received data comes with, made on first use: they carry the stream's metadata.
-    private var receivedContext: ContentContext?
-    private var finalContext: ContentContext?
+    /// The contexts received data comes with, Apple's default and final message with the
+    /// stream's QUIC metadata attached; made on first use.
+    private lazy var receivedContext = ContentContext(identifier: "default", metadata: [metadataObject])
+    private lazy var finalContext = ContentContext(identifier: "final", isFinal: true, metadata: [metadataObject])
 
     /// Opens a new outbound stream in `group`, as Network.framework does: nil until the group is
-    /// `.ready` (or, with `allowFastOpen`, until it has started: the stream then waits for 0-RTT
-    /// keys or the handshake), and nil once it has ended. `options` may be QUIC options whose
+    /// `.ready` (with `allowFastOpen`, it opens before that too, even before `start`, and waits
+    /// for 0-RTT keys or the handshake), and nil once it has ended. `options` may be QUIC options whose
     /// `direction` chooses a unidirectional stream. A tunnel has one peer, so `endpoint` must be
     /// nil or the tunnel's own.
     public convenience init?(from group: NWConnectionGroup, to endpoint: NWEndpoint? = nil, using options: NWProtocolOptions? = nil) {
@@ -405,7 +406,7 @@ public final class NWConnection: @unchecked Sendable {
                 let completion = request.completion
                 let data = message.isEmpty ? nil : message
                 message = Data()
-                let context = contextForReceived(isFinal: true)
+                let context = finalContext
                 callback { completion(data, context, true, nil) }
                 continue
             }
@@ -424,7 +425,7 @@ public final class NWConnection: @unchecked Sendable {
                 let data = message
                 message = Data()
                 let completion = request.completion
-                let context = contextForReceived(isFinal: true)
+                let context = finalContext
                 callback { completion(data, context, true, nil) }
                 continue
             }
@@ -433,24 +434,9 @@ public final class NWConnection: @unchecked Sendable {
             receives.removeFirst()
             let data = read.bytes.isEmpty ? nil : Data(read.bytes)
             let completion = request.completion
-            let context = contextForReceived(isFinal: read.isFinished)
+            let context = read.isFinished ? finalContext : receivedContext
             callback { completion(data, context, read.isFinished, nil) }
         }
-    }
-
-    /// The context received bytes come with: Apple's default or final message, with the stream's
-    /// QUIC metadata attached.
-    private func contextForReceived(isFinal: Bool) -> ContentContext {
-        if isFinal {
-            if let finalContext { return finalContext }
-            let context = ContentContext(identifier: "final", isFinal: true, metadata: [metadataObject])
-            finalContext = context
-            return context
-        }
-        if let receivedContext { return receivedContext }
-        let context = ContentContext(identifier: "default", metadata: [metadataObject])
-        receivedContext = context
-        return context
     }
 
     /// ngtcp2 closed the stream in both directions.

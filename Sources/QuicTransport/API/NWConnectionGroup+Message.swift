@@ -56,14 +56,7 @@ extension NWConnectionGroup {
         /// A connection to the sender: a new outbound stream on the message's tunnel, nil while the
         /// tunnel cannot open one. A QUIC tunnel keeps delivering its datagrams to the group.
         public func extractConnection() -> NWConnection? {
-            group.flatMap { NWConnection(from: $0) }
+            NWConnection(message: self)
         }
-    }
-}
-
-extension NWEndpoint {
-    /// The endpoint of a socket address.
-    init(address: QUICSocketAddress) {
-        self = .hostPort(host: .init(address.host), port: .init(integerLiteral: address.port))
     }
 }

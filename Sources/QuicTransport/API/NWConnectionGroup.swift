@@ -11,8 +11,8 @@ import NIOPosix
 /// Configure handlers, then `start(queue:)`. Handlers and completions run on that queue. The
 /// states are Apple's five: a client group goes from `.setup` to `.ready` when the handshake
 /// completes, and a group a listener delivers becomes `.ready` when it starts.
-// @unchecked Sendable: handler properties, the state and the queue sit behind `lock`; everything
-// under "Loop-confined" is read and written only on `eventLoop`.
+// @unchecked Sendable: handler properties sit behind `lock`, the state and queue in `observable`;
+// everything under "Loop-confined" is read and written only on `eventLoop`.
 public final class NWConnectionGroup: @unchecked Sendable {
     public enum State: Equatable, Sendable {
         case setup
@@ -140,8 +140,7 @@ public final class NWConnectionGroup: @unchecked Sendable {
             if self.driver == nil {
                 self.connect()
             } else {
-                // An accepted group is established already; replay that and the held streams.
-                if let core = self.driver?.core, core.closeReason == nil { self.setState(.ready) }
+                // An accepted group is established already (`.ready` since `start`): replay the held streams.
                 let held = self.heldInbound
                 self.heldInbound.removeAll()
                 for connection in held { self.deliverInbound(connection) }
@@ -153,8 +152,8 @@ public final class NWConnectionGroup: @unchecked Sendable {
         }
     }
 
-    /// Closes the tunnel with CONNECTION_CLOSE. With `metadata`'s `applicationError` set, the
-    /// close carries that code and `applicationErrorReason` (RFC 9000 §10.2); otherwise code 0.
+    /// Closes the tunnel with CONNECTION_CLOSE. With the metadata's `applicationError` set, the
+    /// close carries its code and reason (RFC 9000 §10.2); otherwise code 0.
     public func cancel() {
         let error = metadataObject.applicationErrorIfSet ?? 0
         cancel(applicationError: error.code, reason: error.reason ?? "")
@@ -222,8 +221,8 @@ public final class NWConnectionGroup: @unchecked Sendable {
         definition == NWProtocolQUIC.definition ? metadataObject : nil
     }
 
-    /// Opens a new outbound stream on the tunnel, as `NWConnection(from:to:using:)`; nil until the
-    /// group is ready. `connectionTo` must be nil or the tunnel's endpoint: a tunnel has one peer.
+    /// Opens a new outbound stream on the tunnel, as `NWConnection(from:to:using:)`; nil while
+    /// that returns nil (before the group is ready, unless `allowFastOpen`). `connectionTo` must be nil or the tunnel's endpoint: a tunnel has one peer.
     public func extract(connectionTo endpoint: NWEndpoint? = nil, using options: NWProtocolOptions? = nil) -> NWConnection? {
         NWConnection(from: self, to: endpoint, using: options)
     }
@@ -435,7 +434,7 @@ public final class NWConnectionGroup: @unchecked Sendable {
                 streams[id]?.completeSend(token: token, error: error)
             case .streamClosed(let id, let code):
                 streams[id]?.transportClosed(code: code)
-                if id & 0x1 != (driver?.core.role == .client ? 0 : 1) { refreshMetadata() }  // The peer's streams free credit.
+                if driver?.core.isLocallyInitiated(id) == false { refreshMetadata() }  // The peer's streams free credit.
             case .streamCreditAvailable:
                 refreshMetadata()
                 openPendingStreams()
@@ -542,7 +541,7 @@ public final class NWConnectionGroup: @unchecked Sendable {
                 switch change {
                 case .keepAlive(let behavior):
                     guard driver.core.isHandshakeCompleted else { return }  // Applied at the handshake.
-                    driver.core.setKeepAlive(milliseconds: self.keepAliveMilliseconds(behavior, core: driver.core))
+                    driver.core.setKeepAlive(milliseconds: Self.keepAliveMilliseconds(behavior))
                 case .localMaxStreams(let bidirectional, let limit):
                     driver.core.raisePeerStreamLimit(bidirectional: bidirectional, to: limit)
                 }
@@ -556,20 +555,18 @@ public final class NWConnectionGroup: @unchecked Sendable {
     private func applyMetadataSettings() {
         guard let core = driver?.core else { return }
         let behavior = tunnelMetadata.keepAlive
-        if behavior != .off { core.setKeepAlive(milliseconds: keepAliveMilliseconds(behavior, core: core)) }
-        let requested = tunnelMetadata.current
-        core.raisePeerStreamLimit(bidirectional: true, to: requested.requestedLocalMaxStreamsBidirectional)
-        core.raisePeerStreamLimit(bidirectional: false, to: requested.requestedLocalMaxStreamsUnidirectional)
+        if behavior != .off { core.setKeepAlive(milliseconds: Self.keepAliveMilliseconds(behavior)) }
+        let requested = tunnelMetadata.requestedLocalMaxStreamLimits
+        core.raisePeerStreamLimit(bidirectional: true, to: requested.bidirectional)
+        core.raisePeerStreamLimit(bidirectional: false, to: requested.unidirectional)
     }
 
-    /// The keep-alive interval of `behavior`: `.on` pings after half the idle timeout in force.
-    private func keepAliveMilliseconds(_ behavior: NWProtocolQUIC.Metadata.KeepAliveBehavior, core: QUICConnectionCore) -> UInt64 {
+    /// The keep-alive interval of `behavior` in milliseconds; nil leaves it to the connection.
+    private static func keepAliveMilliseconds(_ behavior: NWProtocolQUIC.Metadata.KeepAliveBehavior) -> UInt64? {
         switch behavior {
         case .off: return 0
         case .seconds(let seconds): return UInt64(max(1, seconds)) * 1000
-        case .on:
-            let idle = core.effectiveIdleTimeoutMilliseconds
-            return idle > 0 ? max(1000, idle / 2) : 15_000
+        case .on: return nil
         }
     }
 

@@ -44,6 +44,13 @@ public enum NWEndpoint: Hashable, Sendable, CustomStringConvertible {
     }
 }
 
+extension NWEndpoint {
+    /// The endpoint of a socket address.
+    init(address: QUICSocketAddress) {
+        self = .hostPort(host: .init(address.host), port: .init(integerLiteral: address.port))
+    }
+}
+
 /// A network interface by name; accepted for source compatibility, not used for routing.
 public struct NWInterface: Hashable, Sendable {
     public let name: String

@@ -28,8 +28,9 @@ extension NWProtocolQUIC {
     ///
     /// Apple uses one `Metadata` class for a tunnel and for each of its streams; here every
     /// metadata object of a tunnel shares one instance of this, and a stream's object adds its
-    /// stream identifier and reset code. The group refreshes the negotiated figures on its event
-    /// loop (at the handshake and when a limit moves), so reading them never blocks.
+    /// stream identifier and reset code. The group copies the connection's figures in on its
+    /// event loop (at the handshake, when stream credit moves and after a change made here), so
+    /// reading them never blocks; they are a snapshot.
     // @unchecked Sendable: every stored property is guarded by `lock`.
     final class TunnelMetadata: @unchecked Sendable {
         /// A change made through metadata that the tunnel's connection has to carry out.
@@ -40,6 +41,8 @@ extension NWProtocolQUIC {
 
         private let lock = NIOLock()
         private var figures = QUICTunnelFigures()
+        /// Stream limits asked for through metadata; shown at once, carried out on the loop.
+        private var requestedLocalMaxStreams = (bidirectional: UInt64(0), unidirectional: UInt64(0))
         private var _keepAlive: Metadata.KeepAliveBehavior = .off
         private var _applicationError: ApplicationError?
         private var _securityMetadata: sec_protocol_metadata_t?
@@ -47,16 +50,26 @@ extension NWProtocolQUIC {
 
         var current: QUICTunnelFigures { lock.withLock { figures } }
 
-        /// Called on the tunnel's loop with fresh figures from the core.
+        /// The peer's cumulative stream limit of a kind: the connection's, or a raise asked for
+        /// and not carried out yet (MAX_STREAMS never lowers a limit, RFC 9000 §4.6).
+        func localMaxStreams(bidirectional: Bool) -> UInt64 {
+            lock.withLock {
+                bidirectional
+                    ? max(figures.localMaxStreamsBidirectional, requestedLocalMaxStreams.bidirectional)
+                    : max(figures.localMaxStreamsUnidirectional, requestedLocalMaxStreams.unidirectional)
+            }
+        }
+
+        /// The raises asked for so far, for the group to carry out when it connects.
+        var requestedLocalMaxStreamLimits: (bidirectional: UInt64, unidirectional: UInt64) {
+            lock.withLock { requestedLocalMaxStreams }
+        }
+
+        /// Called on the tunnel's loop with fresh figures from the core, and once with the
+        /// handshake's TLS metadata.
         func refresh(_ new: QUICTunnelFigures, security: sec_protocol_metadata_t?) {
             lock.withLock {
-                var fresh = new
-                // A raise asked for but not carried out yet still shows.
-                fresh.requestedLocalMaxStreamsBidirectional = figures.requestedLocalMaxStreamsBidirectional
-                fresh.requestedLocalMaxStreamsUnidirectional = figures.requestedLocalMaxStreamsUnidirectional
-                fresh.localMaxStreamsBidirectional = max(fresh.localMaxStreamsBidirectional, fresh.requestedLocalMaxStreamsBidirectional)
-                fresh.localMaxStreamsUnidirectional = max(fresh.localMaxStreamsUnidirectional, fresh.requestedLocalMaxStreamsUnidirectional)
-                figures = fresh
+                figures = new
                 if let security { _securityMetadata = security }
             }
         }
@@ -78,13 +91,10 @@ extension NWProtocolQUIC {
 
         func raiseLocalMaxStreams(bidirectional: Bool, to limit: UInt64) {
             let applier = lock.withLock { () -> (@Sendable (Change) -> Void)? in
-                // MAX_STREAMS never lowers a limit (RFC 9000 §4.6); show the raise at once.
                 if bidirectional {
-                    figures.localMaxStreamsBidirectional = max(figures.localMaxStreamsBidirectional, limit)
-                    figures.requestedLocalMaxStreamsBidirectional = max(figures.requestedLocalMaxStreamsBidirectional, limit)
+                    requestedLocalMaxStreams.bidirectional = max(requestedLocalMaxStreams.bidirectional, limit)
                 } else {
-                    figures.localMaxStreamsUnidirectional = max(figures.localMaxStreamsUnidirectional, limit)
-                    figures.requestedLocalMaxStreamsUnidirectional = max(figures.requestedLocalMaxStreamsUnidirectional, limit)
+                    requestedLocalMaxStreams.unidirectional = max(requestedLocalMaxStreams.unidirectional, limit)
                 }
                 return apply
             }
@@ -168,7 +178,9 @@ extension NWProtocolQUIC {
         }
 
         /// The ALPN protocol both sides agreed on (RFC 9001 §8.1); nil before the handshake.
-        public var negotiatedALPN: String? { tunnel.current.negotiatedALPN }
+        public var negotiatedALPN: String? {
+            tunnel.securityMetadata?.negotiatedProtocol.map { String(cString: $0) }
+        }
 
         /// The peer's `max_idle_timeout` transport parameter in milliseconds (RFC 9000 §10.1);
         /// 0 when the peer has none or before the handshake.
@@ -184,20 +196,20 @@ extension NWProtocolQUIC {
         /// The limit rises by itself as the peer's streams finish; setting a higher value sends
         /// MAX_STREAMS at once. A lower value changes nothing, since limits never go down.
         public var localMaxStreamsBidirectional: Int {
-            get { Int(clamping: tunnel.current.localMaxStreamsBidirectional) }
+            get { Int(clamping: tunnel.localMaxStreams(bidirectional: true)) }
             set { tunnel.raiseLocalMaxStreams(bidirectional: true, to: UInt64(max(0, newValue))) }
         }
 
         /// How many unidirectional streams this side lets the peer open in all; as
         /// `localMaxStreamsBidirectional`.
         public var localMaxStreamsUnidirectional: Int {
-            get { Int(clamping: tunnel.current.localMaxStreamsUnidirectional) }
+            get { Int(clamping: tunnel.localMaxStreams(bidirectional: false)) }
             set { tunnel.raiseLocalMaxStreams(bidirectional: false, to: UInt64(max(0, newValue))) }
         }
 
-        /// The largest datagram payload `send(content:)` on the group can carry now (RFC 9221 §3):
-        /// bounded by the peer's `max_datagram_frame_size` and by a packet. 0 until the handshake
-        /// completes, and when either side has datagrams off.
+        /// The largest datagram payload `send(content:)` on the group can carry (RFC 9221 §3):
+        /// bounded by the peer's `max_datagram_frame_size` and by a packet on the path, as of the
+        /// last snapshot. 0 until the handshake completes, and when either side has datagrams off.
         public var usableDatagramFrameSize: Int { tunnel.current.usableDatagramFrameSize }
 
         /// Keep-alive PINGs for the tunnel; setting it on any of the tunnel's metadata applies to
@@ -207,26 +219,10 @@ extension NWProtocolQUIC {
             set { tunnel.keepAlive = newValue }
         }
 
-        /// The TLS side of the tunnel: negotiated protocol, cipher suite, server name and the
-        /// peer's certificates. Before the handshake it reports nothing.
+        /// The TLS side of the tunnel: the negotiated protocol and, on clients, the server name.
+        /// Before the handshake it reports nothing.
         public var securityProtocolMetadata: sec_protocol_metadata_t {
             tunnel.securityMetadata ?? sec_protocol_metadata_t(negotiated: nil)
         }
     }
-}
-
-/// The negotiated figures of a tunnel that QUIC metadata reports, read from the connection.
-package struct QUICTunnelFigures: Sendable, Equatable {
-    package var negotiatedALPN: String?
-    package var remoteIdleTimeoutMilliseconds: UInt64 = 0
-    package var remoteMaxStreamsBidirectional: UInt64 = 0
-    package var remoteMaxStreamsUnidirectional: UInt64 = 0
-    package var localMaxStreamsBidirectional: UInt64 = 0
-    package var localMaxStreamsUnidirectional: UInt64 = 0
-    /// The raises asked for through metadata, applied when the tunnel connects.
-    var requestedLocalMaxStreamsBidirectional: UInt64 = 0
-    var requestedLocalMaxStreamsUnidirectional: UInt64 = 0
-    package var usableDatagramFrameSize = 0
-
-    package init() {}
 }

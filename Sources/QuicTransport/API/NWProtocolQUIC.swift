@@ -171,7 +171,8 @@ public final class NWProtocolQUIC: @unchecked Sendable {
 
         /// Why these options cannot make a QUIC handshake, or nil when they can.
         var configurationProblem: String? {
-            if let maximum = maximumTLSVersion, maximum < .TLSv13 || maximum.isDatagramTLS {
+            // TLS 1.3 is the highest version there is, so any other maximum excludes it.
+            if let maximum = maximumTLSVersion, maximum != .TLSv13 {
                 return "QUIC needs TLS 1.3 (RFC 9001 §4.2), but the maximum TLS version is set to \(maximum)"
             }
             if let minimum = minimumTLSVersion, minimum.isDatagramTLS {

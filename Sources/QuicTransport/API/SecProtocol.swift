@@ -76,17 +76,13 @@ public final class sec_identity_t: Sendable {
 }
 
 /// TLS protocol versions, with Apple's case names. QUIC uses TLS 1.3 only (RFC 9001 §4.2).
-public enum tls_protocol_version_t: UInt16, Sendable, Comparable {
+public enum tls_protocol_version_t: UInt16, Sendable {
     case TLSv10 = 0x0301
     case TLSv11 = 0x0302
     case TLSv12 = 0x0303
     case TLSv13 = 0x0304
     case DTLSv10 = 0xfeff
     case DTLSv12 = 0xfefd
-
-    public static func < (lhs: tls_protocol_version_t, rhs: tls_protocol_version_t) -> Bool {
-        lhs.isDatagramTLS == rhs.isDatagramTLS ? lhs.rawValue < rhs.rawValue : !lhs.isDatagramTLS
-    }
 
     var isDatagramTLS: Bool { self == .DTLSv10 || self == .DTLSv12 }
 }

@@ -20,13 +20,12 @@ extension QUICConnectionCore {
     }
 
     /// What QUIC metadata reports of this connection now.
-    package var tunnelFigures: QUICTunnelFigures {
+    var tunnelFigures: QUICTunnelFigures {
         var figures = QUICTunnelFigures()
-        figures.negotiatedALPN = negotiatedALPN
-        figures.localMaxStreamsBidirectional = configuration.initialMaxStreamsBidirectional + peerStreamCreditGranted.bidirectional
-        figures.localMaxStreamsUnidirectional = configuration.initialMaxStreamsUnidirectional + peerStreamCreditGranted.unidirectional
-        guard isHandshakeCompleted, let peer = ngtcp2_conn_get_remote_transport_params(conn)?.pointee else { return figures }
-        figures.remoteIdleTimeoutMilliseconds = peer.max_idle_timeout / UInt64(NGTCP2_MILLISECONDS)
+        figures.localMaxStreamsBidirectional = localMaxStreams(bidirectional: true)
+        figures.localMaxStreamsUnidirectional = localMaxStreams(bidirectional: false)
+        guard isHandshakeCompleted else { return figures }
+        figures.remoteIdleTimeoutMilliseconds = remoteIdleTimeoutMilliseconds
         // MAX_STREAMS counts every stream ever opened (RFC 9000 §4.6): those opened plus those left.
         figures.remoteMaxStreamsBidirectional = localStreamsOpened.bidirectional + ngtcp2_conn_get_streams_bidi_left(conn)
         figures.remoteMaxStreamsUnidirectional = localStreamsOpened.unidirectional + ngtcp2_conn_get_streams_uni_left(conn)
@@ -46,30 +45,50 @@ extension QUICConnectionCore {
         }
     }
 
+    /// How many streams of a kind this side has let the peer open in all (RFC 9000 §4.6).
+    func localMaxStreams(bidirectional: Bool) -> UInt64 {
+        bidirectional
+            ? configuration.initialMaxStreamsBidirectional + peerStreamCreditGranted.bidirectional
+            : configuration.initialMaxStreamsUnidirectional + peerStreamCreditGranted.unidirectional
+    }
+
     /// Raises the peer's cumulative stream limit of a kind to `limit`; a lower value changes
     /// nothing, since limits never decrease (RFC 9000 §4.6).
     package func raisePeerStreamLimit(bidirectional: Bool, to limit: UInt64) {
         guard state == .handshaking || state == .established else { return }
-        let figures = tunnelFigures
-        let current = bidirectional ? figures.localMaxStreamsBidirectional : figures.localMaxStreamsUnidirectional
+        let current = localMaxStreams(bidirectional: bidirectional)
         // MAX_STREAMS may not exceed 2^60 (RFC 9000 §19.11).
         let target = min(limit, 1 << 60)
         if target > current { grantPeerStreams(bidirectional: bidirectional, target - current) }
     }
 
     /// Sends a PING after `milliseconds` without traffic, so that idle timeouts do not end the
-    /// connection (RFC 9000 §10.1.2); 0 turns it off. Rearm the timer afterwards.
-    package func setKeepAlive(milliseconds: UInt64) {
-        ngtcp2_conn_set_keep_alive_timeout(conn, milliseconds * UInt64(NGTCP2_MILLISECONDS))
+    /// connection (RFC 9000 §10.1.2): nil for half the idle timeout in force (at least a second;
+    /// 15 s when neither side has one), 0 to turn it off. Rearm the timer afterwards.
+    func setKeepAlive(milliseconds: UInt64?) {
+        let interval = milliseconds ?? (effectiveIdleTimeoutMilliseconds > 0 ? max(1000, effectiveIdleTimeoutMilliseconds / 2) : 15_000)
+        ngtcp2_conn_set_keep_alive_timeout(conn, interval * UInt64(NGTCP2_MILLISECONDS))
+    }
+
+    /// The peer's `max_idle_timeout` in milliseconds (RFC 9000 §18.2); 0 before the handshake.
+    private var remoteIdleTimeoutMilliseconds: UInt64 {
+        guard isHandshakeCompleted, let peer = ngtcp2_conn_get_remote_transport_params(conn) else { return 0 }
+        return peer.pointee.max_idle_timeout / UInt64(NGTCP2_MILLISECONDS)
     }
 
     /// The idle timeout in force, in milliseconds: the lower of both sides' nonzero
     /// `max_idle_timeout` (RFC 9000 §10.1); 0 when neither side has one.
-    package var effectiveIdleTimeoutMilliseconds: UInt64 {
-        let local = configuration.idleTimeoutMilliseconds
-        let remote = isHandshakeCompleted
-            ? (ngtcp2_conn_get_remote_transport_params(conn)?.pointee.max_idle_timeout ?? 0) / UInt64(NGTCP2_MILLISECONDS)
-            : 0
-        return [local, remote].filter { $0 > 0 }.min() ?? 0
+    private var effectiveIdleTimeoutMilliseconds: UInt64 {
+        [configuration.idleTimeoutMilliseconds, remoteIdleTimeoutMilliseconds].filter { $0 > 0 }.min() ?? 0
     }
+}
+
+/// The negotiated figures of a tunnel that QUIC metadata reports, read from the connection.
+struct QUICTunnelFigures: Sendable, Equatable {
+    var remoteIdleTimeoutMilliseconds: UInt64 = 0
+    var remoteMaxStreamsBidirectional: UInt64 = 0
+    var remoteMaxStreamsUnidirectional: UInt64 = 0
+    var localMaxStreamsBidirectional: UInt64 = 0
+    var localMaxStreamsUnidirectional: UInt64 = 0
+    var usableDatagramFrameSize = 0
 }

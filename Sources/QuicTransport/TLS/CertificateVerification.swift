@@ -104,12 +104,10 @@ package func verifyPeerCertificate(
         let alpn = negotiatedALPN(session)
         return verifier.decide(on: .init(certificateChain: chain, serverName: serverName, negotiatedALPN: alpn))
     case .pinnedSHA256(let expected):
-        var count: UInt32 = 0
-        guard let chain = gnutls_certificate_get_peers(session, &count), count > 0 else { return .noPeerCertificate }
-        let leaf = chain[0]
+        guard let leaf = peerCertificateChain(session).first else { return .noPeerCertificate }
         let actual: [UInt8]
         do {
-            actual = try SHA256.hash(UnsafeRawBufferPointer(start: leaf.data, count: Int(leaf.size)))
+            actual = try leaf.withUnsafeBytes { try SHA256.hash($0) }
         } catch {
             return .other("\(error)")
         }
