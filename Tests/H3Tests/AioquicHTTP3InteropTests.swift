@@ -8,10 +8,6 @@ import Testing
 /// HTTP/3 against aioquic 1.7.2's H3Connection (peers in Tests/Interop/aioquic), both ways.
 @Suite("HTTP/3 interop with aioquic", .serialized, .timeLimit(.minutes(2)))
 struct AioquicHTTP3InteropTests {
-    static func script(_ name: String) -> String {
-        TestEnvironment.repositoryRoot.appendingPathComponent("Tests/Interop/aioquic/\(name)").path
-    }
-
     /// The body aioquic's `/bytes/N` serves: byte i is (i * 31 + 7) & 0xff.
     static func pattern(_ count: Int) -> [UInt8] {
         (0..<count).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 7) }
@@ -27,7 +23,7 @@ struct AioquicHTTP3InteropTests {
         let key = directory.appendingPathComponent("key.pem").path
         try identity.certificatePEM.write(toFile: cert, atomically: true, encoding: .utf8)
         try identity.privateKeyPEM.write(toFile: key, atomically: true, encoding: .utf8)
-        let server = try ChildProcess(python, [script("h3_server.py"), "--port", "0", "--cert", cert, "--key", key] + extra)
+        let server = try ChildProcess(python, [TestEnvironment.aioquicScript("h3_server.py"), "--port", "0", "--cert", cert, "--key", key] + extra)
         let line = try await server.waitForLine(containing: "LISTENING")
         return (server, Int(line.split(separator: " ").last!)!, identity)
     }
@@ -61,7 +57,7 @@ struct AioquicHTTP3InteropTests {
         let (server, port) = try await startH3serve(root: root)
         defer { server.stop() }
         let client = try ChildProcess(python, [
-            Self.script("h3_client.py"), "-k", "https://127.0.0.1:\(port)/1000000.bin", "https://127.0.0.1:\(port)/50000000.bin",
+            TestEnvironment.aioquicScript("h3_client.py"), "-k", "https://127.0.0.1:\(port)/1000000.bin", "https://127.0.0.1:\(port)/50000000.bin",
             "https://127.0.0.1:\(port)/absent", "--timeout", "100",
         ])
         // 51 MB through Python's QUIC stack: seconds when idle, much longer on a busy machine.

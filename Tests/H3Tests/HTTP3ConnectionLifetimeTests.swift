@@ -56,7 +56,7 @@ struct HTTP3ConnectionLifetimeTests {
             #expect(try await fetch.waitForExit() == 0, "h3get: \(fetch.standardError)")
         }
         let aioquic = try ChildProcess(try TestEnvironment.python(), [
-            AioquicHTTP3InteropTests.script("h3_client.py"), "-k", "https://127.0.0.1:\(port)/large.bin",
+            TestEnvironment.aioquicScript("h3_client.py"), "-k", "https://127.0.0.1:\(port)/large.bin",
         ])
         #expect(try await aioquic.waitForExit() == 0, "aioquic: \(aioquic.standardError)")
         server.terminate()
@@ -88,7 +88,7 @@ struct HTTP3ConnectionLifetimeTests {
         }
         // aioquic, a client nobody here wrote.
         let aioquic = try ChildProcess(try TestEnvironment.python(), [
-            AioquicHTTP3InteropTests.script("h3_client.py"), "-k", "https://127.0.0.1:\(port)/small.txt",
+            TestEnvironment.aioquicScript("h3_client.py"), "-k", "https://127.0.0.1:\(port)/small.txt",
         ])
         #expect(try await aioquic.waitForExit() == 0, "aioquic: \(aioquic.standardError)")
 

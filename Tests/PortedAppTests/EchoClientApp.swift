@@ -24,10 +24,10 @@ final class EchoClientApp: @unchecked Sendable {
 
     init(host: String, port: UInt16, pinnedCertificate: Data, configure: (NWProtocolQUIC.Options) -> Void = { _ in }) {
         self.pinnedCertificate = pinnedCertificate
-        let options = NWProtocolQUIC.Options(alpn: ["quic-echo"])
+        // Datagrams come from the parameters, as `NWParameters.quicDatagram` offers them.
+        let parameters = NWParameters.quicDatagram(alpn: ["quic-echo"])
+        let options = parameters.defaultProtocolStack.applicationProtocols.first as! NWProtocolQUIC.Options
         options.idleTimeout = 30_000
-        options.isDatagram = true
-        options.maxDatagramFrameSize = 65_535
         sec_protocol_options_set_min_tls_protocol_version(options.securityProtocolOptions, .TLSv13)
         sec_protocol_options_set_verify_block(
             options.securityProtocolOptions,
@@ -47,7 +47,6 @@ final class EchoClientApp: @unchecked Sendable {
             queue
         )
         configure(options)
-        let parameters = NWParameters(quic: options)
         let endpoint = NWEndpoint.hostPort(host: NWEndpoint.Host(host), port: NWEndpoint.Port(rawValue: port)!)
         group = NWConnectionGroup(with: NWMultiplexGroup(to: endpoint), using: parameters)
     }

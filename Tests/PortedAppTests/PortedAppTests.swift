@@ -9,10 +9,6 @@ import Testing
 /// echo client for the listener app.
 @Suite("Network.framework code ported as is", .serialized, .timeLimit(.minutes(2)))
 struct PortedAppTests {
-    static func aioquicScript(_ name: String) -> String {
-        TestEnvironment.repositoryRoot.appendingPathComponent("Tests/Interop/aioquic/\(name)").path
-    }
-
     /// The DER bytes of the first certificate in a PEM file: what an app would bundle to pin.
     static func derCertificate(inPEMFile path: String) throws -> Data {
         let pem = try String(contentsOfFile: path, encoding: .utf8)
@@ -39,12 +35,8 @@ struct PortedAppTests {
                 let server = try await EchoServerProcess(["--datagrams", "--cert", cert, "--key", key])
                 return EchoPeer(port: UInt16(server.port), certificate: cert) { server.process.stop() }
             case .aioquic:
-                let server = try ChildProcess(try TestEnvironment.python(), [
-                    aioquicScript("echo_server.py"), "--port", "0", "--cert", cert, "--key", key, "--datagrams",
-                ])
-                let listening = try await server.waitForLine(containing: "LISTENING")
-                let port = try #require(UInt16(listening.split(separator: " ").last ?? ""))
-                return EchoPeer(port: port, certificate: cert) { server.stop() }
+                let server = try await AioquicEchoServerProcess(certificate: cert, key: key)
+                return EchoPeer(port: server.port, certificate: cert) { server.process.stop() }
             }
         }
     }
@@ -136,8 +128,9 @@ struct PortedAppTests {
         #expect(mirrored == 0x2a)
 
         app.close(code: 0)
-        _ = await eventually(within: 10) { app.log.last == "cancelled" }
-        #expect(app.log.last == "cancelled")
+        // The app's state lives on its queue, as in any app: read it there.
+        _ = await eventually(within: 10) { app.queue.sync { app.log.last } == "cancelled" }
+        #expect(app.queue.sync { app.log.last } == "cancelled")
     }
 
     @Test func aVerifyBlockThatSaysNoFailsTheTunnel() async throws {
@@ -170,7 +163,6 @@ struct PortedAppTests {
         sec_protocol_options_add_tls_application_protocol(options.securityProtocolOptions, "h3")
         sec_protocol_options_add_tls_application_protocol(options.securityProtocolOptions, "quic-echo")
         #expect(options.alpn == ["h3", "quic-echo"])
-        #expect(NWParameters.quicDatagram(alpn: ["x"]).quicOptions.isDatagram)
     }
 
     /// The listener app, with its identity from PEM files, serves aioquic's echo client: bidi and
@@ -184,7 +176,7 @@ struct PortedAppTests {
         }
         defer { app.listener.cancel() }
         let client = try ChildProcess(try TestEnvironment.python(), [
-            Self.aioquicScript("echo_client.py"), "127.0.0.1", "\(port)", "--cacert", cert,
+            TestEnvironment.aioquicScript("echo_client.py"), "127.0.0.1", "\(port)", "--cacert", cert,
             "--streams", "3", "--uni", "2", "--reset-code", "42", "--datagrams", "3", "--size", "50000",
         ])
         let status = try await client.waitForExit()
@@ -193,7 +185,7 @@ struct PortedAppTests {
         #expect(summary?["ok"] as? Bool == true, "\(client.standardOutput)")
         #expect(summary?["resets"] as? [Int] == [42, 42])
         #expect(summary?["datagrams"] as? Int == 3)
-        #expect(app.tunnels == 1)
+        #expect(app.queue.sync { app.tunnels } == 1)
     }
 
     @Test func anIdentityFromFilesThatDoNotMatchIsNil() throws {

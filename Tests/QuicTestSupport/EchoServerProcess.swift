@@ -22,3 +22,20 @@ package struct EchoServerProcess {
         }
     }
 }
+
+/// aioquic's `echo_server.py` on a free port, presenting `certificate` (with `--datagrams`).
+package struct AioquicEchoServerProcess {
+    package let process: ChildProcess
+    package let port: UInt16
+
+    package init(certificate: String, key: String) async throws {
+        process = try ChildProcess(try TestEnvironment.python(), [
+            TestEnvironment.aioquicScript("echo_server.py"), "--port", "0", "--cert", certificate, "--key", key, "--datagrams",
+        ])
+        let listening = try await process.waitForLine(containing: "LISTENING")
+        guard let port = UInt16(listening.split(separator: " ").last ?? "") else {
+            throw SetupError("cannot read the port from '\(listening)'")
+        }
+        self.port = port
+    }
+}

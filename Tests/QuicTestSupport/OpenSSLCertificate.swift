@@ -10,16 +10,13 @@ package enum OpenSSLCertificate {
         let cert = directory.appendingPathComponent("cert.pem").path
         let key = directory.appendingPathComponent("key.pem").path
         let openssl = Process()
-        openssl.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
+        openssl.executableURL = try TestEnvironment.systemTool("openssl", package: "openssl")
         openssl.arguments = [
             "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
             "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1", "-days", "2",
             "-keyout", key, "-out", cert,
         ]
         openssl.standardError = FileHandle.nullDevice
-        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/openssl") else {
-            throw SetupError("openssl is missing: run `bash scripts/setup` (apt-get install openssl)")
-        }
         try openssl.run()
         openssl.waitUntilExit()
         guard openssl.terminationStatus == 0 else { throw SetupError("openssl could not make a certificate") }

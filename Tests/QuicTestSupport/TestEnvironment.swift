@@ -26,6 +26,11 @@ package enum TestEnvironment {
         throw SetupError("\(name) is missing: run `bash scripts/setup` (apt-get install -y \(debianPackage))")
     }
 
+    /// The path of one of the aioquic peer scripts in Tests/Interop/aioquic.
+    package static func aioquicScript(_ name: String) -> String {
+        repositoryRoot.appendingPathComponent("Tests/Interop/aioquic/\(name)").path
+    }
+
     /// aioquic's interpreter from the repository's virtual environment.
     package static func python() throws -> URL {
         let python = repositoryRoot.appendingPathComponent(".venv/bin/python")

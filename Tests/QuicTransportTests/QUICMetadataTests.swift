@@ -6,10 +6,6 @@ import Testing
 /// What `NWProtocolQUIC.Metadata` reports and what setting it does, over real UDP and TLS.
 @Suite("QUIC metadata over loopback", .timeLimit(.minutes(2)))
 struct QUICMetadataTests {
-    static func tunnelMetadata(_ group: NWConnectionGroup) throws -> NWProtocolQUIC.Metadata {
-        try #require(group.metadata(definition: NWProtocolQUIC.definition) as? NWProtocolQUIC.Metadata)
-    }
-
     /// With a 3 s idle timeout on both sides, a quiet tunnel ends after 3 s unless keep-alive
     /// PINGs (RFC 9000 §10.1.2), one a second, hold it open; both run side by side for 6.5 s.
     @Test func keepAlivePingsHoldAQuietTunnelOpenPastItsIdleTimeout() async throws {
@@ -18,11 +14,11 @@ struct QUICMetadataTests {
         let kept = server.makeClient { $0.idleTimeout = 3_000 }
         let quiet = server.makeClient { $0.idleTimeout = 3_000 }
         // Set before start, as apps do with a group's metadata; it applies at the handshake.
-        try Self.tunnelMetadata(kept).keepAlive = .seconds(1)
+        quicMetadata(kept).keepAlive = .seconds(1)
         try await startAndWaitUntilReady(kept)
         try await startAndWaitUntilReady(quiet)
-        #expect(try Self.tunnelMetadata(kept).keepAlive == .seconds(1))
-        #expect(try Self.tunnelMetadata(kept).remoteIdleTimeout == 3_000)
+        #expect(quicMetadata(kept).keepAlive == .seconds(1))
+        #expect(quicMetadata(kept).remoteIdleTimeout == 3_000)
         try await Task.sleep(for: .milliseconds(6_500))
         guard case .failed(let error) = quiet.state, case .quic(let quic) = error else {
             Issue.record("the tunnel without keep-alive is \(quiet.state), not failed by its idle timeout")
@@ -43,13 +39,13 @@ struct QUICMetadataTests {
         let serverGroups = server.groups
         Task {
             for await group in serverGroups {
-                serverMetadata.append(try Self.tunnelMetadata(group))
+                serverMetadata.append(quicMetadata(group))
                 await LoopbackServer.echo(group)
             }
         }
         let group = server.makeClient()
         try await startAndWaitUntilReady(group)
-        let clientMetadata = try Self.tunnelMetadata(group)
+        let clientMetadata = quicMetadata(group)
         #expect(clientMetadata.remoteMaxStreamsBidirectional == 2)
         // Two streams held open use up the limit; the third waits for credit.
         var held: [NWConnection] = []
@@ -72,6 +68,13 @@ struct QUICMetadataTests {
         // Limits never go down (RFC 9000 §4.6).
         metadata.localMaxStreamsBidirectional = 1
         #expect(metadata.localMaxStreamsBidirectional == 3)
+        // The peer sees the same: a fourth stream still waits, and its limit stays at three.
+        let fourth = try #require(NWConnection(from: group))
+        fourth.start(queue: DispatchQueue(label: "test.stream"))
+        fourth.send(content: Data("stream 3".utf8), isComplete: false, completion: .idempotent)
+        try await Task.sleep(for: .milliseconds(300))
+        #expect(fourth.state == .preparing)
+        #expect(clientMetadata.remoteMaxStreamsBidirectional == 3)
         group.cancel()
     }
 
@@ -82,7 +85,7 @@ struct QUICMetadataTests {
         Task {
             for await group in serverGroups {
                 group.start(queue: DispatchQueue(label: "server"))
-                let metadata = try Self.tunnelMetadata(group)
+                let metadata = quicMetadata(group)
                 metadata.applicationError = NWProtocolQUIC.ApplicationError(code: 0x1ab, reason: "going away")
                 group.cancel()
             }
@@ -97,7 +100,7 @@ struct QUICMetadataTests {
             }
             return false
         }
-        let metadata = try Self.tunnelMetadata(group)
+        let metadata = quicMetadata(group)
         #expect(metadata.applicationError == NWProtocolQUIC.ApplicationError(code: 0x1ab, reason: "going away"))
     }
 }

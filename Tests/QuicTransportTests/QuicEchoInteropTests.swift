@@ -6,16 +6,12 @@ import Testing
 /// quic-echo against aioquic 1.7.2, an implementation nobody here wrote, over real UDP and TLS.
 @Suite("quic-echo interop with aioquic", .serialized, .timeLimit(.minutes(2)))
 struct QuicEchoInteropTests {
-    static func script(_ name: String) -> String {
-        TestEnvironment.repositoryRoot.appendingPathComponent("Tests/Interop/aioquic/\(name)").path
-    }
-
     /// With two workers the listener's sockets share the port, steered by connection ID.
     @Test(arguments: [1, 2]) func aioquicClientAgainstQuicEchoServer(workers: Int) async throws {
         let python = try TestEnvironment.python()
         let server = try await EchoServerProcess(["--datagrams", "--workers", "\(workers)"])
         let client = try ChildProcess(python, [
-            Self.script("echo_client.py"), "127.0.0.1", "\(server.port)", "-k",
+            TestEnvironment.aioquicScript("echo_client.py"), "127.0.0.1", "\(server.port)", "-k",
             "--streams", "4", "--uni", "3", "--reset-code", "42", "--datagrams", "5", "--size", "100000",
         ])
         let status = try await client.waitForExit()
@@ -30,12 +26,10 @@ struct QuicEchoInteropTests {
     }
 
     @Test func quicEchoClientAgainstAioquicServer() async throws {
-        let python = try TestEnvironment.python()
         let (cert, key) = try OpenSSLCertificate.make()
-        let server = try ChildProcess(python, [Self.script("echo_server.py"), "--port", "0", "--cert", cert, "--key", key, "--datagrams"])
-        defer { server.stop() }
-        let listening = try await server.waitForLine(containing: "LISTENING")
-        let port = String(listening.split(separator: " ").last ?? "")
+        let server = try await AioquicEchoServerProcess(certificate: cert, key: key)
+        defer { server.process.stop() }
+        let port = String(server.port)
         let client = try ChildProcess(try TestEnvironment.executable("quic-echo"), [
             "connect", "localhost", port, "--cacert", cert,
             "--streams", "4", "--uni", "3", "--reset-code", "42", "--datagrams", "5", "--data", String(repeating: "x", count: 50_000),

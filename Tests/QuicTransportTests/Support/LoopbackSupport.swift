@@ -125,3 +125,8 @@ func quicMetadata(_ connection: NWConnection) -> NWProtocolQUIC.Metadata {
     connection.metadata(definition: NWProtocolQUIC.definition) as! NWProtocolQUIC.Metadata
 }
 
+/// The tunnel's QUIC metadata.
+func quicMetadata(_ group: NWConnectionGroup) -> NWProtocolQUIC.Metadata {
+    group.metadata(definition: NWProtocolQUIC.definition) as! NWProtocolQUIC.Metadata
+}
+
