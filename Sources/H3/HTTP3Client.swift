@@ -322,7 +322,8 @@ public enum HTTP3ClientError: Error, Sendable, CustomStringConvertible {
     /// This client refused the server's certificate: untrusted, expired, for another name, or
     /// not matching a pin (RFC 9001 §4.4).
     case certificateRejected(String)
-    /// The connection failed after its handshake.
+    /// The connection failed for another reason: an error close after the handshake, or before
+    /// it one that is neither TLS nor a timeout (stateless reset, no common QUIC version).
     case connectionFailed(String)
     /// The connection closed cleanly before the request finished.
     case connectionClosed(String)
@@ -355,15 +356,29 @@ public enum HTTP3ClientError: Error, Sendable, CustomStringConvertible {
         }
     }
 
-    /// Why a connection that closed before its handshake completed did so.
-    init(handshakeEndedBy reason: QUICCloseReason) {
+    /// Why a connection ended with requests unfinished: a clean close, a handshake that failed
+    /// (certificate, TLS alert, timeout), or another failure.
+    init(closedBy reason: QUICCloseReason, beforeHandshake: Bool) {
         switch reason {
+        case _ where reason.isNoError: self = .connectionClosed(Self.describe(reason))
+        case _ where !beforeHandshake: self = .connectionFailed(Self.describe(reason))
         case .handshakeFailed(_, _, .some): self = .certificateRejected(reason.description)
         case .handshakeFailed: self = .tlsHandshakeFailed(reason.description)
-        case .peerTransportClose where reason.isCryptoError: self = .tlsHandshakeFailed("TLS handshake failed: the server closed with \(reason)")
-        case .localTransportError where reason.isCryptoError: self = .tlsHandshakeFailed("TLS handshake failed: \(reason)")
+        case _ where reason.isCryptoError: self = .tlsHandshakeFailed("TLS handshake failed: \(reason)")
         case .handshakeTimeout, .idleTimeout: self = .handshakeTimedOut(reason.description)
-        default: self = .connectionFailed(HTTP3ClientConnection.describe(reason))
+        default: self = .connectionFailed(Self.describe(reason))
+        }
+    }
+
+    /// A close reason with HTTP/3 error codes named (RFC 9114 §8.1).
+    static func describe(_ reason: QUICCloseReason) -> String {
+        switch reason {
+        case .localApplicationClose(let code, let text):
+            return "closed locally with \(HTTP3ErrorCode(rawValue: code))" + (text.isEmpty ? "" : ": \(text)")
+        case .peerApplicationClose(let code, let text):
+            return "the server closed the connection with \(HTTP3ErrorCode(rawValue: code))" + (text.isEmpty ? "" : ": \(text)")
+        default:
+            return "\(reason)"
         }
     }
 }

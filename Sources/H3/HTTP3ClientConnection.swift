@@ -213,27 +213,12 @@ final class HTTP3ClientConnection: @unchecked Sendable {
             case .streamCreditAvailable:
                 sendPending()
             case .closed(let reason):
-                if case .connecting = state, !reason.isNoError {
-                    fail(HTTP3ClientError(handshakeEndedBy: reason))
-                } else {
-                    let text = Self.describe(reason)
-                    fail(reason.isNoError ? .connectionClosed(text) : .connectionFailed(text))
-                }
+                let beforeHandshake: Bool
+                if case .connecting = state { beforeHandshake = true } else { beforeHandshake = false }
+                fail(HTTP3ClientError(closedBy: reason, beforeHandshake: beforeHandshake))
             default:
                 break
             }
-        }
-    }
-
-    /// A close reason with HTTP/3 error codes named (RFC 9114 §8.1).
-    static func describe(_ reason: QUICCloseReason) -> String {
-        switch reason {
-        case .localApplicationClose(let code, let text):
-            return "closed locally with \(HTTP3ErrorCode(rawValue: code))" + (text.isEmpty ? "" : ": \(text)")
-        case .peerApplicationClose(let code, let text):
-            return "the server closed the connection with \(HTTP3ErrorCode(rawValue: code))" + (text.isEmpty ? "" : ": \(text)")
-        default:
-            return "\(reason)"
         }
     }
 

@@ -77,7 +77,7 @@ public struct QUICError: Error, Equatable, Sendable, CustomStringConvertible {
             self.init(kind: .applicationClose, applicationErrorCode: code, description: reason.description)
         case .peerTransportClose(let code, _):
             self.init(
-                kind: (0x100...0x1ff).contains(code) ? .handshakeFailed : .transportClose,
+                kind: QUICTransportErrorName.cryptoErrors.contains(code) ? .handshakeFailed : .transportClose,
                 transportErrorCode: code,
                 description: reason.description
             )

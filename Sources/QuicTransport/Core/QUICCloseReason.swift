@@ -47,12 +47,13 @@ package enum QUICCloseReason: Sendable, Equatable, CustomStringConvertible {
     package var isCryptoError: Bool {
         switch self {
         case .handshakeFailed: return true
-        case .peerTransportClose(let code, _), .localTransportError(let code, _): return (0x100...0x1ff).contains(code)
+        case .peerTransportClose(let code, _), .localTransportError(let code, _): return QUICTransportErrorName.cryptoErrors.contains(code)
         default: return false
         }
     }
 
-    /// A clean, expected end: an application close with code 0, or an idle timeout after use.
+    /// A clean, expected end: a close with code 0 by either side (NO_ERROR or H3_NO_ERROR's 0).
+    /// An idle timeout is not one.
     package var isNoError: Bool {
         switch self {
         case .localApplicationClose(let code, _), .peerApplicationClose(let code, _): return code == 0
@@ -64,6 +65,9 @@ package enum QUICCloseReason: Sendable, Equatable, CustomStringConvertible {
 
 /// Names for the transport error codes of RFC 9000 §20.1 and RFC 9001 §4.8.
 enum QUICTransportErrorName {
+    /// CRYPTO_ERROR codes: 0x100 plus a TLS alert (RFC 9001 §4.8).
+    static let cryptoErrors: ClosedRange<UInt64> = 0x100...0x1ff
+
     /// The RFC 8446 §6 name of a TLS alert, as QUIC carries it in CRYPTO_ERROR (RFC 9001 §4.8).
     static func tlsAlertName(_ alert: UInt8) -> String {
         let names: [UInt8: String] = [
@@ -87,7 +91,7 @@ enum QUICTransportErrorName {
             0x10: "NO_VIABLE_PATH",
         ]
         if let name = names[code] { return "\(name) (0x\(String(code, radix: 16)))" }
-        if (0x100...0x1ff).contains(code) {
+        if cryptoErrors.contains(code) {
             return "CRYPTO_ERROR \(tlsAlertName(UInt8(code - 0x100))) (0x\(String(code, radix: 16)))"
         }
         return "0x\(String(code, radix: 16))"
