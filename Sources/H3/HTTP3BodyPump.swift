@@ -10,8 +10,11 @@ import QuicTransport
 // @unchecked Sendable: all state is touched only on `driver.eventLoop`, which is also why its
 // state skips the run-time exclusivity check (`@exclusivity(unchecked)`).
 final class HTTP3BodyPump: @unchecked Sendable {
-    /// Bytes a stream may have queued and unacknowledged before its producer waits.
+    /// Bytes a stream may have queued and unacknowledged before its producer, or its file body's
+    /// read-ahead, waits.
     static let bufferLimit = 4 << 20
+    /// The level the unacknowledged bytes must fall below before a waiting body goes on.
+    static let resumeLevel = bufferLimit / 2
 
     private let driver: QUICConnectionDriver
     private let codec: () -> HTTP3Codec?
@@ -58,7 +61,7 @@ final class HTTP3BodyPump: @unchecked Sendable {
     /// The peer acknowledged more of the stream's body: wake its producer when below half the limit.
     func acknowledged(_ streamID: Int64) {
         guard !producers.isEmpty, let waiting = producers[streamID], let continuation = waiting, let codec = codec() else { return }
-        guard codec.bufferedBodyBytes(streamID: streamID) < Self.bufferLimit / 2 else { return }
+        guard codec.bufferedBodyBytes(streamID: streamID) < Self.resumeLevel else { return }
         producers[streamID] = .some(nil)
         continuation.resume(returning: true)
     }

@@ -116,8 +116,8 @@ package final class HTTP3Codec: QUICApplicationCodec {
     }
 
     /// Sends a response on the request's stream (server). With `streaming`, the body arrives
-    /// later through `appendBody(streamID:_:finished:)`.
-    /// With `file`, the body after `body` is read from the file region as the peer takes it.
+    /// later through `appendBody(streamID:_:finished:)`. With `file`, the body is read from the
+    /// file region as the peer takes it; the server passes no other body with one.
     package func submitResponse(
         streamID: Int64,
         headers: [(name: String, value: String)],
@@ -185,8 +185,8 @@ package final class HTTP3Codec: QUICApplicationCodec {
         headers: [(name: String, value: String)],
         body: [UInt8]?,
         file: HTTP3FileRegion? = nil,
-        streaming: Bool = false,
-        trailers: [(name: String, value: String)]? = nil,
+        streaming: Bool,
+        trailers: [(name: String, value: String)]?,
         call: (OpaquePointer, UnsafePointer<nghttp3_nv>, Int, UnsafePointer<nghttp3_data_reader>?) -> Int32
     ) throws {
         guard let conn else { return }
@@ -589,7 +589,7 @@ private final class HTTP3OutgoingBody {
     /// The file could not be read to the end of its region.
     @exclusivity(unchecked) private(set) var readFailed = false
 
-    init(copying source: [UInt8]?, file: HTTP3FileRegion? = nil, finished: Bool, trailers: [(name: String, value: String)]? = nil) {
+    init(copying source: [UInt8]?, file: HTTP3FileRegion?, finished: Bool, trailers: [(name: String, value: String)]?) {
         if let source { append(source) }
         self.file = file.flatMap { $0.range.isEmpty ? nil : $0 }
         isFinished = finished
@@ -647,7 +647,7 @@ private final class HTTP3OutgoingBody {
 
     /// True once when a file body that waited at its window has room again (half of it).
     func resumesAfterAcknowledgement() -> Bool {
-        guard waitsForAcknowledgement, unacknowledgedBytes < Self.windowLimit / 2 else { return false }
+        guard waitsForAcknowledgement, unacknowledgedBytes < HTTP3BodyPump.resumeLevel else { return false }
         waitsForAcknowledgement = false
         return true
     }

@@ -182,7 +182,7 @@ final class HTTP3RootDirectory: Sendable {
     /// a sweep makes room.
     static let recentLimit = 256
 
-    init(path: String, reuse: Duration = .zero) {
+    init(path: String, reuse: Duration) {
         self.reuse = reuse
         descriptor = Glibc.open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         canonicalPath = path.hasSuffix("/") ? path : path + "/"

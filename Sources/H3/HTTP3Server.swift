@@ -158,12 +158,8 @@ public final class HTTP3Server: Sendable {
 
     /// Sends GOAWAY on every open connection and closes each once its requests are done, but
     /// keeps accepting new connections: clients move their next requests to a fresh one.
-    public func rotateConnections() {
-        sendGoaway()
-    }
-
     /// Starts every open connection's shutdown (a no-op for one already shutting down).
-    private func sendGoaway() {
+    public func rotateConnections() {
         for connection in connections.withLockedValue({ Array($0.values) }) {
             connection.eventLoop.execute { connection.beginShutdown() }
         }
@@ -180,7 +176,7 @@ public final class HTTP3Server: Sendable {
         let timeout = TimeAmount.nanoseconds(seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
         // Refuse first, so no connection arrives after the GOAWAYs went out.
         let closed = workers.closeWhenDrained(timeout: timeout)
-        sendGoaway()
+        rotateConnections()
         return closed
     }
 }
@@ -493,16 +489,17 @@ final class HTTP3ServerConnection: @unchecked Sendable {
         let fields = response.head.headerFields.pairs(after: CollectionOfOne((name: ":status", value: String(response.head.status.code))))
         do {
             if let priority = response.priority { try codec.setPriority(streamID: streamID, priority) }
-            let streaming = response.bodyStream != nil
+            // A file is the whole body: `body` and `bodyStream` are not sent with one.
+            let streaming = response.file == nil && response.bodyStream != nil
             try codec.submitResponse(
                 streamID: streamID,
                 headers: fields,
-                body: response.body.isEmpty ? nil : response.body,
+                body: response.body.isEmpty || response.file != nil ? nil : response.body,
                 file: response.file,
                 streaming: streaming,
                 trailers: response.trailers.map(\.pairs)
             )
-            if let stream = response.bodyStream { pump.pump(streamID: streamID, from: stream) }
+            if streaming, let stream = response.bodyStream { pump.pump(streamID: streamID, from: stream) }
         } catch {
             logger.warning("cannot submit response", metadata: ["stream": "\(streamID)", "error": "\(error)"])
             codec.cancel(streamID: streamID, code: .internalError)
