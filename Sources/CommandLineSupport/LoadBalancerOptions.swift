@@ -70,3 +70,9 @@ public struct LoadBalancerOptions: ParsableArguments, Sendable {
         return bytes
     }
 }
+
+/// Checks a server's `--workers` value: 1 to the most workers one address can have.
+public func validateWorkerCount(_ workers: Int) throws {
+    let maximum = QUICServerWorkerGroup.maximumWorkerCount
+    if !(1...maximum).contains(workers) { throw ValidationError("--workers is 1 to \(maximum)") }
+}

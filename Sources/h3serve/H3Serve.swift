@@ -70,7 +70,7 @@ struct H3Serve: AsyncParsableCommand {
     var noTCP = false
 
     @Option(help: "QUIC workers, each with its own thread and UDP socket on the port; the kernel steers packets to them by connection ID (default: one per core).")
-    var workers = ProcessInfo.processInfo.activeProcessorCount
+    var workers = min(ProcessInfo.processInfo.activeProcessorCount, QUICServerWorkerGroup.maximumWorkerCount)
 
     @OptionGroup var loadBalancer: LoadBalancerOptions
 
@@ -84,7 +84,7 @@ struct H3Serve: AsyncParsableCommand {
         if (cert == nil) != (key == nil) { throw ValidationError("--cert and --key go together") }
         if QUICCongestionControl(rawValue: cc) == nil { throw ValidationError("--cc is cubic, reno, bbr or bbr2") }
         if noQUIC && noTCP { throw ValidationError("--no-quic and --no-tcp together leave nothing to serve") }
-        if !(1...255).contains(workers) { throw ValidationError("--workers is 1 to 255") }
+        try validateWorkerCount(workers)
         if !(0...3600).contains(openFileCache) { throw ValidationError("--open-file-cache is 0 to 3600 seconds") }
         if let preferredAddress {
             guard let parsed = parseHostPort(preferredAddress), isNumericAddress(parsed.host) else {

@@ -42,7 +42,7 @@ struct Serve: AsyncParsableCommand {
     func validate() throws {
         if (cert == nil) != (key == nil) { throw ValidationError("--cert and --key go together") }
         if maxConnections < 1 { throw ValidationError("--max-connections must be at least 1") }
-        if !(1...255).contains(workers) { throw ValidationError("--workers is 1 to 255") }
+        try validateWorkerCount(workers)
     }
 
     func run() async throws {

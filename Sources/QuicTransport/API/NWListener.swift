@@ -110,7 +110,7 @@ public final class NWListener: @unchecked Sendable {
     /// One by default, at most 255; set before `start(queue:)`.
     public var workers: Int {
         get { lock.withLock { _workers } }
-        set { lock.withLock { _workers = min(255, max(1, newValue)) } }
+        set { lock.withLock { _workers = min(QUICServerWorkerGroup.maximumWorkerCount, max(1, newValue)) } }
     }
 
     /// State changes from now on; ends at `.failed` or `.cancelled`.

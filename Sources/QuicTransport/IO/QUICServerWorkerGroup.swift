@@ -58,6 +58,9 @@ package final class QUICServerWorkerGroup: @unchecked Sendable {
     ///
     /// `kernelSteering: false` leaves the steering program out, so only hand-overs steer (for
     /// tests, and for kernels that refuse the program).
+    /// The most workers one address can have: a worker's number is one byte of its connection IDs.
+    package static let maximumWorkerCount = 255
+
     package static func bind(
         host: String,
         port: Int,
@@ -68,7 +71,7 @@ package final class QUICServerWorkerGroup: @unchecked Sendable {
         logger: Logger,
         onNewConnection: @escaping @Sendable (QUICConnectionDriver) -> Void
     ) async throws -> QUICServerWorkerGroup {
-        let workerCount = max(1, min(workerCount, 255))
+        let workerCount = max(1, min(workerCount, maximumWorkerCount))
         let shared = QUICEndpointSharedState(workerCount: workerCount)
         // One secret and one QUIC-LB configuration for every worker; each has its worker byte.
         let factory = QUICConnectionIDFactory(loadBalancer: configuration.loadBalancer)
