@@ -50,9 +50,14 @@ package struct QUICConnectionID: Hashable, Sendable, CustomStringConvertible {
 
     /// Random bytes from GnuTLS's CSPRNG.
     package static func random(length: Int) -> QUICConnectionID {
-        var bytes = [UInt8](repeating: 0, count: length)
-        _ = gnutls_rnd(GNUTLS_RND_RANDOM, &bytes, length)
-        return QUICConnectionID(bytes)
+        QUICConnectionID(randomBytes(length))
+    }
+
+    /// `count` bytes from GnuTLS's random generator, unpredictable to peers (RFC 9000 §5.1).
+    static func randomBytes(_ count: Int) -> [UInt8] {
+        var bytes = [UInt8](repeating: 0, count: count)
+        _ = gnutls_rnd(GNUTLS_RND_RANDOM, &bytes, count)
+        return bytes
     }
 
     package var ngtcp2: ngtcp2_cid {

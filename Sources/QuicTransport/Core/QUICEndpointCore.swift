@@ -1,8 +1,9 @@
 import CQuicShims
 import Logging
 
-/// The server side of one UDP socket, sans I/O: routes datagrams to connection cores by
-/// connection ID and answers what no connection owns.
+/// One worker's server side, sans I/O: routes the datagrams of its sockets (the listening one
+/// and the preferred address's) to connection cores by connection ID and answers what no
+/// connection owns.
 ///
 /// It sends Version Negotiation for unknown versions (RFC 9000 §6), Retry when address
 /// validation is on (RFC 9000 §8.1.2), stateless resets for IDs it issued but no longer knows
@@ -20,8 +21,8 @@ package final class QUICEndpointCore {
         /// Makes the application protocol codec (HTTP/3) for each new connection; nil for raw streams.
         package var makeApplicationCodec: (@Sendable () -> any QUICApplicationCodec)?
         /// Accept 0-RTT data from resuming clients (RFC 9001 §4.6.1). It can be replayed (RFC 8446
-        /// §8): the anti-replay cache covers this endpoint only, so accept it only for requests
-        /// that are safe to repeat.
+        /// §8): the anti-replay cache covers this address's workers in this process only, so
+        /// accept it only for requests that are safe to repeat.
         package var acceptsEarlyData = false
         /// Counts the connections this endpoint made that are still in memory.
         package var liveConnections = QUICLiveConnections()

@@ -25,10 +25,6 @@ package final class QUICEndpointSharedState: Sendable {
         antiReplay = try? TLSAntiReplay()
     }
 
-    /// Connections of all workers, from their first datagram to the end of their closing or
-    /// draining period.
-    package var connectionCount: Int { connections.load(ordering: .relaxed) }
-
     /// Reserves room for one more connection; false when `limit` connections exist already.
     func reserveConnection(limit: Int) -> Bool {
         var current = connections.load(ordering: .relaxed)

@@ -21,17 +21,19 @@ import NIOPosix
 final class QUICDatagramSocket {
     static let socketBufferSize = 4 << 20
     static let vectorReadCount = 32
-    /// Room for a send quantum (64 KiB, ngtcp2) and then some, under glibc's 128 KiB mmap threshold.
+    /// Room for a send quantum (64 KiB, ngtcp2) and then some; NIO rounds the capacity up to a
+    /// power of two, so the area the cores get is 128 KiB.
     private static let scratchSize = 96 << 10
     /// A batch of at least this many bytes leaves in the scratch buffer instead of a copy.
-    private static let handOverThreshold = 16 << 10
+    private static let sliceThreshold = 16 << 10
 
     let channel: any Channel
     let localAddress: QUICSocketAddress
     private var gsoEnabled: Bool
     private var scratch: ByteBuffer
     /// Where the scratch's bytes start while `withScratch` runs; nil otherwise.
-    private var scratchBase: UnsafeRawPointer?
+    /// The scratch area while `withScratch` runs.
+    private var scratchArea: UnsafeRawBufferPointer?
     /// Batches waiting for the pass to end (from the first large one on), sent in order then.
     private var queued: [QueuedBatch] = []
     private var lastRemote: (quic: QUICSocketAddress, nio: SocketAddress)?
@@ -139,15 +141,15 @@ final class QUICDatagramSocket {
     }
 
     /// Runs `body` with the scratch area that cores write packets into. A batch of at least
-    /// `handOverThreshold` bytes sent from it, and every batch after it, waits until `body`
+    /// `sliceThreshold` bytes sent from it, and every batch after it, waits until `body`
     /// returns and then leaves as a slice of the scratch buffer, which is replaced; smaller
     /// batches are copied and leave at once. The caller must not change bytes it has sent from
     /// the scratch before `body` returns.
     func withScratch<R>(_ body: (UnsafeMutableRawBufferPointer) -> R) -> R {
-        precondition(scratchBase == nil, "withScratch does not nest")
+        precondition(scratchArea == nil, "withScratch does not nest")
         let result = scratch.withUnsafeMutableWritableBytes { area -> R in
-            scratchBase = UnsafeRawPointer(area.baseAddress!)
-            defer { scratchBase = nil }
+            scratchArea = UnsafeRawBufferPointer(area)
+            defer { scratchArea = nil }
             return body(area)
         }
         sendQueued()
@@ -157,8 +159,14 @@ final class QUICDatagramSocket {
     /// Sends the batches that waited for the pass to end, in order, the scratch's as slices of it.
     private func sendQueued() {
         guard !queued.isEmpty else { return }
+        // Batches are written in order, so the last one from the scratch ends furthest in.
         var used = 0
-        for batch in queued { if case .scratch(let range) = batch.bytes { used = max(used, range.upperBound) } }
+        for batch in queued.reversed() {
+            if case .scratch(let range) = batch.bytes {
+                used = range.upperBound
+                break
+            }
+        }
         scratch.moveWriterIndex(to: used)
         for batch in queued {
             let buffer: ByteBuffer
@@ -177,10 +185,11 @@ final class QUICDatagramSocket {
     /// `ecn` is ngtcp2's codepoint for the batch (`NGTCP2_ECN_*`).
     func send(_ bytes: UnsafeRawBufferPointer, segmentSize: Int, to remote: QUICSocketAddress, ecn: UInt32 = 0) {
         let destination = nioAddress(for: remote)
-        if let scratchBase, let start = bytes.baseAddress, start >= scratchBase, start + bytes.count <= scratchBase + Self.scratchSize,
-            bytes.count >= Self.handOverThreshold || !queued.isEmpty
+        if let scratchArea, let base = scratchArea.baseAddress, let start = bytes.baseAddress,
+            start >= base, start + bytes.count <= base + scratchArea.count,
+            bytes.count >= Self.sliceThreshold || !queued.isEmpty
         {
-            let offset = start - scratchBase
+            let offset = start - base
             queued.append(QueuedBatch(bytes: .scratch(offset..<offset + bytes.count), segmentSize: segmentSize, destination: destination, ecn: ecn))
             return
         }

@@ -113,8 +113,7 @@ package final class QUICServerEndpoint {
     func receiveHandedOver(_ datagram: ByteBuffer, path: QUICPath, ecn: UInt32) {
         let listening = preferredSocket.flatMap { $0.localAddress == path.local ? $0 : nil } ?? socket
         receive(datagram, path: path, ecn: ecn, on: listening, mayHandOver: false)
-        serviceTouched()
-        listening.flush()
+        serviceTouched()  // Each touched driver's pass flushes its sockets.
     }
 
     private func receive(_ datagram: ByteBuffer, path: QUICPath, ecn: UInt32, on listening: QUICDatagramSocket, mayHandOver: Bool) {

@@ -16,11 +16,11 @@ import NIOPosix
 /// A client's first Initials carry its own DCID and go by the kernel's 4-tuple hash; the worker
 /// that takes the first one owns the connection for its lifetime. One worker binds a plain
 /// socket.
-// @unchecked Sendable: `workers` is immutable and each endpoint is only touched on its loop.
-package final class QUICServerWorkerGroup: @unchecked Sendable {
-    package struct Worker {
+package final class QUICServerWorkerGroup: Sendable {
+    package struct Worker: Sendable {
         package let eventLoop: any EventLoop
-        let endpoint: QUICServerEndpoint
+        /// Made on `eventLoop`, used only there (NIO checks it).
+        let endpoint: NIOLoopBound<QUICServerEndpoint>
     }
 
     let workers: [Worker]
@@ -35,15 +35,18 @@ package final class QUICServerWorkerGroup: @unchecked Sendable {
     /// A group of loops made for workers beyond the shared group's threads; shut down at close.
     private let ownedLoops: MultiThreadedEventLoopGroup?
 
-    private init(workers: [Worker], shared: QUICEndpointSharedState, isSteeredByKernel: Bool, ownedLoops: MultiThreadedEventLoopGroup?) {
+    private init(
+        workers: [Worker], port: UInt16, preferredAddress: QUICSocketAddress?, shared: QUICEndpointSharedState,
+        isSteeredByKernel: Bool, ownedLoops: MultiThreadedEventLoopGroup?
+    ) {
         self.workers = workers
         self.shared = shared
-        self.port = workers[0].endpoint.port
-        self.preferredAddress = workers[0].endpoint.preferredAddress
+        self.port = port
+        self.preferredAddress = preferredAddress
         self.isSteeredByKernel = isSteeredByKernel
         self.ownedLoops = ownedLoops
         let loops = workers.map(\.eventLoop)
-        let endpoints = workers.map { LoopConfined($0.endpoint) }
+        let endpoints = workers.map(\.endpoint)
         for (loop, endpoint) in zip(loops, endpoints) {
             loop.execute {
                 endpoint.value.handOver = { target, datagram, path, ecn in
@@ -103,13 +106,15 @@ package final class QUICServerWorkerGroup: @unchecked Sendable {
         // Each worker adopts its sockets and makes its endpoint on its own loop.
         let endpoints = (0..<workerCount).map { index in
             let loop = loops[index]
-            let adopted = QUICDatagramSocket.adopt(main[index], eventLoop: loop, logger: logger).map(LoopConfined.init)
+            let adopted = QUICDatagramSocket.adopt(main[index], eventLoop: loop, logger: logger).map {
+                NIOLoopBound($0, eventLoop: loop)
+            }
             let adoptedPreferred = second.map {
-                QUICDatagramSocket.adopt($0[index], eventLoop: loop, logger: logger).map { Optional(LoopConfined($0)) }
+                QUICDatagramSocket.adopt($0[index], eventLoop: loop, logger: logger).map { Optional(NIOLoopBound($0, eventLoop: loop)) }
             } ?? loop.makeSucceededFuture(nil)
             return adopted.and(adoptedPreferred)
         }
-        let sockets: [(LoopConfined<QUICDatagramSocket>, LoopConfined<QUICDatagramSocket>?)]
+        let sockets: [(NIOLoopBound<QUICDatagramSocket>, NIOLoopBound<QUICDatagramSocket>?)]
         do {
             sockets = try await EventLoopFuture.whenAllSucceed(endpoints, on: loops[0]).get()
         } catch {
@@ -126,12 +131,16 @@ package final class QUICServerWorkerGroup: @unchecked Sendable {
             }
             throw error
         }
+        let advertisedAddress = try await loops[0].submit { sockets[0].1?.value.localAddress }.get()
         var advertised = configuration
-        advertised.quic.preferredAddress = sockets[0].1?.value.localAddress
+        advertised.quic.preferredAddress = advertisedAddress
         let workerConfiguration = advertised
         var workers: [Worker] = []
+        var port: UInt16 = 0
+        var preferredAddress: QUICSocketAddress?
         for (index, (socket, preferredSocket)) in sockets.enumerated() {
-            let endpoint = try await loops[index].submit {
+            let loop = loops[index]
+            let made = try await loop.submit {
                 let endpoint = QUICServerEndpoint(
                     socket: socket.value,
                     preferredSocket: preferredSocket?.value,
@@ -141,11 +150,15 @@ package final class QUICServerWorkerGroup: @unchecked Sendable {
                     logger: logger
                 )
                 endpoint.onNewConnection = onNewConnection
-                return LoopConfined(endpoint)
-            }.get().value
-            workers.append(Worker(eventLoop: loops[index], endpoint: endpoint))
+                return (NIOLoopBound(endpoint, eventLoop: loop), endpoint.port, endpoint.preferredAddress)
+            }.get()
+            if index == 0 { (port, preferredAddress) = (made.1, made.2) }
+            workers.append(Worker(eventLoop: loop, endpoint: made.0))
         }
-        return QUICServerWorkerGroup(workers: workers, shared: shared, isSteeredByKernel: steered, ownedLoops: ownedLoops)
+        return QUICServerWorkerGroup(
+            workers: workers, port: port, preferredAddress: preferredAddress, shared: shared,
+            isSteeredByKernel: steered, ownedLoops: ownedLoops
+        )
     }
 
     /// `count` distinct event loops: the shared group's while it has enough threads, otherwise a
@@ -171,7 +184,7 @@ package final class QUICServerWorkerGroup: @unchecked Sendable {
     package func statistics() async -> [QUICServerWorkerStatistics] {
         var all: [QUICServerWorkerStatistics] = []
         for worker in workers {
-            let endpoint = LoopConfined(worker.endpoint)
+            let endpoint = worker.endpoint
             let counts = try? await worker.eventLoop.submit {
                 QUICServerWorkerStatistics(
                     datagramsReceived: endpoint.value.datagramsReceived,
@@ -187,8 +200,7 @@ package final class QUICServerWorkerGroup: @unchecked Sendable {
     /// Closes every connection with NO_ERROR (RFC 9000 §10.2), then the sockets.
     package func close() {
         let closed = workers.map { worker in
-            let endpoint = LoopConfined(worker.endpoint)
-            return worker.eventLoop.submit { endpoint.value.close() }
+            worker.eventLoop.submit { worker.endpoint.value.close() }
         }
         shutDownOwnedLoops(after: closed)
     }
@@ -198,8 +210,7 @@ package final class QUICServerWorkerGroup: @unchecked Sendable {
     package func closeWhenDrained(timeout: TimeAmount) -> EventLoopFuture<Void> {
         shared.refusesNewConnections = true
         let closed = workers.map { worker in
-            let endpoint = LoopConfined(worker.endpoint)
-            return worker.eventLoop.flatSubmit { endpoint.value.closeWhenDrained(timeout: timeout) }
+            worker.eventLoop.flatSubmit { worker.endpoint.value.closeWhenDrained(timeout: timeout) }
         }
         shutDownOwnedLoops(after: closed)
         return EventLoopFuture.andAllComplete(closed, on: workers[0].eventLoop)
@@ -222,11 +233,4 @@ public struct QUICServerWorkerStatistics: Sendable, Equatable {
     public var connectionsAccepted: Int
     /// Connections open now, closing and draining periods included.
     public var openConnections: Int
-}
-
-/// A loop-confined object carried off its loop only to be used on that loop again; what NIO's
-/// `NIOLoopBound` checks at run time, stated here, because the group is built off the loops.
-struct LoopConfined<Value>: @unchecked Sendable {
-    let value: Value
-    init(_ value: Value) { self.value = value }
 }

@@ -19,6 +19,13 @@ package enum SHA256 {
     package static func hash(_ bytes: [UInt8]) throws -> [UInt8] {
         try bytes.withUnsafeBytes { try hash($0) }
     }
+
+    /// HMAC-SHA-256 (RFC 2104) of `message` under `key` (`gnutls_hmac_fast`).
+    static func hmac(key: [UInt8], _ message: [UInt8]) -> [UInt8] {
+        var digest = [UInt8](repeating: 0, count: byteCount)
+        _ = gnutls_hmac_fast(GNUTLS_MAC_SHA256, key, key.count, message, message.count, &digest)
+        return digest
+    }
 }
 
 /// Lowercase hexadecimal encoding and decoding of byte strings.

@@ -117,7 +117,7 @@ public struct QUICRememberedTransportParameters: Sendable, Equatable {
 }
 
 /// The single owner of a server's session-ticket encryption key (RFC 8446 §4.6.1), shared by all
-/// connections of one endpoint so a ticket issued on one resumes on another.
+/// connections of every worker of one address, so a ticket issued on one resumes on another.
 package final class TLSSessionTicketKey: @unchecked Sendable {
     // @unchecked Sendable: `datum` is written once in init and only read afterwards.
     private(set) var datum = gnutls_datum_t()
@@ -144,13 +144,15 @@ package final class TLSSessionTicketKey: @unchecked Sendable {
 /// another server process, or after a restart, is not caught. That is why accepting early data
 /// is the application's choice.
 package final class TLSAntiReplay: Sendable {
-    // `raw` is written once in init; GnuTLS calls `add` from handshakes on every worker's loop,
-    // so `seen` is behind a mutex.
-    nonisolated(unsafe) private(set) var raw: gnutls_anti_replay_t?
+    // `raw` is set once in init and only handed to GnuTLS after; GnuTLS calls `add` from
+    // handshakes on every worker's loop, so `seen` is behind a mutex.
+    nonisolated(unsafe) let raw: gnutls_anti_replay_t?
     private let seen = Mutex<[Data: time_t]>([:])
 
     init() throws {
-        let rv = gnutls_anti_replay_init(&raw)
+        var made: gnutls_anti_replay_t?
+        let rv = gnutls_anti_replay_init(&made)
+        raw = made
         if rv < 0 { throw TLSError.gnutlsFailure(function: "gnutls_anti_replay_init", code: rv) }
         gnutls_anti_replay_set_ptr(raw, Unmanaged.passUnretained(self).toOpaque())
         gnutls_anti_replay_set_add_function(raw) { pointer, expiry, key, _ in
