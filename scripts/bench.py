@@ -20,11 +20,19 @@ import subprocess
 import sys
 import tempfile
 import time
+import typing
 from dataclasses import dataclass, field
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 AIOQUIC = os.path.join(REPO, "Tests", "Interop", "aioquic")
 TICK = os.sysconf("SC_CLK_TCK")
+
+
+def stat_cpu_seconds(path: str) -> float:
+    """utime + stime from a /proc/.../stat file, in seconds."""
+    with open(path) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
 
 
 def free_udp_port() -> int:
@@ -71,9 +79,11 @@ class Server:
     process: subprocess.Popen | None = None
 
     log: str | None = None
+    log_file: typing.IO[str] | None = None
 
     def start(self) -> "Server":
-        output = open(self.log, "w") if self.log else subprocess.DEVNULL
+        self.log_file = open(self.log, "w") if self.log else None
+        output = self.log_file or subprocess.DEVNULL
         self.process = subprocess.Popen(self.cmd, stdout=output, stderr=output)
         for _ in range(300):
             if self.process.poll() is not None:
@@ -89,9 +99,7 @@ class Server:
         return self.process.pid
 
     def cpu_seconds(self) -> float:
-        with open(f"/proc/{self.pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / TICK
+        return stat_cpu_seconds(f"/proc/{self.pid}/stat")
 
     def thread_cpu_seconds(self, prefix: str = "NIO-") -> dict[str, float]:
         """CPU time of each thread whose name starts with `prefix` (NIO's event loops: one per
@@ -101,12 +109,10 @@ class Server:
             try:
                 with open(f"/proc/{self.pid}/task/{tid}/comm") as f:
                     name = f.read().strip()
-                with open(f"/proc/{self.pid}/task/{tid}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
+                if name.startswith(prefix):
+                    threads[f"{name}/{tid}"] = stat_cpu_seconds(f"/proc/{self.pid}/task/{tid}/stat")
             except FileNotFoundError:
                 continue
-            if name.startswith(prefix):
-                threads[f"{name}/{tid}"] = (int(fields[11]) + int(fields[12])) / TICK
         return threads
 
     def rss_kib(self, kind: str = "VmRSS") -> int:
@@ -125,6 +131,9 @@ class Server:
                 self.process.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 self.process.kill()
+        if self.log_file:
+            self.log_file.close()
+            self.log_file = None
 
 
 @dataclass
@@ -379,6 +388,8 @@ class Bench:
             if not stats:
                 raise SystemExit(f"bench: h3serve --workers {workers} printed no worker statistics")
             numbers = re.match(r"workers: datagrams \[([\d, ]+)\], connections \[([\d, ]+)\], hand-overs (\d+)", stats[-1])
+            if not numbers:
+                raise SystemExit(f"bench: cannot read h3serve's worker statistics: {stats[-1].strip()}")
             datagrams = [int(x) for x in numbers.group(1).split(",")]
             connections = [int(x) for x in numbers.group(2).split(",")]
             results[workers] = dict(rps=n / elapsed, cpu_per_request=cpu / n * 1e6, shares=shares, datagrams=datagrams,

@@ -1,5 +1,6 @@
 import Foundation
 import QuicTestSupport
+import Testing
 
 /// Starts h3serve serving `root` on a free port (`--port 0` unless `arguments` names one) and
 /// waits until it listens; returns the process and its port.
@@ -35,7 +36,8 @@ func gtlsclientDownload(_ file: String, port: UInt16, flags: [String] = [], into
     let client = try ChildProcess(gtlsclient, ["--quiet", "--exit-on-all-streams-close"] + flags + [
         "--download", downloads.path, "127.0.0.1", "\(port)", "https://127.0.0.1:\(port)/\(file)",
     ])
-    _ = try await client.waitForExit(seconds: seconds)
+    let status = try await client.waitForExit(seconds: seconds)
+    #expect(status == 0, "gtlsclient exited with \(status): \(client.standardError.suffix(1500))")
     return FileManager.default.contents(atPath: downloads.appendingPathComponent(file).path).map(Array.init) ?? []
 }
 

@@ -83,7 +83,7 @@ struct HTTP3FileHandlerTests {
     static func replaceTenTxt(in root: URL) throws {
         let staged = root.appendingPathComponent(".ten.txt.new")
         try Data("abcdefghij".utf8).write(to: staged)
-        #expect(rename(staged.path, root.appendingPathComponent("ten.txt").path) == 0)
+        try #require(rename(staged.path, root.appendingPathComponent("ten.txt").path) == 0)
     }
 
     @Test func anOpenedFileServesLaterRequestsUntilItsReuseTimeIsUp() throws {

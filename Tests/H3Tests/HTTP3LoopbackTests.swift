@@ -768,7 +768,9 @@ struct HTTP3LoopbackTests {
     @Test func aCancelledUploadEndsTheHandlersBodyWithTheClientsReset() async throws {
         // What ended the handler's body: an error, or nil when it ended normally (the wrong outcome).
         let (endings, ended) = AsyncStream<(any Error)?>.makeStream()
+        let (starts, started) = AsyncStream<Void>.makeStream()
         let (server, port, identity) = try await Self.startServer { request in
+            started.yield()
             do {
                 _ = try await request.body.collect()
                 ended.yield(nil)
@@ -783,7 +785,9 @@ struct HTTP3LoopbackTests {
         let upload = AsyncThrowingStream<[UInt8], any Error>(unfolding: { [UInt8](repeating: 0x6b, count: 64 << 10) })
         let request = HTTPRequest(method: .put, scheme: "https", authority: "localhost:\(port)", path: "/endless-upload")
         let uploading = Task { try await client.execute(request, bodyStream: upload) }
-        try await Task.sleep(for: .milliseconds(300))
+        // Cancel once the server is reading the body, not after a guess at how long that takes.
+        var startIterator = starts.makeAsyncIterator()
+        await startIterator.next()
         uploading.cancel()
         var iterator = endings.makeAsyncIterator()
         let seen = await iterator.next() ?? nil

@@ -100,13 +100,9 @@ done
 # --- Privileges and tools ------------------------------------------------------------------------
 # Never skip quietly: without the privileges this test cannot run, and says so.
 [[ $(id -u) -eq 0 ]] || die "needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN) to create network namespaces; this test cannot run here"
-if ! command -v nft >/dev/null || ! command -v ip >/dev/null || ! command -v ss >/dev/null || ! command -v tc >/dev/null; then
-  log "installing nftables and iproute2"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nftables iproute2 >/dev/null 2>&1 \
-    || { DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null && \
-         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nftables iproute2 >/dev/null; } \
-    || die "cannot install nftables and iproute2"
-fi
+for tool in nft ip ss tc; do
+  command -v "$tool" >/dev/null || die "$tool is missing: run \`bash scripts/setup\` (apt-get install -y nftables iproute2)"
+done
 command -v "$PYTHON" >/dev/null || die "python3 not found"
 
 # --- Names, addresses, clean-up ------------------------------------------------------------------
@@ -452,7 +448,6 @@ wait_until() {  # wait_until SECONDS COMMAND...: polls every 0.1 s; fails at the
   until "$@"; do (( SECONDS < deadline )) || return 1; sleep 0.1; done
 }
 
-json_get() { "$PYTHON" -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d[sys.argv[2]])' "$@"; }
 
 real_mode() {
   local b
