@@ -207,7 +207,9 @@ struct DiscoveryTests {
         let first = try await session.execute(Self.get("dead.test:\(servers.port)"))
         #expect(first.version == .http2)
         #expect(first.discovery == .httpsRecord)
-        #expect(first.fallbackReason?.contains("127.0.0.1:\(deadPort) failed") == true, "\(first.fallbackReason ?? "nil")")
+        // Refused at once, or not answered before TCP's head start ran out on a busy machine:
+        // either way the reason names the record's alternative.
+        #expect(first.fallbackReason?.contains("127.0.0.1:\(deadPort)") == true, "\(first.fallbackReason ?? "nil")")
         let second = try await session.execute(Self.get("dead.test:\(servers.port)"))
         #expect(second.version == .http2)
         #expect(second.discovery == nil, "the broken alternative is skipped")
