@@ -87,7 +87,8 @@ final class EchoClientApp: @unchecked Sendable {
             if case .failed(let error) = state { completion(.failure(error)) }
         }
         connection.start(queue: queue)
-        connection.send(content: payload, completion: .contentProcessed { (error: NWError?) in
+        // The final message ends the stream (FIN), as Apple's write-close.
+        connection.send(content: payload, contentContext: .finalMessage, isComplete: true, completion: .contentProcessed { (error: NWError?) in
             if let error { completion(.failure(error)) }
         })
         receiveAll(on: connection, into: Data(), completion: completion)
@@ -99,7 +100,7 @@ final class EchoClientApp: @unchecked Sendable {
         options.direction = .unidirectional
         let connection = group.extract(connectionTo: nil, using: options)!
         connection.start(queue: queue)
-        connection.send(content: payload, isComplete: true, completion: .idempotent)
+        connection.send(content: payload, contentContext: .defaultStream, isComplete: true, completion: .idempotent)
     }
 
     /// Opens a unidirectional stream, waits for the server's paired stream to echo its first

@@ -80,7 +80,9 @@ final class EchoListenerApp: @unchecked Sendable {
                 outbound.cancel()
                 return
             }
-            outbound.send(content: content, isComplete: isComplete, completion: .contentProcessed { (_: NWError?) in })
+            // The peer's FIN ends the echo's stream too: complete the final message then.
+            outbound.send(content: content, contentContext: isComplete ? .finalMessage : .defaultMessage, isComplete: isComplete,
+                          completion: .contentProcessed { (_: NWError?) in })
             if !isComplete { self.pump(from: inbound, to: outbound) }
         }
     }

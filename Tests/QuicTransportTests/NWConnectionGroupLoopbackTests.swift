@@ -25,13 +25,20 @@ struct NWConnectionGroupLoopbackTests {
         #expect(states.values == [.ready, .cancelled], "Apple's group states: no .preparing")
     }
 
-    @Test func bidirectionalEchoWithFIN() async throws {
+    /// A started stream on a ready tunnel to an echoing loopback server, which the caller keeps.
+    private func streamToEchoServer() async throws -> (server: LoopbackServer, group: NWConnectionGroup, stream: NWConnection) {
         let server = try await LoopbackServer()
         server.echo()
         let group = server.makeClient()
         try await startAndWaitUntilReady(group)
         let stream = try #require(NWConnection(from: group))
         stream.start(queue: DispatchQueue(label: "test.stream"))
+        return (server, group, stream)
+    }
+
+    @Test func bidirectionalEchoWithFIN() async throws {
+        let (server, group, stream) = try await streamToEchoServer()
+        defer { withExtendedLifetime(server) { group.cancel() } }
         let payload = Data((0..<200_000).map { UInt8(truncatingIfNeeded: $0 &* 7) })
         let echoed = try await within(10) {
             async let sent: Void = stream.send(content: payload, isComplete: true)
@@ -40,7 +47,25 @@ struct NWConnectionGroupLoopbackTests {
             return received
         }
         #expect(echoed == payload)
-        group.cancel()
+    }
+
+    /// Apple's write-close: completing `.defaultMessage` (the default arguments) leaves the stream
+    /// open for more messages; completing `.finalMessage` or `.defaultStream` sends FIN.
+    @Test(arguments: ["final", "stream"])
+    func onlyAFinalContextEndsTheStream(_ closing: String) async throws {
+        let (server, group, stream) = try await streamToEchoServer()
+        defer { withExtendedLifetime(server) { group.cancel() } }
+        let sendErrors = Recorder<String>()
+        let record = NWConnection.SendCompletion.contentProcessed { error in
+            if let error { sendErrors.append("\(error)") }
+        }
+        stream.send(content: Data("one ".utf8), completion: record)
+        stream.send(content: Data("two ".utf8), contentContext: .defaultMessage, isComplete: true, completion: record)
+        let last: NWConnection.ContentContext = closing == "final" ? .finalMessage : .defaultStream
+        stream.send(content: Data("three".utf8), contentContext: last, isComplete: true, completion: record)
+        let echoed = try await within(10) { try await stream.receiveMessage() }
+        #expect(String(decoding: echoed, as: UTF8.self) == "one two three", "the default context did not end the stream")
+        #expect(sendErrors.values.isEmpty)
     }
 
     @Test func streamIDsFollowRFC9000OnBothSides() async throws {

@@ -98,7 +98,7 @@ struct ResumptionTests {
         let message = Data((0..<3000).map { UInt8(truncatingIfNeeded: $0) })
         let stream = try #require(NWConnection(from: second))
         stream.start(queue: DispatchQueue(label: "test.stream"))
-        stream.send(content: message, isComplete: true, completion: .contentProcessed { _ in })
+        stream.send(content: message, contentContext: .finalMessage, isComplete: true, completion: .contentProcessed { _ in })
         second.start(queue: DispatchQueue(label: "test"))
         let echoed = try await within(10) { try await stream.receiveMessage() }
         #expect(echoed == message, "the bytes arrive once and intact, accepted or resent")

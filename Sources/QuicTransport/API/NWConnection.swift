@@ -6,19 +6,32 @@ import NIOCore
 /// One QUIC stream as a Network.framework connection, or, made with `init(host:port:using:)`,
 /// a tunnel that carries one stream.
 ///
-/// `send` with `isComplete: true` ends the stream's sending side (FIN). `receive` delivers bytes
+/// As on Apple platforms, a send ends the stream's sending side (FIN) when it completes the
+/// `.finalMessage` or `.defaultStream` context; completing `.defaultMessage` does not, so an app
+/// may send many messages with the default arguments. `receive` delivers bytes
 /// in order; reading is what opens the peer's flow-control window, so an unread stream holds
 /// the sender back. Setting `applicationError` in the QUIC metadata before `cancel()` resets
 /// the stream with that code (RESET_STREAM and STOP_SENDING, RFC 9000 §19.4–§19.5).
 // @unchecked Sendable: state, handler and queue live in `observable` (locked); the fields marked
 // "Loop-confined" are touched only on the group's event loop.
 public final class NWConnection: @unchecked Sendable {
+    /// A stream's life cycle, matching Apple's `NWConnection.State`: `.setup` until
+    /// `start(queue:)`, `.preparing` until the stream has its ID, then `.ready`; `.failed` and
+    /// `.cancelled` are final.
     public enum State: Equatable, Sendable {
+        /// Made, and `start(queue:)` not called yet.
         case setup
+        /// Kept for Apple's exhaustive switches; not entered here: tunnels fail rather than wait.
         case waiting(NWError)
+        /// Started and waiting to open: for the tunnel's handshake (or 0-RTT keys with
+        /// `allowFastOpen`) and for stream credit from the peer (MAX_STREAMS, RFC 9000 §19.11).
         case preparing
+        /// The stream is open: it has its stream ID and sends and receives.
         case ready
+        /// Final: the stream could not be opened, or its tunnel failed or closed under it, with the
+        /// reason. A peer's RESET_STREAM leaves the state alone: receives then fail with its code.
         case failed(NWError)
+        /// Final: `cancel()` or `forceCancel()` ended the stream.
         case cancelled
     }
 
@@ -27,7 +40,11 @@ public final class NWConnection: @unchecked Sendable {
     /// Expiration and priority are kept for source compatibility; QUIC streams do not use them.
     // @unchecked Sendable: immutable after init.
     public class ContentContext: @unchecked Sendable {
+        /// The context's name, as in Network.framework (`"default"`, `"final"`, `"stream"` for the
+        /// predefined ones); QUIC streams do not use it.
         public let identifier: String
+        /// Whether the message ends the stream. A received context is final at the peer's FIN; a
+        /// send with `isComplete: true` in a final context sends FIN (RFC 9000 §19.8).
         public let isFinal: Bool
         /// Milliseconds after which an unsent message may be dropped; 0 for never.
         public let expirationMilliseconds: UInt64
@@ -38,6 +55,9 @@ public final class NWConnection: @unchecked Sendable {
         /// The protocol metadata attached to the message.
         public let protocolMetadata: [NWProtocolMetadata]
 
+        /// A context with these values, matching Apple's initialiser: `expiration` in milliseconds
+        /// (0 for never) and `priority` from 0.0 to 1.0, both kept but unused; nil `metadata` is
+        /// none.
         public init(
             identifier: String,
             expiration: UInt64 = 0,
@@ -59,9 +79,17 @@ public final class NWConnection: @unchecked Sendable {
             protocolMetadata.first { $0.definition == definition }
         }
 
+        /// Network.framework's default context (identifier `"default"`), the one `send` uses
+        /// unless given another.
         public static let defaultMessage = ContentContext(identifier: "default")
+        /// Network.framework's final context (identifier `"final"`, `isFinal` true).
         public static let finalMessage = ContentContext(identifier: "final", isFinal: true)
+        /// Network.framework's byte-stream context (identifier `"stream"`): the whole stream is
+        /// one message, so completing it sends FIN, as `finalMessage` does.
         public static let defaultStream = ContentContext(identifier: "stream")
+
+        /// Whether completing this context ends the stream: Apple's write-close contexts.
+        var endsStream: Bool { isFinal || self === ContentContext.defaultStream }
     }
 
     /// When a send completes.
@@ -72,6 +100,9 @@ public final class NWConnection: @unchecked Sendable {
         case idempotent
     }
 
+    /// The completion of `receive` and `receiveMessage`, as in Network.framework: the bytes (nil
+    /// for none), the context (with the stream's QUIC metadata; final at the peer's FIN), whether
+    /// the peer's FIN has been reached, and the error (then bytes and context are nil).
     public typealias ReceiveCompletion = @Sendable (Data?, ContentContext?, Bool, NWError?) -> Void
 
     let group: NWConnectionGroup
@@ -158,8 +189,11 @@ public final class NWConnection: @unchecked Sendable {
 
     // MARK: Public API
 
+    /// The current state, matching Apple's `state`.
     public var state: State { observable.current }
 
+    /// Called on the start queue with each new state, matching Apple's `stateUpdateHandler`. It is
+    /// released once `.failed` or `.cancelled` has been delivered, and not kept if set after that.
     public var stateUpdateHandler: (@Sendable (State) -> Void)? {
         get { observable.updateHandler }
         set { observable.updateHandler = newValue }
@@ -168,6 +202,7 @@ public final class NWConnection: @unchecked Sendable {
     /// The tunnel this stream belongs to.
     public var connectionGroup: NWConnectionGroup { group }
 
+    /// The remote endpoint of the stream's tunnel, matching Apple's `endpoint`.
     public var endpoint: NWEndpoint { group.descriptor.members[0] }
 
     /// The parameters of the tunnel this stream belongs to.
@@ -176,6 +211,10 @@ public final class NWConnection: @unchecked Sendable {
     /// The queue given to `start(queue:)`, where handlers and completions run.
     public var queue: DispatchQueue? { observable.startQueue }
 
+    /// Starts the connection, matching Apple's `start(queue:)`; handlers and completions run on
+    /// `queue`. A stream the peer opened is `.ready` at once; an outbound one is `.preparing` until
+    /// it gets its stream ID. A connection made with `init(host:port:using:)` starts its tunnel
+    /// too.
     public func start(queue: DispatchQueue) {
         observable.setQueue(queue)
         if ownsGroup {
@@ -195,7 +234,9 @@ public final class NWConnection: @unchecked Sendable {
         }
     }
 
-    /// Sends bytes on the stream; `isComplete: true` also sends FIN.
+    /// Sends bytes on the stream. With `isComplete: true` in `.finalMessage`, `.defaultStream` or
+    /// any context whose `isFinal` is set, it also sends FIN (RFC 9000 §19.8), as Apple's
+    /// write-close does; completing any other context only ends that message.
     public func send(
         content: Data?,
         contentContext: ContentContext = .defaultMessage,
@@ -207,11 +248,12 @@ public final class NWConnection: @unchecked Sendable {
                 self.complete(completion, error)
                 return
             }
+            let fin = isComplete && contentContext.endsStream
             guard self.streamID != nil else {
-                self.pendingSends.append((content, isComplete, completion))
+                self.pendingSends.append((content, fin, completion))
                 return
             }
-            self.write(content, fin: isComplete, completion: completion)
+            self.write(content, fin: fin, completion: completion)
         }
     }
 
@@ -298,10 +340,12 @@ public final class NWConnection: @unchecked Sendable {
     /// State changes from now on; ends at `.failed` or `.cancelled`.
     public var states: AsyncStream<State> { observable.stream }
 
-    /// Sends and waits until the bytes are written into packets.
+    /// Sends and waits until the bytes are written into packets; `isComplete: true` sends FIN.
+    /// (An addition: the handler form needs `.finalMessage` for that, as on Apple platforms.)
     public func send(content: Data?, isComplete: Bool = true) async throws {
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-            send(content: content, isComplete: isComplete, completion: .contentProcessed { error in
+            let context: ContentContext = isComplete ? .finalMessage : .defaultMessage
+            send(content: content, contentContext: context, isComplete: isComplete, completion: .contentProcessed { error in
                 if let error { continuation.resume(throwing: error) } else { continuation.resume() }
             })
         }
@@ -471,8 +515,11 @@ public final class NWConnection: @unchecked Sendable {
 }
 
 extension NWConnection {
+    /// Network.framework's establishment report; here QUIC's figures for the stream's tunnel.
     public typealias EstablishmentReport = QUICEstablishmentReport
+    /// Network.framework's data-transfer report; here QUIC's figures for the stream's tunnel.
     public typealias DataTransferReport = QUICDataTransferReport
+    /// A data-transfer report in progress; a stream's report covers its whole tunnel.
     public typealias PendingDataTransferReport = NWConnectionGroup.PendingDataTransferReport
 
     /// How the stream's tunnel was established; nil before its handshake completes.
