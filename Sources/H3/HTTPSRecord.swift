@@ -7,12 +7,22 @@ public struct HTTPSRecord: Hashable, Sendable {
     public var priority: UInt16
     /// The target host; "." means the owner name itself (RFC 9460 §2.5).
     public var target: String
+    /// The `alpn` SvcParam: protocol IDs the service offers, such as `h3` (RFC 9460 §7.1);
+    /// empty when absent.
     public var alpn: [String] = []
+    /// The `no-default-alpn` SvcParam: the default protocol (`http/1.1`) is not offered, only
+    /// those in `alpn` (RFC 9460 §7.1).
     public var noDefaultALPN = false
+    /// The `port` SvcParam (RFC 9460 §7.2); nil means the origin's own port.
     public var port: UInt16?
+    /// The `ipv4hint` SvcParam: IPv4 addresses in dotted-decimal form (RFC 9460 §7.3); empty
+    /// when absent.
     public var ipv4Hints: [String] = []
+    /// The `ipv6hint` SvcParam: IPv6 addresses in text form (RFC 9460 §7.3); empty when absent.
     public var ipv6Hints: [String] = []
 
+    /// Whether this is an AliasMode record, priority 0, that only names another host
+    /// (RFC 9460 §2.4.2).
     public var isAlias: Bool { priority == 0 }
 
     /// SvcParamKeys (RFC 9460 §14.3.2).
@@ -70,14 +80,18 @@ public struct HTTPSRecord: Hashable, Sendable {
 
 /// Looks up HTTPS records over UDP DNS (RFC 1035 §4, RFC 9460 §9), following AliasMode.
 public struct HTTPSRecordResolver: Sendable {
+    /// Why a lookup failed, in words: the DNS server was not found or did not answer in time,
+    /// the name or the answer was malformed, or the aliases went on for more than 8 steps.
     public struct Failure: Error, Sendable, CustomStringConvertible {
         public let description: String
     }
 
     /// The DNS server as host and port.
     public let server: (host: String, port: UInt16)
+    /// How long to wait for the answer to each query, alias steps included; 1 s by default.
     public let timeout: Duration
 
+    /// A resolver that asks `server` and waits up to `timeout` for each answer.
     public init(server: (host: String, port: UInt16), timeout: Duration = .seconds(1)) {
         self.server = server
         self.timeout = timeout
@@ -157,6 +171,8 @@ enum DNSMessage {
         let socketFD = socket(address.pointee.ai_family, Int32(SOCK_DGRAM.rawValue), 0)
         guard socketFD >= 0 else { throw HTTPSRecordResolver.Failure(description: "cannot open a UDP socket") }
         defer { close(socketFD) }
+        // At least 1 µs: a zero SO_RCVTIMEO means no time limit at all.
+        let timeoutMicroseconds = max(1, timeoutMicroseconds)
         var timeout = timeval(tv_sec: timeoutMicroseconds / 1_000_000, tv_usec: timeoutMicroseconds % 1_000_000)
         setsockopt(socketFD, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         guard connect(socketFD, address.pointee.ai_addr, address.pointee.ai_addrlen) == 0,

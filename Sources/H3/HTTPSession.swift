@@ -23,8 +23,11 @@ public enum HTTPVersionPolicy: String, Sendable, CaseIterable {
 
 /// The HTTP version a response came over, spelled as curl's `%{http_version}` prints it.
 public enum HTTPVersionUsed: String, Sendable {
+    /// HTTP/1.1 over TLS and TCP (RFC 9112).
     case http1_1 = "1.1"
+    /// HTTP/2 over TLS and TCP (RFC 9113).
     case http2 = "2"
+    /// HTTP/3 over QUIC (RFC 9114).
     case http3 = "3"
 }
 
@@ -37,7 +40,7 @@ public enum HTTP3Discovery: String, Sendable {
     /// The policy assumed it (`assumesHTTP3Capable`).
     case assumed
     /// The policy demands it (`http3Only`).
-    case required = "--http3-only"
+    case required
 }
 
 /// Failures that are the session's own, as opposed to HTTP/3's (`HTTP3ClientError`): the TCP
@@ -70,8 +73,11 @@ public indirect enum HTTPSessionError: Error, Sendable, CustomStringConvertible 
 
 /// A response from `HTTPSession`, with the story of how it was fetched.
 public struct HTTPSessionResponse: Sendable {
+    /// The final response head: status and header fields.
     public let head: HTTPResponse
+    /// The response body, streamed as it arrives.
     public let body: Body
+    /// The HTTP version that carried the response.
     public let version: HTTPVersionUsed
     /// Why HTTP/3 was tried, when it was.
     public let discovery: HTTP3Discovery?
@@ -111,6 +117,7 @@ public struct HTTPSessionResponse: Sendable {
             }
         }
 
+        /// Hands out the chunks in order from whichever transport carried the response.
         public struct Iterator: AsyncIteratorProtocol {
             enum Base {
                 case http3(HTTP3ResponseBody.Iterator)
@@ -130,6 +137,7 @@ public struct HTTPSessionResponse: Sendable {
             }
         }
 
+        /// The whole body.
         public func collect() async throws -> [UInt8] {
             var all: [UInt8] = []
             for try await chunk in self { all += chunk }
@@ -146,11 +154,15 @@ public struct HTTPSessionResponse: Sendable {
 /// once. An alternative whose handshake fails is marked broken for `brokenAlternativeDuration`
 /// and skipped meanwhile (RFC 7838 §2.4).
 public final class HTTPSession: Sendable {
+    /// How a session chooses between HTTP/3 and TCP, discovers HTTP/3, and connects.
     public struct Configuration: Sendable {
+        /// How HTTP/3 and TCP are chosen; `discovery` by default.
         public var policy: HTTPVersionPolicy = .discovery
+        /// How to check server certificates, over QUIC and TCP alike; the system trust store by default.
         public var certificateVerification: CertificateVerification = .systemTrustStore
         /// Connect here for the request's origin (curl's `--resolve`/`--connect-to`).
         public var connectTo: (host: String, port: UInt16)?
+        /// Where HTTP/3 connections write qlog traces; defaults to `$QLOGDIR`, nil for none.
         public var qlogDirectory: String? = ProcessInfo.processInfo.environment["QLOGDIR"]
         /// Where `Alt-Svc` is remembered; nil ignores `Alt-Svc` altogether.
         public var altServiceCache: AltServiceCache? = AltServiceCache()
@@ -160,6 +172,8 @@ public final class HTTPSession: Sendable {
         public var looksUpHTTPSRecords = true
         /// How long the HTTP/3 handshake runs alone before TCP joins the race.
         public var happyEyeballsDelay: Duration = .milliseconds(300)
+        /// How long an HTTP/3 target whose handshake failed is marked broken and skipped
+        /// (RFC 7838 §2.4); 300 s by default.
         public var brokenAlternativeDuration: Duration = .seconds(300)
         /// Count losses for `HTTPSessionResponse.statistics()` (see `NWProtocolQUIC.Options.tracksLosses`).
         public var tracksLosses = false
@@ -174,9 +188,11 @@ public final class HTTPSession: Sendable {
         /// HTTP/3 connections migrate to a new local port once confirmed (`HTTP3Client.Configuration`).
         public var migratesAfterHandshake = false
 
+        /// A configuration with every default.
         public init() {}
     }
 
+    /// The configuration the session was created with.
     public let configuration: Configuration
     private let http3Clients = NIOLockedValueBox([String: HTTP3Client]())
     /// The HTTP/3 connections this session's clients made that are still in memory.
@@ -184,6 +200,7 @@ public final class HTTPSession: Sendable {
     private let tcpTransports = NIOLockedValueBox([String: HTTPTCPTransport]())
     private let brokenUntil = NIOLockedValueBox([String: ContinuousClock.Instant]())
 
+    /// Creates a session; it connects only when a request needs it.
     public init(configuration: Configuration = Configuration()) {
         self.configuration = configuration
     }
