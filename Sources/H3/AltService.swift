@@ -5,14 +5,17 @@ public struct AltService: Hashable, Sendable, CustomStringConvertible {
     public var protocolID: String
     /// The alternative host; nil means the origin's own host (`":443"`).
     public var host: String?
+    /// The alternative port, always present in an `alt-authority` (RFC 7838 §3).
     public var port: UInt16
     /// Freshness in seconds (`ma`, RFC 7838 §3.1); 24 hours when absent.
     public var maxAge: UInt64
-    /// Keep the entry across network changes (`persist=1`, RFC 7838 §4).
+    /// Keep the entry across network changes (`persist=1`, RFC 7838 §3.1).
     public var persist: Bool
 
+    /// The freshness used when `ma` is absent: 86,400 seconds, 24 hours (RFC 7838 §3.1).
     public static let defaultMaxAge: UInt64 = 86_400
 
+    /// Creates an alternative; a nil `host` means the origin's own host.
     public init(protocolID: String, host: String? = nil, port: UInt16, maxAge: UInt64 = defaultMaxAge, persist: Bool = false) {
         self.protocolID = protocolID
         self.host = host
@@ -31,6 +34,7 @@ public struct AltService: Hashable, Sendable, CustomStringConvertible {
 public enum AltServiceFieldValue: Hashable, Sendable {
     /// Forget every alternative cached for the origin.
     case clear
+    /// The alternatives the origin offers, in the order the field lists them.
     case alternatives([AltService])
 
     /// Parses an `Alt-Svc` field value. Unknown parameters are ignored; anything malformed is
@@ -43,7 +47,9 @@ public enum AltServiceFieldValue: Hashable, Sendable {
 
 /// Why an `Alt-Svc` value did not parse, and at which byte.
 public struct AltServiceParseError: Error, Hashable, Sendable, CustomStringConvertible {
+    /// What was wrong, in words.
     public let reason: String
+    /// The byte offset into the UTF-8 field value at which parsing stopped.
     public let offset: Int
     public var description: String { "invalid Alt-Svc value at byte \(offset): \(reason)" }
 }

@@ -11,10 +11,14 @@ import NIOConcurrencyHelpers
 public final class AltServiceCache: Sendable {
     /// An origin: scheme, host and port (RFC 6454).
     public struct Origin: Hashable, Sendable, CustomStringConvertible {
+        /// The scheme, lowercased; `https` by default.
         public var scheme: String
+        /// The host name or address, lowercased.
         public var host: String
+        /// The port; 443 by default.
         public var port: UInt16
 
+        /// Creates an origin, lowercasing `scheme` and `host`.
         public init(scheme: String = "https", host: String, port: UInt16 = 443) {
             self.scheme = scheme.lowercased()
             self.host = host.lowercased()
@@ -28,7 +32,9 @@ public final class AltServiceCache: Sendable {
     public struct Entry: Hashable, Sendable {
         /// The ALPN the origin was reached with when the entry was learnt (`h2`, `http/1.1`).
         public var sourceALPN: String
+        /// The alternative service the origin advertised.
         public var alternative: AltService
+        /// When the entry goes stale: the time it was learnt plus its `ma` (RFC 7838 §3.1).
         public var expires: Date
     }
 
@@ -42,6 +48,10 @@ public final class AltServiceCache: Sendable {
     public let path: String?
     private let now: @Sendable () -> Date
 
+    /// Creates a cache, loading the live entries of the file at `path` if it can be read.
+    ///
+    /// - Parameter path: the curl-format file to load from and save to; nil keeps the cache in
+    ///   memory only, and a file that cannot be read starts the cache empty.
     /// - Parameter now: the clock, injectable for tests.
     public init(path: String? = nil, now: @escaping @Sendable () -> Date = { Date() }) {
         self.path = path

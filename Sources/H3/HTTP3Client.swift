@@ -12,6 +12,8 @@ import QuicTransport
 /// Types come from swift-http-types. The response body arrives as an `AsyncSequence` of byte
 /// chunks; `collect()` gathers it whole.
 public final class HTTP3Client: Sendable {
+    /// How the client's QUIC connections are made: certificate checks, where to connect,
+    /// timeouts, qlog, session resumption and 0-RTT.
     public struct Configuration: Sendable {
         /// How to check the server certificate; the system trust store by default.
         public var certificateVerification: CertificateVerification = .systemTrustStore
@@ -41,9 +43,11 @@ public final class HTTP3Client: Sendable {
         /// validation (RFC 9000 §9.2), as a client whose network changed would.
         public var migratesAfterHandshake = false
 
+        /// A configuration with every default.
         public init() {}
     }
 
+    /// The configuration every connection of this client is made with.
     public let configuration: Configuration
     private let eventLoop: any EventLoop
     private let logger: Logger
@@ -51,6 +55,7 @@ public final class HTTP3Client: Sendable {
     /// The QUIC connections this client made that are still in memory, closed or not.
     package let liveConnections: QUICLiveConnections
 
+    /// Creates a client; it opens no connection until the first request or `connect(host:port:)`.
     public convenience init(configuration: Configuration = Configuration()) {
         self.init(configuration: configuration, liveConnections: QUICLiveConnections())
     }
@@ -225,7 +230,9 @@ extension HTTP3ClientConnection {
         }
     }
 
-    /// A snapshot for the response, taken on the loop.
+    /// A snapshot for a response. Read off the loop, after the response head arrived: both
+    /// fields are written once, on the loop, when the handshake completes, which is before any
+    /// head, and the exchange's lock orders that write before the read.
     var info: HTTP3ConnectionInfo {
         HTTP3ConnectionInfo(alpn: negotiatedALPN, qlogPath: qlogPath)
     }
@@ -233,14 +240,20 @@ extension HTTP3ClientConnection {
 
 /// Facts about the connection a response came on.
 public struct HTTP3ConnectionInfo: Sendable {
+    /// The ALPN protocol TLS negotiated (`h3`); nil if the handshake had not completed.
     public let alpn: String?
+    /// The connection's qlog trace file; nil when qlog is off (no `qlogDirectory`).
     public let qlogPath: String?
 }
 
 /// A response head and its streaming body.
 public struct HTTP3Response: Sendable {
+    /// The final response head: status and fields, without pseudo-fields; interim (1xx)
+    /// responses are skipped.
     public let head: HTTPResponse
+    /// The response body, streamed as it arrives; its trailers follow it.
     public let body: HTTP3ResponseBody
+    /// The connection the response came on.
     public let connection: HTTP3ConnectionInfo
     let reprioritize: @Sendable (HTTPPriority) async throws -> Void
     let collectStatistics: @Sendable () async -> HTTP3ConnectionStatistics?
@@ -258,7 +271,9 @@ public struct HTTP3Response: Sendable {
 
 /// A QUIC connection's reports, as Network.framework gives them (see `NWConnectionGroup`).
 public struct HTTP3ConnectionStatistics: Sendable {
+    /// How the connection was established; nil until its handshake has completed.
     public let establishment: QUICEstablishmentReport?
+    /// What the connection has sent and received since it began.
     public let transfer: QUICDataTransferReport
 }
 
@@ -308,6 +323,7 @@ public struct HTTP3ResponseBody: AsyncSequence, Sendable {
 /// got (name resolution, a QUIC answer, the TLS handshake, the certificate), so a caller can act
 /// on them without reading messages; h3get maps them to curl's exit codes.
 public enum HTTP3ClientError: Error, Sendable, CustomStringConvertible {
+    /// The request cannot go over HTTP/3: it has no host, or its scheme is not `https`.
     case invalidRequest(String)
     /// The host name did not resolve.
     case cannotResolve(String)
@@ -327,8 +343,12 @@ public enum HTTP3ClientError: Error, Sendable, CustomStringConvertible {
     case connectionFailed(String)
     /// The connection closed cleanly before the request finished.
     case connectionClosed(String)
+    /// The request stream was reset or closed with this error code (RFC 9114 §8.1).
     case streamReset(HTTP3ErrorCode)
+    /// The exchange broke HTTP/3's rules or could not be submitted: a response without a valid
+    /// `:status`, or a stream that ended before its response did.
     case protocolError(String)
+    /// The caller cancelled the request, which was reset with H3_REQUEST_CANCELLED.
     case cancelled
     /// The server did not process the request (GOAWAY or H3_REQUEST_REJECTED); safe to retry.
     case requestRejected

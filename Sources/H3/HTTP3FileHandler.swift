@@ -7,9 +7,12 @@ import NIOConcurrencyHelpers
 /// `content-length` and `content-type`, a single byte range (RFC 9110 §14), 404 for what is not
 /// there, 405 for other methods, and nothing outside the root, whatever `..` or symlinks say.
 public struct HTTP3FileHandler: Sendable {
+    /// The served directory, standardized and with symlinks resolved.
     public let root: URL
     private let directory: HTTP3RootDirectory
 
+    /// A handler that serves the files beneath `root`, and nothing outside it.
+    ///
     /// - Parameters:
     ///   - root: the directory to serve.
     ///   - openFileReuse: how long an opened file is reused for later requests of the same path
@@ -21,6 +24,9 @@ public struct HTTP3FileHandler: Sendable {
         self.directory = HTTP3RootDirectory(path: self.root.path, reuse: openFileReuse)
     }
 
+    /// Answers one request: the file or the one byte range asked for (206, or 416 when it cannot
+    /// be satisfied, RFC 9110 §14), only the head for HEAD, 404 when there is no such file and 405
+    /// for any other method. A directory is served as its `index.html`.
     public func respond(to request: HTTP3ServerRequest) -> HTTP3ServerResponse {
         let method = request.head.method
         guard method == .get || method == .head else {

@@ -19,13 +19,20 @@ public final class HTTP3Server: Sendable {
     /// thread pool and await it there.
     public typealias Handler = @Sendable (HTTP3ServerRequest) async throws -> HTTP3ServerResponse
 
+    /// Where the server listens, its certificate, and how its QUIC connections behave.
     public struct Configuration: Sendable {
+        /// The address or host name to listen on; `127.0.0.1`, loopback only, by default.
         public var host = "127.0.0.1"
+        /// The UDP port to listen on; 4433 by default, 0 picks a free one (`start()` returns it).
         public var port: UInt16 = 4433
         /// PEM files; when nil, `identity` or a generated self-signed certificate is used.
         public var certificateChainFile: String?
+        /// The PEM private key for `certificateChainFile`, required with it and unused without it.
         public var privateKeyFile: String?
+        /// A certificate and key to serve when `certificateChainFile` is nil; when this is nil too,
+        /// one is generated for `localhost`, `127.0.0.1` and `::1`.
         public var identity: SelfSignedCertificate?
+        /// Where to write a qlog trace per connection; defaults to `$QLOGDIR`, nil for none.
         public var qlogDirectory: String? = ProcessInfo.processInfo.environment["QLOGDIR"]
         /// Most connections served at once; past it clients get CONNECTION_REFUSED.
         public var maximumConnections = 1024
@@ -56,9 +63,11 @@ public final class HTTP3Server: Sendable {
         /// address on their own: for a server behind a balancer that routes by the 4-tuple only.
         public var disablesActiveMigration = false
 
+        /// A configuration with every default.
         public init() {}
     }
 
+    /// The configuration the server was created with.
     public let configuration: Configuration
     /// The certificate the server generated because the configuration named none.
     public let generatedCertificate: SelfSignedCertificate?
@@ -71,6 +80,9 @@ public final class HTTP3Server: Sendable {
     /// The connections this server accepted that are still in memory, open or closed.
     package let liveConnections = QUICLiveConnections()
 
+    /// Creates a server and loads its certificate, or generates one; nothing is bound before
+    /// `start()`. Throws when a certificate file has no key, or a certificate cannot be loaded
+    /// or generated.
     public init(configuration: Configuration, handler: @escaping Handler) throws {
         self.configuration = configuration
         self.handler = handler
@@ -183,6 +195,7 @@ public final class HTTP3Server: Sendable {
 
 /// A request as the handler sees it: the head at once, the body as it arrives.
 public struct HTTP3ServerRequest: Sendable {
+    /// The request head: method, scheme, authority, path and header fields.
     public let head: HTTPRequest
     /// The request body; reading it is what lets the client send more (QUIC flow control).
     public let body: HTTP3RequestBody
@@ -262,6 +275,7 @@ public struct HTTP3RequestBody: AsyncSequence, Sendable {
 
     public func makeAsyncIterator() -> Iterator { Iterator(base: stream?.makeAsyncIterator(), consumed: consumed) }
 
+    /// Hands out the body's chunks in order, crediting QUIC flow control for each one taken.
     public struct Iterator: AsyncIteratorProtocol {
         var base: AsyncThrowingStream<[UInt8], any Error>.Iterator?
         let consumed: @Sendable (Int) -> Void
@@ -284,9 +298,12 @@ public struct HTTP3RequestBody: AsyncSequence, Sendable {
     public var trailers: HTTPFields? { trailerBox?.withLockedValue { $0 } }
 }
 
-/// A handler's answer: the head and the whole body.
+/// A handler's answer: the head, then the body as bytes, a stream of pieces, or a file region,
+/// and trailers.
 public struct HTTP3ServerResponse: Sendable {
+    /// The status and header fields.
     public var head: HTTPResponse
+    /// The body bytes, sent before any `bodyStream`; empty by default.
     public var body: [UInt8]
     /// A body produced piece by piece, sent after `body`; the server pulls the next piece only
     /// while less than `HTTP3BodyPump.bufferLimit` (4 MiB) waits for acknowledgement.
@@ -299,11 +316,13 @@ public struct HTTP3ServerResponse: Sendable {
     /// sets it): HTTP/3 reads it as the client acknowledges, with no copy through the handler.
     package var file: HTTP3FileRegion?
 
+    /// A response with this head and body.
     public init(head: HTTPResponse, body: [UInt8] = []) {
         self.head = head
         self.body = body
     }
 
+    /// A response with this status, header fields and body.
     public init(status: HTTPResponse.Status, headerFields: HTTPFields = [:], body: [UInt8] = []) {
         self.init(head: HTTPResponse(status: status, headerFields: headerFields), body: body)
     }

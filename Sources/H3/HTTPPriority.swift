@@ -3,7 +3,9 @@ import RawStructuredFieldValues
 /// An HTTP priority (RFC 9218): urgency 0 (most urgent) to 7, and whether the response can be
 /// used incrementally. The default, as in URLSession, is `u=3` and not incremental.
 public struct HTTPPriority: Hashable, Sendable, CustomStringConvertible {
+    /// Urgency 3, not incremental: what a request without a `priority` field gets (RFC 9218 §4).
     public static let `default` = HTTPPriority()
+    /// The valid urgencies, 0 through 7 (RFC 9218 §4.1).
     public static let urgencyRange = 0...7
 
     /// 0 (most urgent) to 7 (least).

@@ -17,21 +17,27 @@ import NIOSSL
 /// This is the server half of HTTP/3 discovery: the handler adds an `Alt-Svc` field (RFC 7838
 /// §3) to tell clients the same origin also speaks HTTP/3, as h3serve does for both transports.
 public final class HTTPTCPServer: Sendable {
+    /// Where the server listens, its certificate, and how large a request body it accepts.
     public struct Configuration: Sendable {
+        /// The address or host name to listen on; `127.0.0.1`, loopback only, by default.
         public var host = "127.0.0.1"
+        /// The TCP port to listen on; 4433 by default, 0 picks a free one (`start()` returns it).
         public var port: UInt16 = 4433
         /// The certificate chain and key, PEM.
         public var certificateChainPEM: String
+        /// The private key of the chain's first certificate, PEM.
         public var privateKeyPEM: String
         /// Request bodies larger than this are refused with 413.
         public var maximumRequestBodySize = 64 << 20
 
+        /// A configuration with this certificate chain and key, PEM, and every other default.
         public init(certificateChainPEM: String, privateKeyPEM: String) {
             self.certificateChainPEM = certificateChainPEM
             self.privateKeyPEM = privateKeyPEM
         }
     }
 
+    /// The configuration the server was created with.
     public let configuration: Configuration
     private let handler: HTTP3Server.Handler
     private let sslContext: NIOSSLContext

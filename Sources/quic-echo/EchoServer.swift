@@ -2,7 +2,7 @@ import Foundation
 import Logging
 import QuicTransport
 
-/// The server half of the echo protocol (see README "The echo protocol").
+/// The server half of the echo protocol (QuicTransport.docc/CommandLineTools.md, "The echo protocol").
 struct EchoServer: Sendable {
     let logger: Logger
 

@@ -10,7 +10,8 @@ enum QuicEchoMain {
     static func main() { runWithBlockedMainThread { await QuicEcho.main() } }
 }
 
-/// `quic-echo`: serves and connects with the echo protocol documented in the README.
+/// `quic-echo`: serves and connects with the echo protocol documented in QuicTransport's
+/// Command-line tools article (`Sources/QuicTransport/QuicTransport.docc/CommandLineTools.md`).
 struct QuicEcho: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "quic-echo",

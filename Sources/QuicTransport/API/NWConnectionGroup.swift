@@ -14,15 +14,32 @@ import NIOPosix
 // @unchecked Sendable: handler properties sit behind `lock`, the state and queue in `observable`;
 // everything under "Loop-confined" is read and written only on `eventLoop`.
 public final class NWConnectionGroup: @unchecked Sendable {
+    /// A tunnel's life cycle, matching Apple's `NWConnectionGroup.State` (there is no
+    /// `.preparing`): `.setup`, then `.ready` once the handshake completes; `.failed` and
+    /// `.cancelled` are final.
     public enum State: Equatable, Sendable {
+        /// Not started yet or, for a client, started and still connecting and handshaking.
         case setup
+        /// Kept for Apple's exhaustive switches; not entered here: failures to connect are
+        /// `.failed`.
         case waiting(NWError)
+        /// The handshake has completed (RFC 9001 §4.1.1): streams open and datagrams flow. A group
+        /// a listener delivers is `.ready` as soon as it is started.
         case ready
+        /// Final: the tunnel could not be made (DNS, unreachable, refused, no answer, bad options)
+        /// or it closed with an error: a transport error, the peer's non-zero application error, an
+        /// idle or handshake timeout, or a stateless reset (RFC 9000 §10).
         case failed(NWError)
+        /// Final: this side closed the tunnel (`cancel()`, with any code), or the peer closed it
+        /// with application error 0 (RFC 9000 §10.2).
         case cancelled
     }
 
+    /// What the group connects to, matching Apple's `descriptor`: an `NWMultiplexGroup`; for a
+    /// group a listener delivers, one holding the client's address.
     public let descriptor: any NWGroupDescriptor
+    /// The parameters the group was made with, matching Apple's `parameters`. Its QUIC options are
+    /// copied when the group is made; `allowFastOpen` is read when it is used.
     public let parameters: NWParameters
     let eventLoop: any EventLoop
     let logger: Logger
@@ -101,8 +118,11 @@ public final class NWConnectionGroup: @unchecked Sendable {
 
     // MARK: Public API
 
+    /// The current state, matching Apple's `state`.
     public var state: State { observable.current }
 
+    /// Called on the start queue with each new state, matching Apple's `stateUpdateHandler`. It is
+    /// released once `.failed` or `.cancelled` has been delivered, and not kept if set after that.
     public var stateUpdateHandler: (@Sendable (State) -> Void)? {
         get { observable.updateHandler }
         set { observable.updateHandler = newValue }
@@ -617,7 +637,9 @@ public final class NWConnectionGroup: @unchecked Sendable {
 }
 
 extension NWConnectionGroup {
+    /// Network.framework's establishment report; here `QUICEstablishmentReport`, QUIC's figures.
     public typealias EstablishmentReport = QUICEstablishmentReport
+    /// Network.framework's data-transfer report; here `QUICDataTransferReport`, QUIC's figures.
     public typealias DataTransferReport = QUICDataTransferReport
 
     /// A data-transfer report in progress (Network.framework's `PendingDataTransferReport`).

@@ -1,11 +1,16 @@
 /// Where a connection goes or a listener listens, as in Network.framework.
 public enum NWEndpoint: Hashable, Sendable, CustomStringConvertible {
+    /// A host and UDP port, matching Apple's case of the same name; the only kind of endpoint here.
     case hostPort(host: Host, port: Port)
 
     /// A host name or numeric address.
     public enum Host: Hashable, Sendable, ExpressibleByStringLiteral, CustomStringConvertible {
+        /// A host name or numeric address (an IPv6 one may be bracketed), and an interface that is
+        /// accepted but not used. Apple's `.ipv4` and `.ipv6` cases are not here: addresses are
+        /// names.
         case name(String, NWInterface?)
 
+        /// A host from a name or numeric address, with no interface, matching Apple's `init(_:)`.
         public init(_ string: String) { self = .name(string, nil) }
         public init(stringLiteral value: String) { self.init(value) }
 
@@ -28,6 +33,7 @@ public enum NWEndpoint: Hashable, Sendable, CustomStringConvertible {
 
         public init?(rawValue: UInt16) { self.rawValue = rawValue }
         public init(integerLiteral value: UInt16) { self.rawValue = value }
+        /// A port from its decimal text, matching Apple's `init?(_:)`; nil unless it is a `UInt16`.
         public init?(_ string: String) {
             guard let value = UInt16(string) else { return nil }
             self.rawValue = value
@@ -53,7 +59,10 @@ extension NWEndpoint {
 
 /// A network interface by name; accepted for source compatibility, not used for routing.
 public struct NWInterface: Hashable, Sendable {
+    /// The interface's name, for example `eth0`.
     public let name: String
+    /// An interface by name. Our addition: Apple's interfaces come from the system, not an
+    /// initialiser.
     public init(name: String) { self.name = name }
 }
 
@@ -67,5 +76,6 @@ public protocol NWGroupDescriptor: Sendable {
 /// Describes a multiplexed group: one QUIC tunnel to one endpoint.
 public struct NWMultiplexGroup: NWGroupDescriptor, Hashable {
     public let members: [NWEndpoint]
+    /// A group for one QUIC tunnel to `remoteEndpoint`, matching Apple's `init(to:)`.
     public init(to remoteEndpoint: NWEndpoint) { self.members = [remoteEndpoint] }
 }

@@ -6,8 +6,15 @@ import Foundation
 /// Errors reported through states and completions, as in Network.framework, plus a `.quic` case
 /// that carries QUIC's own error codes.
 public enum NWError: Error, Equatable, Sendable, CustomStringConvertible, CustomDebugStringConvertible {
+    /// A POSIX error code, as in Network.framework: `ECANCELED` after a cancel, `ENOTCONN` before
+    /// a tunnel exists, `ECONNREFUSED`, `ENETUNREACH` or `ETIMEDOUT` when connecting fails, a
+    /// listener's bind error, or `ECONNRESET` for a send abandoned by a stream reset.
     case posix(POSIXErrorCode)
+    /// The host name could not be resolved. Linux note: the code is a `getaddrinfo` `EAI_*` code,
+    /// where Apple gives a `DNSServiceErrorType`.
     case dns(Int32)
+    /// A TLS error code, as in Network.framework. Not produced here: TLS failures are `.quic`
+    /// errors of kind `.handshakeFailed`.
     case tls(Int32)
     /// A QUIC transport, application or stream error; see `QUICError`.
     case quic(QUICError)
@@ -26,6 +33,7 @@ public enum NWError: Error, Equatable, Sendable, CustomStringConvertible, Custom
 
 /// A QUIC-level failure: the connection closed, a stream was reset, or the handshake failed.
 public struct QUICError: Error, Equatable, Sendable, CustomStringConvertible {
+    /// What kind of QUIC failure an error is.
     public enum Kind: Hashable, Sendable {
         /// The peer reset the stream (RFC 9000 §19.4); `applicationErrorCode` is its code.
         case streamReset
@@ -35,13 +43,18 @@ public struct QUICError: Error, Equatable, Sendable, CustomStringConvertible {
         case transportClose
         /// The TLS handshake failed, for example certificate verification or ALPN.
         case handshakeFailed
+        /// Nothing arrived for the idle timeout, so the connection closed silently (RFC 9000
+        /// §10.1).
         case idleTimeout
+        /// The handshake did not complete within the handshake timeout of 60 seconds.
         case handshakeTimeout
+        /// The peer sent a stateless reset: it has lost the connection's state (RFC 9000 §10.3).
         case statelessReset
         /// A stream or datagram operation that is not possible in the current state.
         case invalidOperation
     }
 
+    /// What kind of failure this is; the codes below give the detail.
     public let kind: Kind
     /// The application error code for resets and application closes.
     public let applicationErrorCode: UInt64?

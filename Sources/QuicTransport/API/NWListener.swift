@@ -14,14 +14,26 @@ import NIOPosix
 // @unchecked Sendable: state, handler and queue live in `observable`, the rest behind `lock`;
 // each accepted group is touched only on its worker's event loop.
 public final class NWListener: @unchecked Sendable {
+    /// A listener's life cycle, matching Apple's `NWListener.State`: `.setup`, then `.ready` once
+    /// its port is bound; `.failed` and `.cancelled` are final.
     public enum State: Equatable, Sendable {
+        /// Not started, or started and still binding its port.
         case setup
+        /// Kept for Apple's exhaustive switches; not entered here.
         case waiting(NWError)
+        /// Bound and accepting tunnels; `port` holds the bound port.
         case ready
+        /// Final: the options cannot serve QUIC (no ALPN protocol, TLS versions without 1.3), as
+        /// `.quic`, or the port could not be bound, as its POSIX error (`EADDRNOTAVAIL` when
+        /// unknown).
         case failed(NWError)
+        /// Final: `cancel()` stopped the listener.
         case cancelled
     }
 
+    /// The parameters the listener was made with, matching Apple's `parameters`. Its QUIC options
+    /// are copied when the listener is made; `requiredLocalEndpoint` is read by `start(queue:)`
+    /// too.
     public let parameters: NWParameters
     private let options: NWProtocolQUIC.Options
     private let requestedPort: NWEndpoint.Port
@@ -51,7 +63,7 @@ public final class NWListener: @unchecked Sendable {
     package let liveConnections = QUICLiveConnections()
 
     /// A listener for `parameters`' QUIC options on `port`, bound to `requiredLocalEndpoint`'s
-    /// host or, without one, to all addresses.
+    /// host or, without one, to 0.0.0.0 (every IPv4 address).
     ///
     /// - Throws: `TLSError` when the certificate or key cannot be loaded.
     public init(using parameters: NWParameters, on port: NWEndpoint.Port = .any) throws {
@@ -81,11 +93,14 @@ public final class NWListener: @unchecked Sendable {
         }
     }
 
+    /// The current state, matching Apple's `state`.
     public var state: State { observable.current }
 
     /// The bound port, once `.ready`.
     public var port: NWEndpoint.Port? { lock.withLock { _port } }
 
+    /// Called on the start queue with each new state, matching Apple's `stateUpdateHandler`. It is
+    /// released once `.failed` or `.cancelled` has been delivered, and not kept if set after that.
     public var stateUpdateHandler: (@Sendable (State) -> Void)? {
         get { observable.updateHandler }
         set { observable.updateHandler = newValue }
@@ -121,6 +136,9 @@ public final class NWListener: @unchecked Sendable {
         AsyncStream { continuation in lock.withLock { groupContinuations.append(continuation) } }
     }
 
+    /// Binds the port and starts accepting, matching Apple's `start(queue:)`; handlers run on
+    /// `queue`. It binds `requiredLocalEndpoint`'s host, or else `0.0.0.0` (IPv4 only), with
+    /// `workers` sockets, and is `.ready` once bound.
     public func start(queue: DispatchQueue) {
         observable.setQueue(queue)
         var boundHost = "0.0.0.0"

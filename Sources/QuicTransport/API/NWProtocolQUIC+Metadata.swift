@@ -12,6 +12,8 @@ extension NWProtocolQUIC {
         /// The reason phrase; connection closes carry it (RFC 9000 §19.19), stream resets do not.
         public let reason: String?
 
+        /// An application error with this code and, for connection closes, a reason phrase;
+        /// matching Apple's `init(code:reason:)`.
         public init(code: UInt64, reason: String? = nil) {
             self.code = code
             self.reason = reason

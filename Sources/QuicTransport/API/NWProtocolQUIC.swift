@@ -3,6 +3,7 @@ import NIOConcurrencyHelpers
 
 /// Identifies a protocol in `metadata(definition:)`, as in Network.framework.
 public struct NWProtocolDefinition: Hashable, Sendable, CustomStringConvertible {
+    /// The protocol's name, matching Apple's `name`: `"quic"` for QUIC.
     public let name: String
     public var description: String { name }
 }
@@ -18,23 +19,29 @@ public class NWProtocolMetadata: @unchecked Sendable {
 
 /// QUIC (RFC 9000) over TLS 1.3 (RFC 9001): options, per-stream metadata and the protocol definition.
 public final class NWProtocolQUIC: @unchecked Sendable {
+    /// QUIC's definition, for `metadata(definition:)`, matching Apple's
+    /// `NWProtocolQUIC.definition`.
     public static let definition = NWProtocolDefinition(name: "quic")
 
     /// The kind of stream a connection in a group carries (RFC 9000 §2.1).
     public enum StreamType: Hashable, Sendable {
+        /// Both sides send on the stream (RFC 9000 §2.1).
         case bidirectional
+        /// Only the side that opened the stream sends on it (RFC 9000 §2.1).
         case unidirectional
     }
 
     /// QUIC options: ALPN, limits and transport parameters (RFC 9000 §18.2), datagrams (RFC 9221), TLS.
     ///
-    /// Options are read when a group, connection or listener starts; change them before that.
+    /// A group, connection or listener copies its options when it is created; change them before.
     // @unchecked Sendable: a configuration object, like Network.framework's, meant to be filled in
-    // on one thread before `start`; the library copies it into a value at start.
+    // on one thread before a group, connection or listener is made from it, which copies it.
     public final class Options: NWProtocolOptions, @unchecked Sendable {
         /// Whether a stream opened from these options is bidirectional or unidirectional.
         public enum Direction: Hashable, Sendable {
+            /// Open bidirectional streams; the default.
             case bidirectional
+            /// Open unidirectional streams: this side sends, the peer cannot reply on them.
             case unidirectional
         }
 
@@ -42,11 +49,23 @@ public final class NWProtocolQUIC: @unchecked Sendable {
         public var alpn: [String]
         /// Idle timeout in milliseconds (`max_idle_timeout`, RFC 9000 §10.1).
         public var idleTimeout: Int = 30_000
+        /// `initial_max_data` (RFC 9000 §18.2): bytes the peer may send on the whole connection
+        /// before MAX_DATA raises the limit; 16 MiB by default.
         public var initialMaxData: Int = 16 << 20
+        /// `initial_max_stream_data_bidi_local` (RFC 9000 §18.2): bytes the peer may send on each
+        /// bidirectional stream this side opens, before MAX_STREAM_DATA; 4 MiB by default.
         public var initialMaxStreamDataBidirectionalLocal: Int = 4 << 20
+        /// `initial_max_stream_data_bidi_remote` (RFC 9000 §18.2): bytes the peer may send on each
+        /// bidirectional stream it opens, before MAX_STREAM_DATA; 4 MiB by default.
         public var initialMaxStreamDataBidirectionalRemote: Int = 4 << 20
+        /// `initial_max_stream_data_uni` (RFC 9000 §18.2): bytes the peer may send on each
+        /// unidirectional stream it opens, before MAX_STREAM_DATA; 4 MiB by default.
         public var initialMaxStreamDataUnidirectional: Int = 4 << 20
+        /// `initial_max_streams_bidi` (RFC 9000 §18.2): how many bidirectional streams the peer may
+        /// open before MAX_STREAMS; 100 by default.
         public var initialMaxStreamsBidirectional: Int = 100
+        /// `initial_max_streams_uni` (RFC 9000 §18.2): how many unidirectional streams the peer may
+        /// open before MAX_STREAMS; 100 by default.
         public var initialMaxStreamsUnidirectional: Int = 100
         /// The largest UDP payload to send (RFC 9000 §14).
         public var maxUDPPayloadSize: Int = 1452
@@ -154,12 +173,15 @@ public final class NWProtocolQUIC: @unchecked Sendable {
         public var serverName: String?
         /// Servers: PEM certificate chain and key files.
         public var certificateChainFile: String?
+        /// Servers: the PEM private key of `certificateChainFile`; without it the listener's
+        /// init throws.
         public var privateKeyFile: String?
         /// Servers: an in-memory identity, for example a `SelfSignedCertificate`.
         public var identity: SelfSignedCertificate?
         /// The TLS versions allowed, from `sec_protocol_options_set_min/max_tls_protocol_version`.
         /// QUIC needs TLS 1.3 (RFC 9001 §4.2); bounds that exclude it fail the start.
         public var minimumTLSVersion: tls_protocol_version_t?
+        /// The highest TLS version allowed, nil for no bound; anything but TLS 1.3 fails the start.
         public var maximumTLSVersion: tls_protocol_version_t?
         /// The AEADs to offer (RFC 9001 §5.3).
         public var cipherSuites: [QUICCipherSuite] = QUICCipherSuite.allCases
@@ -167,6 +189,8 @@ public final class NWProtocolQUIC: @unchecked Sendable {
         /// §2.2): the next handshake to the same server skips the certificate. Nil: no resumption.
         public var sessionTicketStore: QUICSessionTicketStore?
 
+        /// Defaults: verify against the system trust store, offer every cipher suite, no
+        /// certificate, no TLS version bounds and no session ticket store.
         public init() {}
 
         /// Why these options cannot make a QUIC handshake, or nil when they can.
@@ -188,10 +212,14 @@ public final class NWProtocolQUIC: @unchecked Sendable {
 public final class NWParameters: @unchecked Sendable {
     /// The application protocols of the stack; QUIC's options are the first.
     public final class ProtocolStack: @unchecked Sendable {
+        /// The stack's application protocol options, matching Apple's `applicationProtocols`;
+        /// `quicOptions` is the first `NWProtocolQUIC.Options` among them.
         public var applicationProtocols: [NWProtocolOptions]
         init(applicationProtocols: [NWProtocolOptions]) { self.applicationProtocols = applicationProtocols }
     }
 
+    /// The protocol stack, matching Apple's `defaultProtocolStack`; `init(quic:)` puts the QUIC
+    /// options in it.
     public let defaultProtocolStack: ProtocolStack
     /// For listeners: the address to bind (host and port); for clients: ignored.
     public var requiredLocalEndpoint: NWEndpoint?
@@ -202,6 +230,8 @@ public final class NWParameters: @unchecked Sendable {
     /// it, the same bytes are sent again in 1-RTT.
     public var allowFastOpen = false
 
+    /// Parameters for QUIC with `options`, matching Apple's `NWParameters(quic:)`. The options are
+    /// kept, not copied: groups and listeners copy them when they are made.
     public init(quic options: NWProtocolQUIC.Options) {
         defaultProtocolStack = ProtocolStack(applicationProtocols: [options])
     }

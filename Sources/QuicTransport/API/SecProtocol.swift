@@ -77,11 +77,17 @@ public final class sec_identity_t: Sendable {
 
 /// TLS protocol versions, with Apple's case names. QUIC uses TLS 1.3 only (RFC 9001 §4.2).
 public enum tls_protocol_version_t: UInt16, Sendable {
+    /// TLS 1.0 (0x0301); QUIC cannot use it.
     case TLSv10 = 0x0301
+    /// TLS 1.1 (0x0302); QUIC cannot use it.
     case TLSv11 = 0x0302
+    /// TLS 1.2 (0x0303); QUIC cannot use it.
     case TLSv12 = 0x0303
+    /// TLS 1.3 (0x0304), the only version QUIC uses (RFC 9001 §4.2).
     case TLSv13 = 0x0304
+    /// DTLS 1.0 (0xfeff); as a minimum or maximum it fails the start.
     case DTLSv10 = 0xfeff
+    /// DTLS 1.2 (0xfefd); as a minimum or maximum it fails the start.
     case DTLSv12 = 0xfefd
 
     var isDatagramTLS: Bool { self == .DTLSv10 || self == .DTLSv12 }

@@ -2,8 +2,11 @@ import CQuicShims
 
 /// An AEAD cipher suite a QUIC connection may negotiate (RFC 9001 §5.3).
 public enum QUICCipherSuite: String, Sendable, CaseIterable {
+    /// TLS_AES_128_GCM_SHA256: AEAD_AES_128_GCM (RFC 9001 §5.3).
     case aes128GCM = "aes128gcm"
+    /// TLS_AES_256_GCM_SHA384: AEAD_AES_256_GCM (RFC 9001 §5.3).
     case aes256GCM = "aes256gcm"
+    /// TLS_CHACHA20_POLY1305_SHA256: AEAD_CHACHA20_POLY1305 (RFC 9001 §5.3).
     case chacha20Poly1305 = "chacha20"
 
     /// The GnuTLS priority-string token.
@@ -18,7 +21,14 @@ public enum QUICCipherSuite: String, Sendable, CaseIterable {
 
 /// A congestion controller ngtcp2 0.12 implements (RFC 9002 §7 for Reno; CUBIC is RFC 9438).
 public enum QUICCongestionControl: String, Sendable, CaseIterable {
-    case cubic, reno, bbr, bbr2
+    /// CUBIC (RFC 9438), the default.
+    case cubic
+    /// NewReno, the controller RFC 9002 §7 describes.
+    case reno
+    /// BBR, ngtcp2 0.12's implementation of version 1.
+    case bbr
+    /// BBRv2, ngtcp2 0.12's implementation.
+    case bbr2
 
     var ngtcp2: ngtcp2_cc_algo {
         switch self {

@@ -893,8 +893,6 @@ extension QUICPath {
     }
 }
 
-/// A key update could not start now (RFC 9001 §6: not before the handshake is confirmed, and not
-/// while the previous update is unacknowledged).
 /// Why a connection could not migrate (RFC 9000 §9).
 public enum QUICMigrationError: Error, Sendable, CustomStringConvertible {
     /// ngtcp2 would not start: the handshake is not confirmed, the server disabled active
@@ -913,6 +911,8 @@ public enum QUICMigrationError: Error, Sendable, CustomStringConvertible {
     }
 }
 
+/// A key update could not start now (RFC 9001 §6: not before the handshake is confirmed, and not
+/// while the previous update is unacknowledged). `description` gives ngtcp2's reason.
 public struct QUICKeyUpdateError: Error, Sendable, CustomStringConvertible {
     let code: Int32
     public var description: String { "cannot update keys now: \(String(cString: ngtcp2_strerror(code)))" }

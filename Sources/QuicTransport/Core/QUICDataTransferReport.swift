@@ -3,22 +3,33 @@ import CQuicShims
 /// What a connection carried over an interval (Network.framework's data-transfer report, for
 /// QUIC): traffic, losses, RTT (RFC 9002 §5) and the congestion window (RFC 9002 §7).
 public struct QUICDataTransferReport: Sendable, Equatable {
+    /// The interval, from `startDataTransferReport()` to `collect`.
     public var duration: Duration
     /// UDP payload bytes, and datagrams (IP packets) as Network.framework counts them.
     public var sentBytes: UInt64
+    /// UDP payload bytes received in the interval.
     public var receivedBytes: UInt64
+    /// UDP datagrams sent in the interval; one datagram may hold several QUIC packets.
     public var sentPackets: UInt64
+    /// UDP datagrams received in the interval; one datagram may hold several QUIC packets.
     public var receivedPackets: UInt64
     /// Packets the loss detector declared lost (RFC 9002 §6.1), and their bytes: what recovery
     /// had to send again. Nil unless the connection tracks losses (`tracksLosses` or qlog).
     public var lostPackets: UInt64?
+    /// The bytes of `lostPackets`, which recovery sends again; nil unless losses are tracked.
     public var retransmittedBytes: UInt64?
+    /// The smoothed RTT at collection (RFC 9002 §5.3).
     public var smoothedRTT: Duration
+    /// The smallest RTT sample of the connection so far (RFC 9002 §5.2); zero before the first
+    /// sample.
     public var minimumRTT: Duration
+    /// The latest RTT sample at collection (RFC 9002 §5.1).
     public var latestRTT: Duration
+    /// The RTT variation, `rttvar`, at collection (RFC 9002 §5.3).
     public var rttVariance: Duration
     /// The congestion window at collection, and the largest it was during the interval.
     public var congestionWindow: Int
+    /// The largest congestion window during the interval, in bytes.
     public var peakCongestionWindow: Int
     /// 1-RTT key updates completed in the interval, by either side (RFC 9001 §6).
     public var keyUpdates: UInt64

@@ -2,10 +2,15 @@ import CQuicShims
 
 /// A snapshot of one path's recovery state (RFC 9002 §5).
 public struct QUICPathStatistics: Sendable, Equatable {
+    /// The smoothed round-trip time (RFC 9002 §5.3).
     public var smoothedRTT: Duration
+    /// The smallest RTT sample of the connection (RFC 9002 §5.2); zero before the first sample.
     public var minimumRTT: Duration
+    /// The latest RTT sample (RFC 9002 §5.1).
     public var latestRTT: Duration
+    /// The congestion window, in bytes (RFC 9002 §7).
     public var congestionWindow: Int
+    /// Bytes in flight (RFC 9002 §2): sent in packets not yet acknowledged or declared lost.
     public var bytesInFlight: Int
 }
 
@@ -29,9 +34,12 @@ public struct QUICEstablishmentReport: Sendable, Equatable {
     public var duration: Duration
     /// The smoothed round-trip time when the handshake completed (RFC 9002 §5.3).
     public var handshakeRTT: Duration
-    /// TLS session resumption and 0-RTT; both false until resumption arrives (the interop issue).
+    /// Whether the handshake resumed a TLS session from a ticket (RFC 8446 §2.2).
     public var resumed: Bool
+    /// Whether this client sent 0-RTT data and the server accepted it (RFC 9001 §4.6). Clients
+    /// only: a server's report says false even when it accepted early data.
     public var usedZeroRTT: Bool
+    /// The negotiated ALPN protocol ID (RFC 9001 §8.1), or nil if none was negotiated.
     public var alpn: String?
     /// The AEAD, for example `AES-128-GCM` (RFC 9001 §5.3).
     public var cipherSuite: String?

@@ -1,6 +1,8 @@
 /// The reports as the CLIs print them with `--stats` (one line each) and `--stats=json` (JSON
 /// members, times in milliseconds, sizes in bytes).
 extension QUICEstablishmentReport {
+    /// One line for `--stats`: handshake time and RTT in milliseconds, resumption, 0-RTT, ALPN,
+    /// cipher and QUIC version.
     public var summary: String {
         var parts = ["handshake \(Self.milliseconds(duration)) ms", "handshake RTT \(Self.milliseconds(handshakeRTT)) ms"]
         parts.append("resumed \(resumed ? "yes" : "no")")
@@ -32,6 +34,8 @@ extension QUICEstablishmentReport {
 }
 
 extension QUICDataTransferReport {
+    /// One line for `--stats`: duration, bytes and datagrams each way, losses (or "losses not
+    /// tracked"), RTTs in milliseconds, congestion window, key updates and path changes.
     public var summary: String {
         let ms = QUICEstablishmentReport.milliseconds
         return [
@@ -45,6 +49,8 @@ extension QUICDataTransferReport {
         ].joined(separator: ", ")
     }
 
+    /// `"duration_ms":…,"sent_bytes":…,…` without the braces, for `--stats=json`: times in
+    /// milliseconds, sizes in bytes, `null` for losses when they are not tracked.
     public var jsonMembers: String {
         let ms = QUICEstablishmentReport.milliseconds
         return [

@@ -56,14 +56,14 @@ package final class QUICServerWorkerGroup: Sendable {
         }
     }
 
+    /// The most workers one address can have: a worker's number is one byte of its connection IDs.
+    package static let maximumWorkerCount = 255
+
     /// Binds `workerCount` workers to `host:port` (and to `preferred`, if given), each on its own
     /// event loop, and calls `onNewConnection` on a worker's loop for each connection it accepts.
     ///
     /// `kernelSteering: false` leaves the steering program out, so only hand-overs steer (for
     /// tests, and for kernels that refuse the program).
-    /// The most workers one address can have: a worker's number is one byte of its connection IDs.
-    package static let maximumWorkerCount = 255
-
     package static func bind(
         host: String,
         port: Int,

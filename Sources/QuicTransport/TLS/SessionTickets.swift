@@ -14,7 +14,10 @@ import NIOConcurrencyHelpers
 public final class QUICSessionTicketStore: Sendable {
     /// A ticket and what the server allowed when it was issued.
     public struct Entry: Sendable, Equatable {
+        /// The session to resume with, as GnuTLS's session data (the ticket and what goes with it).
         public var ticket: [UInt8]
+        /// The server's transport parameters that bound 0-RTT (RFC 9000 §7.4.1); nil when unknown,
+        /// and then the client resumes without 0-RTT.
         public var transportParameters: QUICRememberedTransportParameters?
     }
 
@@ -22,6 +25,8 @@ public final class QUICSessionTicketStore: Sendable {
     /// The file tickets are loaded from and saved to; nil keeps them in memory only.
     public let path: String?
 
+    /// A store in memory and, with `path`, in that file too: its tickets are loaded now, and a
+    /// missing or unreadable file starts the store empty.
     public init(path: String? = nil) {
         self.path = path
         guard let path, let text = try? String(contentsOfFile: path, encoding: .utf8) else { return }
@@ -63,13 +68,24 @@ public final class QUICSessionTicketStore: Sendable {
 /// The server's transport parameters that bound 0-RTT data on a resumed connection
 /// (RFC 9000 §7.4.1), as `ngtcp2_conn_set_early_remote_transport_params` needs them.
 public struct QUICRememberedTransportParameters: Sendable, Equatable {
+    /// The server's `initial_max_streams_bidi` (RFC 9000 §18.2).
     public var initialMaxStreamsBidirectional: UInt64
+    /// The server's `initial_max_streams_uni` (RFC 9000 §18.2).
     public var initialMaxStreamsUnidirectional: UInt64
+    /// The server's `initial_max_stream_data_bidi_local` (RFC 9000 §18.2): bytes per stream it
+    /// opens.
     public var initialMaxStreamDataBidirectionalLocal: UInt64
+    /// The server's `initial_max_stream_data_bidi_remote` (RFC 9000 §18.2): bytes per
+    /// bidirectional stream the client opens.
     public var initialMaxStreamDataBidirectionalRemote: UInt64
+    /// The server's `initial_max_stream_data_uni` (RFC 9000 §18.2): bytes per unidirectional
+    /// stream.
     public var initialMaxStreamDataUnidirectional: UInt64
+    /// The server's `initial_max_data` (RFC 9000 §18.2): bytes on the whole connection.
     public var initialMaxData: UInt64
+    /// The server's `active_connection_id_limit` (RFC 9000 §18.2).
     public var activeConnectionIDLimit: UInt64
+    /// The server's `max_datagram_frame_size` (RFC 9221 §3); 0 when it offered no datagrams.
     public var maxDatagramFrameSize: UInt64
 
     init(_ params: ngtcp2_transport_params) {
