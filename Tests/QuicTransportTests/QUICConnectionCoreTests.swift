@@ -174,6 +174,24 @@ struct QUICConnectionCoreTests {
         #expect(pair.server.connections.isEmpty)
     }
 
+    /// Found by the server-datagram fuzz target (Fuzz/regressions/server-datagram): a long header
+    /// of version 0 may carry a connection ID of up to 255 bytes (RFC 8999 §5.1), ngtcp2 passes
+    /// it, and building our 20-byte ID from it stopped the whole server process.
+    @Test func connectionIDsLongerThan20BytesNeitherStopTheServerNorStartAConnection() throws {
+        let pair = try InMemoryPair()
+        for (version, length) in [([0, 0, 0, 0] as [UInt8], 32), ([0, 0, 0, 0], 255), ([0x1a, 0x2a, 0x3a, 0x4a], 255)] {
+            var packet: [UInt8] = [0xc9] + version + [UInt8(length)] + [UInt8](repeating: 0xab, count: length)
+            packet += [255] + [UInt8](repeating: 0xcd, count: 255)
+            packet += [UInt8](repeating: 0, count: max(0, 1200 - packet.count))
+            switch pair.inject(toServer: packet) {
+            case .dropped: #expect(version == [0, 0, 0, 0], "an unknown version is owed Version Negotiation")
+            case .answered(let what): #expect(what.contains("version negotiation") && version != [0, 0, 0, 0], "\(what)")
+            case .delivered, .handOver: Issue.record("a \(length)-byte connection ID was routed")
+            }
+        }
+        try pair.run(until: { pair.client.isHandshakeCompleted })
+    }
+
     @Test func unknownVersionGetsVersionNegotiation() throws {
         let pair = try InMemoryPair()
         var packet = [UInt8](repeating: 0, count: 1200)

@@ -95,6 +95,12 @@ package final class QUICEndpointCore {
             return sendVersionNegotiation(versionCID, reply: reply)
         }
         guard rv == 0, let dcidPointer = versionCID.dcid else { return .dropped("undecodable header") }
+        // RFC 8999 lets a long header of another version carry a connection ID of up to 255
+        // bytes, and ngtcp2 passes such a header (a Version Negotiation packet, version 0);
+        // QUIC v1's are at most 20 (RFC 9000 §17.2), and a server has nothing to say to it.
+        guard versionCID.dcidlen <= QUICConnectionID.maximumLength else {
+            return .dropped("a connection ID of \(versionCID.dcidlen) bytes")
+        }
         let dcid = QUICConnectionID(pointer: dcidPointer, length: versionCID.dcidlen)
         if let core = routes[dcid] {
             core.receive(datagram: datagram, path: path, ecn: ecn, now: now)
@@ -216,7 +222,8 @@ package final class QUICEndpointCore {
     // MARK: Stateless answers
 
     private func sendVersionNegotiation(_ versionCID: ngtcp2_version_cid, reply: (UnsafeRawBufferPointer) -> Void) -> Disposition {
-        var buffer = [UInt8](repeating: 0, count: 256)
+        // Room for the longest IDs RFC 8999 allows (255 bytes each) and the versions.
+        var buffer = [UInt8](repeating: 0, count: 600)
         let supported: [UInt32] = [NGTCP2_PROTO_VER_V1, NGTCP2_PROTO_VER_V2_DRAFT]
         var random: UInt8 = 0
         _ = gnutls_rnd(GNUTLS_RND_NONCE, &random, 1)
