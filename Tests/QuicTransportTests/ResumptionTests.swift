@@ -76,6 +76,32 @@ struct ResumptionTests {
         #expect(facts[1].handshakeCryptoSent < 250, "resumed: \(facts[1].handshakeCryptoSent) bytes, no Certificate")
     }
 
+    /// Found by the session-ticket fuzz target: GnuTLS 3.7.9 took this damaged ticket halfway and
+    /// then crashed freeing the session. A damaged ticket file must cost a full handshake, and the
+    /// ticket is forgotten, in the file too.
+    @Test func aDamagedTicketCostsAFullHandshakeNotTheProcess() async throws {
+        let regression = TestEnvironment.repositoryRoot.appendingPathComponent("Fuzz/regressions/session-ticket/damaged-ticket-crashed-gnutls-deinit")
+        let damaged = Array(try Data(contentsOf: regression).dropFirst())  // The fuzz input's first byte 0 marks a raw ticket.
+        let server = try await LoopbackServer()
+        server.echo()
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("damaged-ticket-\(UUID())").path
+        defer { try? FileManager.default.removeItem(atPath: file) }
+        let key = "127.0.0.1:\(server.port.rawValue)"
+        let line = "\(key) \(Data(damaged).base64EncodedString()) -\n"
+        try Data(line.utf8).write(to: URL(fileURLWithPath: file))
+        let store = QUICSessionTicketStore(path: file)
+        #expect(store.entry(for: key)?.ticket == damaged)
+        let group = server.makeClient { $0.tls.sessionTicketStore = store }
+        try await startAndWaitUntilReady(group)
+        #expect(try await roundTrip(Data("full".utf8), on: group) == Data("full".utf8))
+        let report = try #require(await group.establishmentReport())
+        #expect(!report.resumed)
+        #expect(store.entry(for: key)?.ticket != damaged, "the damaged ticket is forgotten (or replaced by the new one)")
+        let saved = try String(contentsOfFile: file, encoding: .utf8)
+        #expect(!saved.contains(Data(damaged).base64EncodedString()), "and gone from the file")
+        group.cancel()
+    }
+
     @Test(arguments: [true, false])
     func zeroRTTDataIsAcceptedOrResentInOneRTT(serverAcceptsEarlyData: Bool) async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("0rtt-\(UUID())").path

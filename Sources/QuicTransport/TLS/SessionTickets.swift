@@ -30,6 +30,12 @@ public final class QUICSessionTicketStore: Sendable {
     public init(path: String? = nil) {
         self.path = path
         guard let path, let text = try? String(contentsOfFile: path, encoding: .utf8) else { return }
+        let loaded = Self.entries(parsing: text)
+        entries.withLockedValue { $0 = loaded }
+    }
+
+    /// The entries of a ticket file's text, by server; unreadable lines are skipped.
+    package static func entries(parsing text: String) -> [String: Entry] {
         var loaded: [String: Entry] = [:]
         for line in text.split(separator: "\n") {
             let parts = line.split(separator: " ")
@@ -37,7 +43,7 @@ public final class QUICSessionTicketStore: Sendable {
             let parameters = parts.count > 2 ? QUICRememberedTransportParameters(text: String(parts[2])) : nil
             loaded[String(parts[0])] = Entry(ticket: Array(data), transportParameters: parameters)
         }
-        entries.withLockedValue { $0 = loaded }
+        return loaded
     }
 
     /// What was saved for `server` (`host:port`), if anything.
@@ -47,21 +53,28 @@ public final class QUICSessionTicketStore: Sendable {
 
     /// Keeps `entry` as the one to resume `server` with, and saves the file.
     public func store(_ entry: Entry, for server: String) {
-        let snapshot = entries.withLockedValue { entries in
+        save(entries.withLockedValue { entries in
             entries[server] = entry
             return entries
-        }
+        })
+    }
+
+    /// Forgets `server`'s ticket, in the file too.
+    public func remove(for server: String) {
+        save(entries.withLockedValue { entries in
+            entries[server] = nil
+            return entries
+        })
+    }
+
+    /// Replaces the file, if there is one, with `snapshot`.
+    private func save(_ snapshot: [String: Entry]) {
         guard let path else { return }
         let text = snapshot.sorted { $0.key < $1.key }.map { key, entry in
             "\(key) \(Data(entry.ticket).base64EncodedString()) \(entry.transportParameters?.text ?? "-")\n"
         }.joined()
         try? Data(text.utf8).write(to: URL(fileURLWithPath: path), options: [.atomic])
         chmod(path, 0o600)
-    }
-
-    /// Forgets `server`'s ticket.
-    public func remove(for server: String) {
-        entries.withLockedValue { $0[server] = nil }
     }
 }
 
