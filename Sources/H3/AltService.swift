@@ -24,9 +24,28 @@ public struct AltService: Hashable, Sendable, CustomStringConvertible {
         self.persist = persist
     }
 
+    /// The alternative as an `Alt-Svc` value: the protocol ID percent-encoded as RFC 7838 §3
+    /// requires (every octet outside `tchar`, and `%`), the authority a quoted-string.
     public var description: String {
         let authority = (host.map { $0.contains(":") ? "[\($0)]" : $0 } ?? "") + ":\(port)"
-        return "\(protocolID)=\"\(authority)\"; ma=\(maxAge)" + (persist ? "; persist=1" : "")
+        let quoted = String(authority.flatMap { $0 == "\\" ? ["\\", "\\"] : [$0] })
+        return "\(Self.percentEncoded(protocolID))=\"\(quoted)\"; ma=\(maxAge)" + (persist ? "; persist=1" : "")
+    }
+
+    /// `protocolID` as an RFC 7838 §3 protocol-id: `tchar` octets other than `%` as they are.
+    private static func percentEncoded(_ protocolID: String) -> String {
+        var out = ""
+        for byte in protocolID.utf8 {
+            switch byte {
+            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"):
+                out.unicodeScalars.append(Unicode.Scalar(byte))
+            case _ where Array("!#$&'*+-.^_`|~".utf8).contains(byte):
+                out.unicodeScalars.append(Unicode.Scalar(byte))
+            default:
+                out += "%" + String(byte, radix: 16, uppercase: true).leftPadded(to: 2)
+            }
+        }
+        return out
     }
 }
 
@@ -178,7 +197,9 @@ struct AltServiceParser {
             case UInt8(ascii: "\""):
                 return String(decoding: out, as: UTF8.self)
             case UInt8(ascii: "\\"):
+                // quoted-pair = "\" ( HTAB / SP / VCHAR / obs-text ) (RFC 9110 §5.6.4).
                 guard let escaped = peek else { throw error("unterminated escape in \(what)") }
+                if escaped != 0x09 && (escaped < 0x20 || escaped == 0x7f) { throw error("escaped control character in \(what)") }
                 out.append(escaped)
                 index += 1
             case 0x00...0x08, 0x0a...0x1f, 0x7f:
@@ -220,4 +241,8 @@ extension Array where Element == UInt8 {
         while let last = copy.last, last == 0x20 || last == 0x09 { copy.removeLast() }
         return copy
     }
+}
+
+extension String {
+    fileprivate func leftPadded(to width: Int) -> String { String(repeating: "0", count: max(0, width - count)) + self }
 }

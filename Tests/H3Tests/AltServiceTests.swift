@@ -37,6 +37,15 @@ struct AltServiceTests {
         #expect(try Self.parse(#"h3=":443"; persist=0"#).first?.persist == false)
     }
 
+    /// Found by the alt-svc fuzz target: an ID with octets outside `tchar` printed raw, which
+    /// no parser reads back (RFC 7838 §3 wants them percent-encoded).
+    @Test func printingPercentEncodesTheProtocolIDAndParsesBack() throws {
+        let service = AltService(protocolID: "w=x:y%", host: #"a\b"#, port: 1)
+        #expect(service.description == #"w%3Dx%3Ay%25="a\\b:1"; ma=86400"#)
+        #expect(try Self.parse(service.description) == [service])
+        #expect(AltService(protocolID: "h3", port: 443).description == #"h3=":443"; ma=86400"#)
+    }
+
     @Test(arguments: [
         "", " ", ",", "h3", "h3=", "h3=:443", "h3=\":443", "h3=\"\"", "h3=\":\"", "h3=\"host\"", "h3=\"host:\"",
         "h3=\":0\"", "h3=\":65536\"", "h3=\":-1\"", "h3=\":44a\"", "h3=\"::1:443\"", "h3=\"[::1:443\"", "h3=\"[]:443\"",
