@@ -133,6 +133,18 @@ let package = Package(
             dependencies: [.product(name: "ArgumentParser", package: "swift-argument-parser")],
             swiftSettings: swiftSettings
         ),
+        // Fuzz targets for every parser of untrusted input, and the seeds; quic-fuzz runs them
+        // under libFuzzer (scripts/fuzz) and the tests replay Fuzz/corpus and Fuzz/regressions.
+        .target(
+            name: "QuicFuzzing",
+            dependencies: [
+                "QuicTransport", "H3",
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .executableTarget(name: "quic-fuzz", dependencies: ["QuicFuzzing"], swiftSettings: swiftSettings),
         // Shared by both test targets: the in-memory client/server pair on a virtual clock.
         .target(
             name: "QuicTestSupport",
@@ -177,6 +189,11 @@ let package = Package(
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ],
             swiftSettings: [.swiftLanguageMode(.v5)]
+        ),
+        .testTarget(
+            name: "FuzzReplayTests",
+            dependencies: ["QuicFuzzing", "QuicTestSupport"],
+            swiftSettings: swiftSettings
         ),
         // h3load's statistics and report; an executable target can be imported by its tests.
         .testTarget(name: "H3LoadTests", dependencies: ["h3load"], swiftSettings: swiftSettings),

@@ -130,7 +130,7 @@ public final class AltServiceCache: Sendable {
     }
 
     /// Parses one line of curl's format; nil when it is not one.
-    static func parseLine(_ line: String) -> (Origin, Entry)? {
+    package static func parseLine(_ line: String) -> (Origin, Entry)? {
         // Nine fields; the seventh is a quoted "YYYYMMDD HH:MM:SS" that contains a space.
         guard let openQuote = line.firstIndex(of: "\""),
             let closeQuote = line[line.index(after: openQuote)...].firstIndex(of: "\"")

@@ -2,7 +2,7 @@
 /// codec can log each frame to qlog as it is sent or parsed. nghttp3 does the real parsing;
 /// this only reads the type and length of each frame and keeps the small payloads qlog shows
 /// (SETTINGS, GOAWAY, PRIORITY_UPDATE).
-struct HTTP3FrameScanner {
+package struct HTTP3FrameScanner {
     /// A unidirectional stream's type (RFC 9114 §6.2).
     enum StreamType: UInt64 {
         case control = 0x00
@@ -20,14 +20,14 @@ struct HTTP3FrameScanner {
         }
     }
 
-    struct Frame {
-        let type: UInt64
-        let length: UInt64
+    package struct Frame {
+        package let type: UInt64
+        package let length: UInt64
         /// The payload, for frame types whose content qlog shows; empty otherwise.
-        let payload: [UInt8]
+        package let payload: [UInt8]
     }
 
-    enum Output {
+    package enum Output {
         case streamType(UInt64)
         case frame(Frame)
     }
@@ -46,7 +46,7 @@ struct HTTP3FrameScanner {
     private var payload: [UInt8] = []
 
     /// `unidirectional` streams start with a stream type.
-    init(unidirectional: Bool) {
+    package init(unidirectional: Bool) {
         phase = unidirectional ? .streamType : .frameType
     }
 
@@ -56,7 +56,7 @@ struct HTTP3FrameScanner {
     }
 
     /// Consumes `bytes`, returning the stream type and the frames that began in them.
-    mutating func scan(_ bytes: UnsafeRawBufferPointer) -> [Output] {
+    package mutating func scan(_ bytes: UnsafeRawBufferPointer) -> [Output] {
         var outputs: [Output] = []
         var index = 0
         while index < bytes.count {

@@ -2,19 +2,19 @@ import QuicTransport
 
 /// The `http:` qlog events (draft-ietf-quic-qlog-h3-events, as qvis reads them with qlog 0.3):
 /// `http:frame_created`, `http:frame_parsed` and `http:stream_type_set`, as JSON objects.
-enum HTTP3QLog {
-    static func streamTypeSet(streamID: Int64, owner: String, type: UInt64) -> String {
+package enum HTTP3QLog {
+    package static func streamTypeSet(streamID: Int64, owner: String, type: UInt64) -> String {
         let name = HTTP3FrameScanner.StreamType(rawValue: type)?.qlogName ?? "unknown"
         return "{\"stream_id\":\(streamID),\"owner\":\"\(owner)\",\"stream_type\":\"\(name)\"}"
     }
 
-    static func headers(streamID: Int64, length: UInt64?, fields: [(name: String, value: String)]) -> String {
+    package static func headers(streamID: Int64, length: UInt64?, fields: [(name: String, value: String)]) -> String {
         let list = fields.map { "{\"name\":\(json($0.name)),\"value\":\(json($0.value))}" }.joined(separator: ",")
         return event(streamID: streamID, length: length, frame: "{\"frame_type\":\"headers\",\"headers\":[\(list)]}")
     }
 
     /// A frame other than HEADERS, described from its type and payload.
-    static func frame(streamID: Int64, _ frame: HTTP3FrameScanner.Frame) -> String {
+    package static func frame(streamID: Int64, _ frame: HTTP3FrameScanner.Frame) -> String {
         event(streamID: streamID, length: frame.length, frame: describe(frame))
     }
 

@@ -144,7 +144,7 @@ public struct HTTPSRecordResolver: Sendable {
 }
 
 /// The few pieces of the DNS wire format (RFC 1035 §4.1) an HTTPS-record lookup needs.
-enum DNSMessage {
+package enum DNSMessage {
     static func query(id: UInt16, name: String, type: UInt16) -> [UInt8]? {
         var message: [UInt8] = [UInt8(id >> 8), UInt8(id & 0xff), 0x01, 0x00, 0x00, 0x01, 0, 0, 0, 0, 0, 0]
         let labels = name.split(separator: ".", omittingEmptySubsequences: true)
@@ -192,7 +192,7 @@ enum DNSMessage {
     }
 
     /// The HTTPS records in the answer section of `message`.
-    static func httpsRecords(in message: [UInt8], id: UInt16) throws -> [HTTPSRecord] {
+    package static func httpsRecords(in message: [UInt8], id: UInt16) throws -> [HTTPSRecord] {
         var reader = DNSReader(message: message, position: 0)
         guard let responseID = reader.readUInt16(), responseID == id, let flags = reader.readUInt16(),
             let questions = reader.readUInt16(), let answers = reader.readUInt16(),
