@@ -38,6 +38,9 @@ public final class HTTP3Server: Sendable {
         public var maximumConnections = 1024
         /// Validate client addresses with Retry (RFC 9000 §8.1.2).
         public var requiresAddressValidation = false
+        /// Above this many handshakes in progress (per worker), require Retry of new clients
+        /// until the count falls again (RFC 9000 §8.1.2), as quic-go does under load.
+        public var addressValidationThreshold = 128
         /// Accept 0-RTT requests from resuming clients. They can be replayed (RFC 8446 §8, RFC
         /// 9114 §10.9): enable it only when the handler treats early requests as repeatable.
         public var acceptsEarlyData = false
@@ -109,6 +112,7 @@ public final class HTTP3Server: Sendable {
         var endpointConfiguration = QUICEndpointCore.Configuration(quic: quic, credentials: credentials)
         endpointConfiguration.maximumConnections = configuration.maximumConnections
         endpointConfiguration.requiresRetry = configuration.requiresAddressValidation
+        endpointConfiguration.retryThreshold = max(0, configuration.addressValidationThreshold)
         endpointConfiguration.acceptsEarlyData = configuration.acceptsEarlyData
         endpointConfiguration.makeApplicationCodec = { try! HTTP3Codec(role: .server) }
         endpointConfiguration.liveConnections = liveConnections

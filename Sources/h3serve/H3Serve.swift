@@ -63,6 +63,9 @@ struct H3Serve: AsyncParsableCommand {
     @Flag(help: "Validate client addresses with a Retry round trip (RFC 9000 §8.1.2).")
     var retry = false
 
+    @Option(name: .customLong("retry-threshold"), help: "Above this many handshakes in progress per worker, require Retry of new clients until the count falls (default 128).")
+    var retryThreshold = 128
+
     @Option(name: .customLong("preferred-address"), help: "Also listen for QUIC at IP:PORT (port 0 picks one) and offer it to clients as preferred_address (RFC 9000 §9.6).")
     var preferredAddress: String?
 
@@ -82,6 +85,7 @@ struct H3Serve: AsyncParsableCommand {
 
     func validate() throws {
         if (cert == nil) != (key == nil) { throw ValidationError("--cert and --key go together") }
+        if retryThreshold < 0 { throw ValidationError("--retry-threshold must be 0 or more (0: Retry for every client)") }
         if QUICCongestionControl(rawValue: cc) == nil { throw ValidationError("--cc is cubic, reno, bbr or bbr2") }
         if noQUIC && noTCP { throw ValidationError("--no-quic and --no-tcp together leave nothing to serve") }
         try validateWorkerCount(workers)
@@ -172,6 +176,7 @@ struct H3Serve: AsyncParsableCommand {
             configuration.identity = generated
             configuration.acceptsEarlyData = earlyData
             configuration.requiresAddressValidation = retry
+            configuration.addressValidationThreshold = retryThreshold
             configuration.congestionControl = QUICCongestionControl(rawValue: cc) ?? .cubic
             configuration.preferredAddress = preferredAddress.flatMap(parseHostPort)
             configuration.workers = workers

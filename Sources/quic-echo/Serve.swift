@@ -23,6 +23,9 @@ struct Serve: AsyncParsableCommand {
     @Flag(help: "Validate client addresses with Retry before creating state.")
     var retry = false
 
+    @Option(name: .customLong("retry-threshold"), help: "Above this many handshakes in progress per worker, require Retry of new clients until the count falls (default 128).")
+    var retryThreshold = 128
+
     @Flag(name: .customLong("early-data"), help: "Accept 0-RTT data from resuming clients (it can be replayed: RFC 8446 §8).")
     var earlyData = false
 
@@ -42,6 +45,7 @@ struct Serve: AsyncParsableCommand {
     func validate() throws {
         if (cert == nil) != (key == nil) { throw ValidationError("--cert and --key go together") }
         if maxConnections < 1 { throw ValidationError("--max-connections must be at least 1") }
+        if retryThreshold < 0 { throw ValidationError("--retry-threshold must be 0 or more (0: Retry for every client)") }
         try validateWorkerCount(workers)
     }
 
@@ -51,6 +55,7 @@ struct Serve: AsyncParsableCommand {
         let options = try common.makeOptions()
         options.isDatagram = datagrams
         options.requiresAddressValidation = retry
+        options.addressValidationThreshold = retryThreshold
         options.acceptsEarlyData = earlyData
         options.tls.certificateChainFile = cert
         options.tls.privateKeyFile = key

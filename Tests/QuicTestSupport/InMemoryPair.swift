@@ -53,6 +53,7 @@ package final class InMemoryPair {
         clientConfiguration: QUICConfiguration = InMemoryPair.defaultConfiguration(),
         serverConfiguration: QUICConfiguration = InMemoryPair.defaultConfiguration(),
         requiresRetry: Bool = false,
+        retryThreshold: Int = 128,
         seed: UInt64 = 1,
         clientCodec: (any QUICApplicationCodec)? = nil,
         serverCodec: (@Sendable () -> any QUICApplicationCodec)? = nil
@@ -63,6 +64,7 @@ package final class InMemoryPair {
             credentials: try .server(certificateChainPEM: identity.certificatePEM, privateKeyPEM: identity.privateKeyPEM)
         )
         endpointConfiguration.requiresRetry = requiresRetry
+        endpointConfiguration.retryThreshold = retryThreshold
         endpointConfiguration.makeApplicationCodec = serverCodec
         let logger = Logger(label: "test")
         server = QUICEndpointCore(configuration: endpointConfiguration, logger: logger)

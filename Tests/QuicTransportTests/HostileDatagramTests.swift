@@ -34,6 +34,26 @@ struct HostileDatagramTests {
         #expect(server.process.isRunning, "the server stopped: \(server.process.standardError)")
     }
 
+    /// An Initial flood's effect, over real sockets: with `--retry-threshold 1`, one half-open
+    /// handshake (aioquic's first flight, and then silence) makes the server send a real client
+    /// a Retry before it creates state (RFC 9000 §8.1.2); the client follows it and echoes.
+    @Test func pastTheRetryThresholdARealClientIsRetriedAndConnects() async throws {
+        let server = try await EchoServerProcess(["--retry-threshold", "1"])
+        defer { server.process.stop() }
+        let seed = TestEnvironment.repositoryRoot.appendingPathComponent("Fuzz/corpus/server-datagram/aioquic-first-flight-quic-echo")
+        for datagram in Self.datagrams(in: Array(try Data(contentsOf: seed))) { try Self.send(datagram, toPort: server.port) }
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("retry-threshold-\(UUID())")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let client = try ChildProcess(try TestEnvironment.executable("quic-echo"), [
+            "connect", "127.0.0.1", "\(server.port)", "--pin-sha256", server.fingerprint, "--data", "after a Retry",
+            "--qlog-dir", directory.path,
+        ])
+        #expect(try await client.waitForExit(seconds: 30) == 0, "\(client.standardError)")
+        let traces = try FileManager.default.contentsOfDirectory(atPath: directory.path).filter { $0.hasSuffix("_client.sqlog") }
+        let trace = try String(contentsOf: directory.appendingPathComponent(try #require(traces.first)), encoding: .utf8)
+        #expect(trace.contains(#""packet_type":"retry""#), "the client's trace shows the server's Retry")
+    }
+
     /// The fuzz targets' datagram sequence: a 2-byte big-endian length, then that many bytes.
     static func datagrams(in bytes: [UInt8]) -> [[UInt8]] {
         var datagrams: [[UInt8]] = []

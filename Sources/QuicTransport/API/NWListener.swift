@@ -146,6 +146,7 @@ public final class NWListener: @unchecked Sendable {
         let host = boundHost
         var configuration = QUICEndpointCore.Configuration(quic: options.configuration, credentials: credentials)
         configuration.requiresRetry = options.requiresAddressValidation
+        configuration.retryThreshold = max(0, options.addressValidationThreshold)
         configuration.acceptsEarlyData = options.acceptsEarlyData
         configuration.maximumConnections = maximumConcurrentTunnels
         configuration.liveConnections = liveConnections

@@ -81,6 +81,11 @@ public final class NWProtocolQUIC: @unchecked Sendable {
         public var qlogDirectory: String? = ProcessInfo.processInfo.environment["QLOGDIR"]
         /// Servers: validate client addresses with a Retry round trip (RFC 9000 §8.1.2).
         public var requiresAddressValidation = false
+        /// Servers: above this many handshakes in progress (per worker), new clients must first
+        /// validate their address with Retry, as with `requiresAddressValidation`; below it they
+        /// connect in one round trip again. An addition, as quic-go does under an Initial flood;
+        /// 128 by default.
+        public var addressValidationThreshold = 128
         /// Servers: accept 0-RTT data from resuming clients (RFC 9001 §4.6.1). Early data can be
         /// replayed by an attacker (RFC 8446 §8); the anti-replay cache covers one listener in
         /// one process, so turn this on only for requests that are safe to repeat.
@@ -133,6 +138,7 @@ public final class NWProtocolQUIC: @unchecked Sendable {
             copy.tls = tls
             copy.qlogDirectory = qlogDirectory
             copy.requiresAddressValidation = requiresAddressValidation
+            copy.addressValidationThreshold = addressValidationThreshold
             copy.acceptsEarlyData = acceptsEarlyData
             copy.tracksLosses = tracksLosses
             copy.congestionControl = congestionControl

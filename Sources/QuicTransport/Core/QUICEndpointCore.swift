@@ -15,6 +15,11 @@ package final class QUICEndpointCore {
         package var credentials: TLSCredentials
         /// Validate client addresses with a Retry round trip before creating state.
         package var requiresRetry = false
+        /// Above this many handshakes in progress, a new client must first prove its address
+        /// with a Retry round trip (RFC 9000 §8.1.2), as quic-go does under load: an Initial
+        /// flood from spoofed addresses then costs the server a stateless reply, not a TLS
+        /// session each. Below it again, clients connect in one round trip. Per worker.
+        package var retryThreshold = 128
         package var maximumConnections = 1024
         /// How long a Retry token stays valid.
         package var retryTokenLifetimeNanoseconds: UInt64 = 10_000_000_000
@@ -137,11 +142,12 @@ package final class QUICEndpointCore {
 
         var originalDCID = QUICConnectionID(header.dcid)
         var retrySCID: QUICConnectionID?
-        if configuration.requiresRetry {
-            let token = header.token.len > 0 ? header.token.base : nil
-            guard let token, token[0] == UInt8(NGTCP2_CRYPTO_TOKEN_MAGIC_RETRY) else {
-                return sendRetry(header, path: path, now: now, reply: reply)
-            }
+        let retryToken = header.token.len > 0 && header.token.base[0] == UInt8(NGTCP2_CRYPTO_TOKEN_MAGIC_RETRY) ? header.token.base : nil
+        if retryToken == nil, configuration.requiresRetry || handshakesInProgress >= configuration.retryThreshold {
+            return sendRetry(header, path: path, now: now, reply: reply)
+        }
+        // A Retry token is checked whatever the mode: the load may have fallen since the Retry.
+        if let token = retryToken {
             var odcid = ngtcp2_cid()
             let verified = path.remote.withSockAddr { address, length in
                 idFactory.secretBytes.withUnsafeBufferPointer { secret in
@@ -186,6 +192,16 @@ package final class QUICEndpointCore {
         addRoute(dcid, to: core)
         core.receive(datagram: datagram, path: path, ecn: ecn, now: now)
         return .delivered(core, isNew: true)
+    }
+
+    /// The connections whose handshake has not completed, counted up to the Retry threshold.
+    private var handshakesInProgress: Int {
+        var count = 0
+        for core in connections.values where !core.isHandshakeCompleted {
+            count += 1
+            if count >= configuration.retryThreshold { break }
+        }
+        return count
     }
 
     /// Hands over a core's events, keeping the routing table in step with its connection IDs.
