@@ -154,4 +154,14 @@ struct AltServiceCacheTests {
         #expect(cache.alternatives(for: AltServiceCache.Origin(host: "2001:db8::1")).first?.port == 4433)
         #expect(cache.warnings.count == 2)
     }
+
+    /// The expiry is read by hand (curl's `YYYYMMDD HH:MM:SS`, UTC), so it is checked here.
+    @Test func expiryDatesAreUTCAndMustExist() throws {
+        let line = { (date: String) in #"h2 example.org 443 h3 example.org 443 "\#(date)" 0 0"# }
+        #expect(AltServiceCache.parseLine(line("20300101 00:00:00"))?.1.expires == Date(timeIntervalSince1970: 1_893_456_000))
+        #expect(AltServiceCache.parseLine(line("20240229 23:59:59"))?.1.expires == Date(timeIntervalSince1970: 1_709_251_199))
+        for impossible in ["20230229 00:00:00", "20300231 00:00:00", "20301301 00:00:00", "20300101 24:00:00", "2030010100:00:00", "2030-1-1 00:00:00"] {
+            #expect(AltServiceCache.parseLine(line(impossible)) == nil, "\(impossible)")
+        }
+    }
 }
