@@ -142,12 +142,7 @@ package final class QUICConnectionCore {
         }
         guard rv == 0, let newConn else { throw QUICCoreError.ngtcp2("ngtcp2_conn_client_new", rv) }
         self.conn = newConn
-        var saved = tls.ticketStore?.entry(for: tls.ticketKey)
-        if let ticket = saved?.ticket, !QUICTLSSession.isUsableTicket(ticket) {
-            logger.warning("the session ticket for \(tls.ticketKey) is damaged; forgetting it and doing a full handshake")
-            tls.ticketStore?.remove(for: tls.ticketKey)
-            saved = nil
-        }
+        let saved = tls.ticketStore?.entry(for: tls.ticketKey)
         tlsSession = try QUICTLSSession(
             clientWith: tls.credentials,
             alpn: configuration.alpn,

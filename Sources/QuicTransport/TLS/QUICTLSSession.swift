@@ -1,5 +1,4 @@
 import CQuicShims
-import NIOConcurrencyHelpers
 
 /// The single owner of one connection's `gnutls_session_t`, configured for QUIC (RFC 9001).
 ///
@@ -33,38 +32,12 @@ final class QUICTLSSession {
             try Self.check(gnutls_server_name_set(raw, GNUTLS_NAME_DNS, serverName, serverName.utf8.count), "gnutls_server_name_set")
         }
         try setALPN(alpn, flags: UInt32(GNUTLS_ALPN_MANDATORY.rawValue))
-        if let resumptionTicket, Self.isUsableTicket(resumptionTicket) {
-            // A ticket GnuTLS cannot use (expired, say) just means a full handshake.
+        if let resumptionTicket {
+            // Only session data GnuTLS made reaches here (QUICSessionTicketStore checks what it
+            // reads from a file). One it cannot use (expired, say) just means a full handshake.
             _ = resumptionTicket.withUnsafeBytes { gnutls_session_set_data(raw, $0.baseAddress, $0.count) }
         }
     }
-
-    /// Whether GnuTLS takes `ticket` as session data, tried on a scratch session first.
-    ///
-    /// GnuTLS 3.7.9 trusts the counts inside session data: a damaged ticket can make
-    /// `gnutls_session_set_data` fail halfway and leave a session that `gnutls_deinit` then
-    /// crashes on (found by the session-ticket fuzz target). A ticket file is ours, but a file can
-    /// be damaged or swapped; such a ticket must cost a full handshake, not the process. So the
-    /// scratch session of a ticket GnuTLS refuses is never deinitialised but kept in
-    /// `refusedScratchSessions`: a few KiB per damaged ticket, once, since the caller then
-    /// forgets the ticket.
-    static func isUsableTicket(_ ticket: [UInt8]) -> Bool {
-        guard !ticket.isEmpty else { return false }
-        var scratch: gnutls_session_t?
-        guard gnutls_init(&scratch, UInt32(GNUTLS_CLIENT.rawValue)) == 0, let scratch else { return false }
-        let accepted = ticket.withUnsafeBytes { gnutls_session_set_data(scratch, $0.baseAddress, $0.count) } == 0
-        if accepted {
-            gnutls_deinit(scratch)
-        } else {
-            refusedScratchSessions.withLockedValue { $0.append(RefusedSession(raw: scratch)) }
-        }
-        return accepted
-    }
-
-    /// A scratch session GnuTLS refused a ticket on, which must never reach `gnutls_deinit`.
-    // @unchecked Sendable: the pointer is only stored, never used again.
-    private struct RefusedSession: @unchecked Sendable { let raw: gnutls_session_t }
-    private static let refusedScratchSessions = NIOLockedValueBox<[RefusedSession]>([])
 
     /// A server session: the ALPN protocols it accepts, server preference first.
     init(

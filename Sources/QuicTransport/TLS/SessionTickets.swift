@@ -7,10 +7,17 @@ import NIOConcurrencyHelpers
 /// servers sent, per server, with the transport parameters 0-RTT must respect (RFC 9000 §7.4.1),
 /// in memory or also in a file so a later process can resume.
 ///
-/// File format, one line per server: `KEY TICKET PARAMETERS`, KEY being `host:port`, TICKET
-/// GnuTLS's session data in base64 and PARAMETERS the remembered transport parameters as
-/// comma-separated numbers (`-` when unknown). The file is replaced atomically after each new
-/// ticket; unreadable lines are skipped. Keep it private: a ticket lets its holder resume.
+/// File format, one line per server: `KEY TICKET PARAMETERS CHECK`, KEY being `host:port`,
+/// TICKET GnuTLS's session data in base64, PARAMETERS the remembered transport parameters as
+/// comma-separated numbers (`-` when unknown) and CHECK the SHA-256 of the ticket's bytes in hex.
+/// The file is replaced atomically after each new ticket; unreadable lines are skipped.
+///
+/// CHECK is there because GnuTLS 3.7.9 trusts session data: `gnutls_session_set_data` on a
+/// damaged ticket can abort the process on an assertion or leave a session that crashes when
+/// freed (both found by the session-ticket fuzz target). So only bytes GnuTLS itself gave us
+/// reach it; a line whose ticket does not match its CHECK, or that has none (older files), is
+/// skipped and costs one full handshake. It protects against damage, not against someone who
+/// can write the file: keep it private, as a ticket lets its holder resume.
 public final class QUICSessionTicketStore: Sendable {
     /// A ticket and what the server allowed when it was issued.
     public struct Entry: Sendable, Equatable {
@@ -34,16 +41,24 @@ public final class QUICSessionTicketStore: Sendable {
         entries.withLockedValue { $0 = loaded }
     }
 
-    /// The entries of a ticket file's text, by server; unreadable lines are skipped.
+    /// The entries of a ticket file's text, by server; unreadable lines, and tickets that do not
+    /// match their check, are skipped.
     package static func entries(parsing text: String) -> [String: Entry] {
         var loaded: [String: Entry] = [:]
         for line in text.split(separator: "\n") {
             let parts = line.split(separator: " ")
-            guard parts.count >= 2, let data = Data(base64Encoded: String(parts[1])) else { continue }
-            let parameters = parts.count > 2 ? QUICRememberedTransportParameters(text: String(parts[2])) : nil
-            loaded[String(parts[0])] = Entry(ticket: Array(data), transportParameters: parameters)
+            guard parts.count == 4, let data = Data(base64Encoded: String(parts[1])), !data.isEmpty,
+                Hex.decode(parts[3]) == (try? SHA256.hash(Array(data)))
+            else { continue }
+            loaded[String(parts[0])] = Entry(ticket: Array(data), transportParameters: QUICRememberedTransportParameters(text: String(parts[2])))
         }
         return loaded
+    }
+
+    /// One line of the file for `entry`.
+    static func line(for entry: Entry, key: String) -> String {
+        let check = (try? SHA256.hash(entry.ticket)).map { Hex.encode($0) } ?? "-"
+        return "\(key) \(Data(entry.ticket).base64EncodedString()) \(entry.transportParameters?.text ?? "-") \(check)\n"
     }
 
     /// What was saved for `server` (`host:port`), if anything.
@@ -70,9 +85,7 @@ public final class QUICSessionTicketStore: Sendable {
     /// Replaces the file, if there is one, with `snapshot`.
     private func save(_ snapshot: [String: Entry]) {
         guard let path else { return }
-        let text = snapshot.sorted { $0.key < $1.key }.map { key, entry in
-            "\(key) \(Data(entry.ticket).base64EncodedString()) \(entry.transportParameters?.text ?? "-")\n"
-        }.joined()
+        let text = snapshot.sorted { $0.key < $1.key }.map { key, entry in Self.line(for: entry, key: key) }.joined()
         try? Data(text.utf8).write(to: URL(fileURLWithPath: path), options: [.atomic])
         chmod(path, 0o600)
     }
