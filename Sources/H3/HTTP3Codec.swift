@@ -120,7 +120,7 @@ package final class HTTP3Codec: QUICApplicationCodec {
     /// file region as the peer takes it; the server passes no other body with one.
     package func submitResponse(
         streamID: Int64,
-        headers: [(name: String, value: String)],
+        headers: some Collection<(name: String, value: String)>,
         body: [UInt8]?,
         file: HTTP3FileRegion? = nil,
         streaming: Bool = false,
@@ -182,7 +182,7 @@ package final class HTTP3Codec: QUICApplicationCodec {
 
     private func submit(
         streamID: Int64,
-        headers: [(name: String, value: String)],
+        headers: some Collection<(name: String, value: String)>,
         body: [UInt8]?,
         file: HTTP3FileRegion? = nil,
         streaming: Bool,
@@ -194,7 +194,7 @@ package final class HTTP3Codec: QUICApplicationCodec {
         if hasBody {
             bodies[streamID] = HTTP3OutgoingBody(copying: body, file: file, finished: !streaming, trailers: trailers)
         }
-        if core?.isQLogEnabled == true { submittedHeaders[streamID, default: []].append(headers) }
+        if core?.isQLogEnabled == true { submittedHeaders[streamID, default: []].append(Array(headers)) }
         // nghttp3 copies the field section, so the names and values only have to outlive the call.
         var reader = nghttp3_data_reader(read_data: Self.readBody)
         let rv = withFieldArray(headers) { nva, count in
@@ -205,25 +205,37 @@ package final class HTTP3Codec: QUICApplicationCodec {
 
     /// Builds an `nghttp3_nv` array over one contiguous copy of the names and values: two
     /// temporary allocations however many fields there are.
-    private func withFieldArray<R>(_ headers: [(name: String, value: String)], _ body: (UnsafePointer<nghttp3_nv>, Int) -> R) -> R {
+    private func withFieldArray<R>(_ headers: some Collection<(name: String, value: String)>, _ body: (UnsafePointer<nghttp3_nv>, Int) -> R) -> R {
         var byteCount = 0
         for field in headers { byteCount += field.name.utf8.count + field.value.utf8.count }
         return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: max(byteCount, 1)) { bytes in
             withUnsafeTemporaryAllocation(of: nghttp3_nv.self, capacity: max(headers.count, 1)) { nva in
                 var next = bytes.baseAddress!
-                for (index, field) in headers.enumerated() {
+                var count = 0
+                for field in headers {
                     let name = next
-                    let nameLength = UnsafeMutableBufferPointer(start: name, count: field.name.utf8.count).initialize(from: field.name.utf8).1
+                    let nameLength = Self.copyUTF8(of: field.name, to: name)
                     let value = name + nameLength
-                    let valueLength = UnsafeMutableBufferPointer(start: value, count: field.value.utf8.count).initialize(from: field.value.utf8).1
+                    let valueLength = Self.copyUTF8(of: field.value, to: value)
                     next = value + valueLength
-                    (nva.baseAddress! + index).initialize(to: nghttp3_nv(
+                    (nva.baseAddress! + count).initialize(to: nghttp3_nv(
                         name: name, value: value, namelen: nameLength, valuelen: valueLength, flags: UInt8(NGHTTP3_NV_FLAG_NONE)
                     ))
+                    count += 1
                 }
-                return body(nva.baseAddress!, headers.count)
+                return body(nva.baseAddress!, count)
             }
         }
+    }
+
+    /// Copies a string's UTF-8 to `destination`, which has room for it; one memcpy for a
+    /// native string, byte by byte otherwise. Returns the byte count.
+    private static func copyUTF8(of string: String, to destination: UnsafeMutablePointer<UInt8>) -> Int {
+        let copied = string.utf8.withContiguousStorageIfAvailable { source -> Int in
+            if let base = source.baseAddress { destination.initialize(from: base, count: source.count) }
+            return source.count
+        }
+        return copied ?? UnsafeMutableBufferPointer(start: destination, count: string.utf8.count).initialize(from: string.utf8).1
     }
 
     /// Submits the trailers and resets that body callbacks asked for during the write call.

@@ -34,41 +34,38 @@ public struct HTTP3FileHandler: Sendable {
             fields[.allow] = "GET, HEAD"
             return HTTP3ServerResponse(status: .methodNotAllowed, headerFields: fields, body: Array("method not allowed\n".utf8))
         }
-        guard let (reader, name) = open(request.head.path ?? "/") else {
+        guard let file = open(request.head.path ?? "/") else {
             return HTTP3ServerResponse(status: .notFound, body: Array("not found\n".utf8))
         }
-        let size = reader.size
-        // Appended, not set by subscript: a setter searches the fields for the name first.
-        var fields = HTTPFields()
-        fields.reserveCapacity(4)
-        fields.append(HTTPField(name: .contentType, value: Self.contentType(for: Self.pathExtension(of: name))))
-        fields.append(HTTPField(name: .acceptRanges, value: "bytes"))
+        let size = file.reader.size
         var status = HTTPResponse.Status.ok
         var range = 0..<size
+        // The whole file's fields were made when it was opened and are shared by every request
+        // for it: most requests build no field at all.
+        var fields = file.wholeFileFields
         if let rangeText = request.head.headerFields[.range] {
             switch Self.byteRange(rangeText, length: size) {
             case .satisfiable(let requested):
                 status = .partialContent
-                fields.append(HTTPField(name: .contentRange, value: "bytes \(requested.lowerBound)-\(requested.upperBound - 1)/\(size)"))
+                fields = file.fields(contentRange: "bytes \(requested.lowerBound)-\(requested.upperBound - 1)/\(size)", length: requested.count)
                 range = requested
             case .unsatisfiable:
-                fields.append(HTTPField(name: .contentRange, value: "bytes */\(size)"))
+                fields = file.fields(contentRange: "bytes */\(size)", length: nil)
                 return HTTP3ServerResponse(status: .rangeNotSatisfiable, headerFields: fields)
             case .ignored:
                 break
             }
         }
-        fields.append(HTTPField(name: .contentLength, value: String(range.count)))
         var response = HTTP3ServerResponse(status: status, headerFields: fields)
         guard method == .get else { return response }
         // Read by the connection as the client takes it, straight into the memory it sends from.
-        response.file = HTTP3FileRegion(reader: reader, range: range)
+        response.file = HTTP3FileRegion(reader: file.reader, range: range)
         return response
     }
 
-    /// Opens the regular file a request path names (a directory's `index.html`), with the name
-    /// it was opened under; nil when it is missing, not a regular file, or would leave the root.
-    func open(_ path: String) -> (HTTP3FileReader, name: String)? {
+    /// Opens the regular file a request path names (a directory's `index.html`); nil when it is
+    /// missing, not a regular file, or would leave the root.
+    func open(_ path: String) -> HTTP3ServedFile? {
         // Scanned as UTF-8 bytes: the delimiters are ASCII, and walking Characters would run
         // grapheme breaking over every path.
         let utf8 = path.utf8
@@ -82,11 +79,11 @@ public struct HTTP3FileHandler: Sendable {
         guard let entry = directory.openFile(name.isEmpty ? "." : name) else { return nil }
         switch entry {
         case .file(let file):
-            return (file, name)
+            return file
         case .directory:
             let index = name.isEmpty || name.utf8.last == UInt8(ascii: "/") ? name + "index.html" : name + "/index.html"
             guard case .file(let file) = directory.openFile(index) else { return nil }
-            return (file, index)
+            return file
         }
     }
 
@@ -158,7 +155,7 @@ public struct HTTP3FileHandler: Sendable {
 /// served in its old version until the entry expires.
 final class HTTP3RootDirectory: Sendable {
     enum Entry: Sendable {
-        case file(HTTP3FileReader)
+        case file(HTTP3ServedFile)
         case directory
     }
 
@@ -242,7 +239,9 @@ final class HTTP3RootDirectory: Sendable {
         }
         switch info.st_mode & S_IFMT {
         case S_IFREG:
-            return .file(HTTP3FileReader(descriptor: opened, size: Int(info.st_size)))
+            let reader = HTTP3FileReader(descriptor: opened, size: Int(info.st_size))
+            let contentType = HTTP3FileHandler.contentType(for: HTTP3FileHandler.pathExtension(of: relativePath))
+            return .file(HTTP3ServedFile(reader: reader, contentType: contentType))
         case S_IFDIR:
             close(opened)
             return .directory
@@ -250,6 +249,41 @@ final class HTTP3RootDirectory: Sendable {
             close(opened)
             return nil
         }
+    }
+}
+
+/// An opened file with the response fields that describe it, made once per lookup.
+struct HTTP3ServedFile: Sendable {
+    let reader: HTTP3FileReader
+    /// `content-type`, from the name the file was opened under.
+    let contentType: HTTPField
+    /// `content-type`, `accept-ranges` and `content-length` for the whole file (RFC 9110 §8.3,
+    /// §14.3, §8.6).
+    let wholeFileFields: HTTPFields
+
+    init(reader: HTTP3FileReader, contentType: String) {
+        self.reader = reader
+        self.contentType = HTTPField(name: .contentType, value: contentType)
+        var fields = HTTPFields()
+        fields.reserveCapacity(3)
+        fields.append(self.contentType)
+        fields.append(Self.acceptRanges)
+        fields.append(HTTPField(name: .contentLength, value: String(reader.size)))
+        wholeFileFields = fields
+    }
+
+    private static let acceptRanges = HTTPField(name: .acceptRanges, value: "bytes")
+
+    /// The fields of a byte-range answer (206 or 416, RFC 9110 §14.4): `content-length` only
+    /// when a range is sent.
+    func fields(contentRange: String, length: Int?) -> HTTPFields {
+        var fields = HTTPFields()
+        fields.reserveCapacity(4)
+        fields.append(contentType)
+        fields.append(Self.acceptRanges)
+        fields.append(HTTPField(name: .contentRange, value: contentRange))
+        if let length { fields.append(HTTPField(name: .contentLength, value: String(length))) }
+        return fields
     }
 }
 

@@ -509,7 +509,7 @@ final class HTTP3ServerConnection: @unchecked Sendable {
 
     private func respond(streamID: Int64, _ response: HTTP3ServerResponse) {
         guard let codec else { return }
-        let fields = response.head.headerFields.pairs(after: CollectionOfOne((name: ":status", value: String(response.head.status.code))))
+        let fields = HTTP3ResponseFieldSection(response.head)
         do {
             if let priority = response.priority { try codec.setPriority(streamID: streamID, priority) }
             // A file is the whole body: `body` and `bodyStream` are not sent with one.

@@ -22,3 +22,36 @@ extension HTTPFields {
         }
     }
 }
+
+/// A response's field section as HTTP/3 sends it (RFC 9114 §4.3.2): `:status` first, then the
+/// fields as lower-case name and value pairs, read in place rather than copied into an array.
+struct HTTP3ResponseFieldSection: RandomAccessCollection {
+    let status: String
+    let fields: HTTPFields
+
+    init(_ response: HTTPResponse) {
+        status = Self.statusText(response.status.code)
+        fields = response.headerFields
+    }
+
+    var startIndex: Int { 0 }
+    var endIndex: Int { fields.count + 1 }
+
+    subscript(position: Int) -> (name: String, value: String) {
+        guard position > 0 else { return (":status", status) }
+        let field = fields[fields.index(fields.startIndex, offsetBy: position - 1)]
+        return (field.name.canonicalName, field.value)
+    }
+
+    /// The common codes without formatting an integer.
+    private static func statusText(_ code: Int) -> String {
+        switch code {
+        case 200: return "200"
+        case 204: return "204"
+        case 206: return "206"
+        case 304: return "304"
+        case 404: return "404"
+        default: return String(code)
+        }
+    }
+}

@@ -142,15 +142,16 @@ struct H3Serve: AsyncParsableCommand {
             throw fail("\(error)")
         }
         let files = HTTP3FileHandler(root: root, openFileReuse: .seconds(openFileCache))
-        let advertised = NIOLockedValueBox<String?>(nil)
+        // Made once the port is known, and validated once, not per response.
+        let advertised = NIOLockedValueBox<HTTPField?>(nil)
         let logsRequests = !quiet
         let handler: HTTP3Server.Handler = { request in
-            let started = ContinuousClock.now
+            let started = logsRequests ? ContinuousClock.now : nil
             var response = files.respond(to: request)
-            if let value = advertised.withLockedValue({ $0 }), response.head.headerFields[.altSvc] == nil {
-                response.head.headerFields.append(HTTPField(name: .altSvc, value: value))
+            if let field = advertised.withLockedValue({ $0 }), !response.head.headerFields.contains(.altSvc) {
+                response.head.headerFields.append(field)
             }
-            guard logsRequests else { return response }
+            guard let started else { return response }
             let elapsed = (ContinuousClock.now - started).components
             let microseconds = elapsed.seconds * 1_000_000 + elapsed.attoseconds / 1_000_000_000_000
             let priority = request.head.headerFields[HTTPField.Name("priority")!] ?? "-"
@@ -205,7 +206,8 @@ struct H3Serve: AsyncParsableCommand {
             }
         }
         if !noAltSvc && !noQUIC || altSvc != nil {
-            advertised.withLockedValue { $0 = altSvc ?? "h3=\":\(boundPort)\"; ma=86400" }
+            let field = HTTPField(name: .altSvc, value: altSvc ?? "h3=\":\(boundPort)\"; ma=86400")
+            advertised.withLockedValue { $0 = field }
         }
         let versions = [noQUIC ? nil : "HTTP/3", noTCP ? nil : "HTTP/2", noTCP ? nil : "HTTP/1.1"].compactMap { $0 }
         say("serving \(root) on https://\(host):\(boundPort)/ (\(versions.joined(separator: ", ")))")
