@@ -36,6 +36,11 @@ public final class HTTP3Server: Sendable {
         public var qlogDirectory: String? = ProcessInfo.processInfo.environment["QLOGDIR"]
         /// Most connections served at once; past it clients get CONNECTION_REFUSED.
         public var maximumConnections = 1024
+        /// The most connections one client may hold at once, counted by IPv4 address or IPv6
+        /// /64; nil, the default, for no limit. Only proven addresses count (a Retry token or a
+        /// completed handshake), so spoofed Initials cannot use up another client's share; past
+        /// it a client gets CONNECTION_REFUSED (RFC 9000 §20.1).
+        public var maximumConnectionsPerAddress: Int?
         /// Validate client addresses with Retry (RFC 9000 §8.1.2).
         public var requiresAddressValidation = false
         /// Above this many handshakes in progress (per worker), require Retry of new clients
@@ -111,6 +116,7 @@ public final class HTTP3Server: Sendable {
         quic.disablesActiveMigration = configuration.disablesActiveMigration
         var endpointConfiguration = QUICEndpointCore.Configuration(quic: quic, credentials: credentials)
         endpointConfiguration.maximumConnections = configuration.maximumConnections
+        endpointConfiguration.maximumConnectionsPerAddress = configuration.maximumConnectionsPerAddress.map { max(1, $0) }
         endpointConfiguration.requiresRetry = configuration.requiresAddressValidation
         endpointConfiguration.retryThreshold = max(0, configuration.addressValidationThreshold)
         endpointConfiguration.acceptsEarlyData = configuration.acceptsEarlyData

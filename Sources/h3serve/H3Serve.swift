@@ -66,6 +66,9 @@ struct H3Serve: AsyncParsableCommand {
     @Option(name: .customLong("retry-threshold"), help: "Above this many handshakes in progress per worker, require Retry of new clients until the count falls (default 128).")
     var retryThreshold = 128
 
+    @Option(name: .customLong("max-connections-per-address"), help: "Most QUIC connections one client (an IPv4 address or an IPv6 /64) may hold at once; past it, CONNECTION_REFUSED (default: no limit).")
+    var maxConnectionsPerAddress: Int?
+
     @Option(name: .customLong("preferred-address"), help: "Also listen for QUIC at IP:PORT (port 0 picks one) and offer it to clients as preferred_address (RFC 9000 §9.6).")
     var preferredAddress: String?
 
@@ -86,6 +89,7 @@ struct H3Serve: AsyncParsableCommand {
     func validate() throws {
         if (cert == nil) != (key == nil) { throw ValidationError("--cert and --key go together") }
         if retryThreshold < 0 { throw ValidationError("--retry-threshold must be 0 or more (0: Retry for every client)") }
+        if let maxConnectionsPerAddress, maxConnectionsPerAddress < 1 { throw ValidationError("--max-connections-per-address must be at least 1") }
         if QUICCongestionControl(rawValue: cc) == nil { throw ValidationError("--cc is cubic, reno, bbr or bbr2") }
         if noQUIC && noTCP { throw ValidationError("--no-quic and --no-tcp together leave nothing to serve") }
         try validateWorkerCount(workers)
@@ -178,6 +182,7 @@ struct H3Serve: AsyncParsableCommand {
             configuration.acceptsEarlyData = earlyData
             configuration.requiresAddressValidation = retry
             configuration.addressValidationThreshold = retryThreshold
+            configuration.maximumConnectionsPerAddress = maxConnectionsPerAddress
             configuration.congestionControl = QUICCongestionControl(rawValue: cc) ?? .cubic
             configuration.preferredAddress = preferredAddress.flatMap(parseHostPort)
             configuration.workers = workers

@@ -32,6 +32,9 @@ struct Serve: AsyncParsableCommand {
     @Option(name: .customLong("max-connections"), help: "Most tunnels served at once.")
     var maxConnections = 1024
 
+    @Option(name: .customLong("max-connections-per-address"), help: "Most tunnels one client (an IPv4 address or an IPv6 /64) may hold at once; past it, CONNECTION_REFUSED (default: no limit).")
+    var maxConnectionsPerAddress: Int?
+
     @Flag(help: "Offer QUIC datagrams (RFC 9221) and echo them.")
     var datagrams = false
 
@@ -45,6 +48,7 @@ struct Serve: AsyncParsableCommand {
     func validate() throws {
         if (cert == nil) != (key == nil) { throw ValidationError("--cert and --key go together") }
         if maxConnections < 1 { throw ValidationError("--max-connections must be at least 1") }
+        if let maxConnectionsPerAddress, maxConnectionsPerAddress < 1 { throw ValidationError("--max-connections-per-address must be at least 1") }
         if retryThreshold < 0 { throw ValidationError("--retry-threshold must be 0 or more (0: Retry for every client)") }
         try validateWorkerCount(workers)
     }
@@ -72,6 +76,7 @@ struct Serve: AsyncParsableCommand {
             throw ExitCode(1)
         }
         listener.maximumConcurrentTunnels = maxConnections
+        listener.maximumTunnelsPerAddress = maxConnectionsPerAddress
         listener.workers = workers
         if let generated = listener.generatedCertificate {
             FileHandle.standardOutput.write(

@@ -54,6 +54,7 @@ package final class InMemoryPair {
         serverConfiguration: QUICConfiguration = InMemoryPair.defaultConfiguration(),
         requiresRetry: Bool = false,
         retryThreshold: Int = 128,
+        maximumConnectionsPerAddress: Int? = nil,
         seed: UInt64 = 1,
         clientCodec: (any QUICApplicationCodec)? = nil,
         serverCodec: (@Sendable () -> any QUICApplicationCodec)? = nil
@@ -65,6 +66,7 @@ package final class InMemoryPair {
         )
         endpointConfiguration.requiresRetry = requiresRetry
         endpointConfiguration.retryThreshold = retryThreshold
+        endpointConfiguration.maximumConnectionsPerAddress = maximumConnectionsPerAddress
         endpointConfiguration.makeApplicationCodec = serverCodec
         let logger = Logger(label: "test")
         server = QUICEndpointCore(configuration: endpointConfiguration, logger: logger)

@@ -194,6 +194,39 @@ struct QuicEchoInteropTests {
         server.process.stop()
     }
 
+    @Test func perAddressLimitRefusesAThirdTunnelFromOneAddressAndFreesTheShareAfter() async throws {
+        let server = try await EchoServerProcess(["--max-connections-per-address", "2"])
+        let options = NWProtocolQUIC.Options(alpn: ["quic-echo"])
+        options.tls.certificateVerification = .insecure
+        // Two in-process tunnels from 127.0.0.1 take its share.
+        var holders: [NWConnectionGroup] = []
+        for index in 0..<2 {
+            let holder = NWConnectionGroup(
+                with: NWMultiplexGroup(to: .hostPort(host: "127.0.0.1", port: .init(integerLiteral: UInt16(server.port)))),
+                using: NWParameters(quic: options)
+            )
+            holder.start(queue: DispatchQueue(label: "holder-\(index)"))
+            try await within(10) { try await holder.waitUntilReady() }
+            holders.append(holder)
+        }
+        let binary = try TestEnvironment.executable("quic-echo")
+        let refused = try ChildProcess(binary, ["connect", "127.0.0.1", "\(server.port)", "-k", "--timeout", "5"])
+        #expect(try await refused.waitForExit() == 2)
+        #expect(refused.standardError.contains("CONNECTION_REFUSED"), "\(refused.standardError)")
+        // The server is still up for the tunnels it holds, and a freed share is free again: once
+        // one tunnel closes (and the server's closing period ends), a new client gets in.
+        holders.removeFirst().cancel()
+        var admitted = false
+        for _ in 0..<20 where !admitted {
+            let again = try ChildProcess(binary, ["connect", "127.0.0.1", "\(server.port)", "-k", "--timeout", "5"])
+            admitted = try await again.waitForExit() == 0
+            if !admitted { try await Task.sleep(for: .milliseconds(500)) }
+        }
+        #expect(admitted, "a client was still refused 10 s after a tunnel of its address closed")
+        for holder in holders { holder.cancel() }
+        server.process.stop()
+    }
+
     @Test func badFlagsGiveAClearError() async throws {
         let binary = try TestEnvironment.executable("quic-echo")
         let missingKey = try ChildProcess(binary, ["serve", "--cert", "/nonexistent.pem"])

@@ -9,8 +9,8 @@ import Testing
 @Suite("Retry under load")
 struct RetryUnderLoadTests {
     /// The first flight of a new client core at `port`: what an Initial flood is made of.
-    static func firstFlight(from port: UInt16, to pair: InMemoryPair) throws -> (address: QUICSocketAddress, datagrams: [[UInt8]]) {
-        let address = QUICSocketAddress(ip: "127.0.0.1", port: port)!
+    static func firstFlight(from port: UInt16, address ip: String = "127.0.0.1", to pair: InMemoryPair) throws -> (address: QUICSocketAddress, datagrams: [[UInt8]]) {
+        let address = QUICSocketAddress(ip: ip, port: port)!
         let verification = CertificateVerification.insecure
         let client = try QUICConnectionCore(
             clientWith: InMemoryPair.defaultConfiguration(),

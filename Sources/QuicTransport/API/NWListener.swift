@@ -53,6 +53,7 @@ public final class NWListener: @unchecked Sendable {
     private var _newConnectionGroupHandler: (@Sendable (NWConnectionGroup) -> Void)?
     private var groupContinuations: [AsyncStream<NWConnectionGroup>.Continuation] = []
     private var _maximumConcurrentTunnels = 1024
+    private var _maximumTunnelsPerAddress: Int?
     private var _workers = 1
     private var workerGroup: QUICServerWorkerGroup?
     private var cancelled = false
@@ -119,6 +120,16 @@ public final class NWListener: @unchecked Sendable {
         set { lock.withLock { _maximumConcurrentTunnels = max(1, newValue) } }
     }
 
+    /// The most tunnels one client may hold at once, counted by IPv4 address or IPv6 /64 over
+    /// all workers; nil, the default, for no limit. Only clients whose address is proven (by a
+    /// Retry token or a completed handshake) count, so spoofed Initials cannot use up another
+    /// client's share. Past it a client gets CONNECTION_REFUSED (RFC 9000 §20.1). An addition;
+    /// set before `start(queue:)`.
+    public var maximumTunnelsPerAddress: Int? {
+        get { lock.withLock { _maximumTunnelsPerAddress } }
+        set { lock.withLock { _maximumTunnelsPerAddress = newValue.map { max(1, $0) } } }
+    }
+
     /// How many workers serve the port, each with its own event loop and UDP socket; the kernel
     /// steers each packet to the worker that owns its tunnel, by connection ID (`SO_REUSEPORT`
     /// with a steering program). Our addition: Network.framework schedules listeners itself.
@@ -149,6 +160,7 @@ public final class NWListener: @unchecked Sendable {
         configuration.retryThreshold = max(0, options.addressValidationThreshold)
         configuration.acceptsEarlyData = options.acceptsEarlyData
         configuration.maximumConnections = maximumConcurrentTunnels
+        configuration.maximumConnectionsPerAddress = maximumTunnelsPerAddress
         configuration.liveConnections = liveConnections
         configuration.loadBalancer = options.loadBalancer
         if let problem = options.tls.configurationProblem {

@@ -745,6 +745,17 @@ package final class QUICConnectionCore {
         }
     }
 
+    /// Closes with CONNECTION_REFUSED (RFC 9000 §20.1): the server will not serve this
+    /// connection after all, for example past a per-address limit.
+    package func refuse(reason: String, now: UInt64) {
+        guard state == .handshaking || state == .established else { return }
+        let reasonBytes = Array(reason.utf8.prefix(512))
+        reasonBytes.withUnsafeBufferPointer {
+            ngtcp2_connection_close_error_set_transport_error(&lastError, UInt64(NGTCP2_CONNECTION_REFUSED), $0.baseAddress, $0.count)
+        }
+        enterClosing(reason: .localTransportError(code: UInt64(NGTCP2_CONNECTION_REFUSED), reason: reason), now: now)
+    }
+
     func closeWithTransportError(_ rv: Int32, reason: String, now: UInt64) {
         guard state == .handshaking || state == .established else { return }
         ngtcp2_connection_close_error_set_transport_error_liberr(&lastError, rv, nil, 0)

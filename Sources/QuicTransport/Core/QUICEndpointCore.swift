@@ -7,7 +7,7 @@ import Logging
 ///
 /// It sends Version Negotiation for unknown versions (RFC 9000 §6), Retry when address
 /// validation is on (RFC 9000 §8.1.2), stateless resets for IDs it issued but no longer knows
-/// (RFC 9000 §10.3), and CONNECTION_REFUSED past the connection limit. Anything else that does
+/// (RFC 9000 §10.3), and CONNECTION_REFUSED past the connection limits. Anything else that does
 /// not parse is dropped without a reply, so garbage never draws traffic and never reaches a core.
 package final class QUICEndpointCore {
     package struct Configuration: Sendable {
@@ -21,6 +21,13 @@ package final class QUICEndpointCore {
         /// session each. Below it again, clients connect in one round trip. Per worker.
         package var retryThreshold = 128
         package var maximumConnections = 1024
+        /// The most connections one client may hold, counted by `QUICSocketAddress.client` (an
+        /// IPv4 address or an IPv6 /64) over every worker; nil for no limit. Only connections
+        /// whose address is proven count, by a Retry token or a completed handshake, so spoofed
+        /// Initials cannot use up another client's share. A client at its limit gets a Retry
+        /// first; one that returns with a token, or completes a handshake past the limit, gets
+        /// CONNECTION_REFUSED (RFC 9000 §20.1).
+        package var maximumConnectionsPerAddress: Int?
         /// How long a Retry token stays valid.
         package var retryTokenLifetimeNanoseconds: UInt64 = 10_000_000_000
         /// Makes the application protocol codec (HTTP/3) for each new connection; nil for raw streams.
@@ -63,6 +70,10 @@ package final class QUICEndpointCore {
     private var routesByConnection: [ObjectIdentifier: Set<QUICConnectionID>] = [:]
     /// This worker's connections.
     package private(set) var connections: [ObjectIdentifier: QUICConnectionCore] = [:]
+    /// With a per-address limit: the client each connection counts against once proven, and
+    /// those whose handshake has yet to prove their address.
+    private var countedClients: [ObjectIdentifier: QUICClientAddress] = [:]
+    private var unprovenClients: [ObjectIdentifier: QUICClientAddress] = [:]
 
     /// An endpoint for `configuration`; without `idFactory`, it issues IDs for worker 0 from a
     /// random secret and `configuration.loadBalancer`.
@@ -109,6 +120,7 @@ package final class QUICEndpointCore {
         let dcid = QUICConnectionID(pointer: dcidPointer, length: versionCID.dcidlen)
         if let core = routes[dcid] {
             core.receive(datagram: datagram, path: path, ecn: ecn, now: now)
+            if !unprovenClients.isEmpty { countClientOnceProven(core, now: now) }
             return .delivered(core, isNew: false)
         }
         let isLongHeader = base[0] & 0x80 != 0
@@ -143,7 +155,10 @@ package final class QUICEndpointCore {
         var originalDCID = QUICConnectionID(header.dcid)
         var retrySCID: QUICConnectionID?
         let retryToken = header.token.len > 0 && header.token.base[0] == UInt8(NGTCP2_CRYPTO_TOKEN_MAGIC_RETRY) ? header.token.base : nil
-        if retryToken == nil, configuration.requiresRetry || handshakesInProgress >= configuration.retryThreshold {
+        let perAddressLimit = configuration.maximumConnectionsPerAddress
+        let client = perAddressLimit.map { _ in path.remote.client }
+        let clientAtLimit = client.map { shared.connectionCount(of: $0) >= perAddressLimit! } ?? false
+        if retryToken == nil, configuration.requiresRetry || clientAtLimit || handshakesInProgress >= configuration.retryThreshold {
             return sendRetry(header, path: path, now: now, reply: reply)
         }
         // A Retry token is checked whatever the mode: the load may have fallen since the Retry.
@@ -165,6 +180,15 @@ package final class QUICEndpointCore {
             originalDCID = QUICConnectionID(odcid)
             retrySCID = QUICConnectionID(header.dcid)
         }
+        // A valid token proves the address: the connection counts against its client now.
+        var countsNow = false
+        if let client, let perAddressLimit, retrySCID != nil {
+            guard shared.admit(client, limit: perAddressLimit) else {
+                return refuse(header, code: UInt64(NGTCP2_CONNECTION_REFUSED), why: "too many connections from \(path.remote.host)", reply: reply)
+            }
+            countsNow = true
+        }
+        defer { if countsNow, let client { shared.release(client) } }
 
         let core: QUICConnectionCore
         do {
@@ -189,9 +213,28 @@ package final class QUICEndpointCore {
         core.applicationCodec = configuration.makeApplicationCodec?()
         connections[ObjectIdentifier(core)] = core
         reserved = false
+        if let client {
+            if countsNow { countedClients[ObjectIdentifier(core)] = client } else { unprovenClients[ObjectIdentifier(core)] = client }
+            countsNow = false
+        }
         addRoute(dcid, to: core)
         core.receive(datagram: datagram, path: path, ecn: ecn, now: now)
         return .delivered(core, isNew: true)
+    }
+
+    /// Counts a connection against its client once its handshake has proven the address, or
+    /// refuses it when the client reached its limit meanwhile.
+    private func countClientOnceProven(_ core: QUICConnectionCore, now: UInt64) {
+        let key = ObjectIdentifier(core)
+        guard core.isHandshakeCompleted, let client = unprovenClients.removeValue(forKey: key),
+            let limit = configuration.maximumConnectionsPerAddress
+        else { return }
+        if shared.admit(client, limit: limit) {
+            countedClients[key] = client
+        } else {
+            logger.info("refused a connection", metadata: ["why": "too many connections from this address"])
+            core.refuse(reason: "too many connections from this address", now: now)
+        }
     }
 
     /// The connections whose handshake has not completed, counted up to the Retry threshold.
@@ -223,6 +266,8 @@ package final class QUICEndpointCore {
         for id in routesByConnection[key] ?? [] { routes[id] = nil }
         routesByConnection[key] = nil
         if connections.removeValue(forKey: key) != nil { shared.releaseConnection() }
+        if let client = countedClients.removeValue(forKey: key) { shared.release(client) }
+        unprovenClients[key] = nil
     }
 
     private func addRoute(_ id: QUICConnectionID, to core: QUICConnectionCore) {

@@ -7,7 +7,8 @@ import Synchronization
 ///   stateless resets and the worker mask, so any worker validates a token another issued.
 /// - One session-ticket key (RFC 8446 §4.6.1): a ticket from one worker resumes on any other.
 /// - One 0-RTT anti-replay cache (RFC 8446 §8).
-/// - The connection count behind `maximumConnections`, and the graceful-shutdown flag.
+/// - The connection count behind `maximumConnections`, the per-client counts behind
+///   `maximumConnectionsPerAddress`, and the graceful-shutdown flag.
 /// - A count of datagrams one worker handed to another (`handOvers`): with the kernel's
 ///   steering program attached it stays at zero in steady state.
 package final class QUICEndpointSharedState: Sendable {
@@ -18,6 +19,8 @@ package final class QUICEndpointSharedState: Sendable {
     private let connections = Atomic<Int>(0)
     private let refusing = Atomic<Bool>(false)
     private let handedOver = Atomic<Int>(0)
+    /// Connections per client whose address is proven, for `maximumConnectionsPerAddress`.
+    private let perClient = Mutex<[QUICClientAddress: Int]>([:])
 
     package init(workerCount: Int = 1) {
         self.workerCount = workerCount
@@ -39,6 +42,29 @@ package final class QUICEndpointSharedState: Sendable {
     }
 
     func releaseConnection() { connections.subtract(1, ordering: .relaxed) }
+
+    /// How many connections with a proven address `client` has.
+    func connectionCount(of client: QUICClientAddress) -> Int {
+        perClient.withLock { $0[client] ?? 0 }
+    }
+
+    /// Counts one more connection for `client`; false, counting nothing, when it has `limit`.
+    func admit(_ client: QUICClientAddress, limit: Int) -> Bool {
+        perClient.withLock { counts in
+            let count = counts[client] ?? 0
+            guard count < limit else { return false }
+            counts[client] = count + 1
+            return true
+        }
+    }
+
+    /// Forgets one of `client`'s connections.
+    func release(_ client: QUICClientAddress) {
+        perClient.withLock { counts in
+            let count = (counts[client] ?? 1) - 1
+            counts[client] = count > 0 ? count : nil
+        }
+    }
 
     /// Set during a graceful shutdown: new clients get CONNECTION_REFUSED, existing ones continue.
     package var refusesNewConnections: Bool {

@@ -87,6 +87,27 @@ package struct QUICSocketAddress: Hashable, Sendable, CustomStringConvertible {
         family == AF_INET6 ? "[\(host)]:\(port)" : "\(host):\(port)"
     }
 
+    /// The client this address belongs to, as a per-address connection limit counts it: the
+    /// IPv4 address (an IPv4-mapped IPv6 one too, RFC 4291 §2.5.5.2), or the IPv6 address's /64
+    /// prefix, since one host or site usually holds a whole /64 (RFC 4291 §2.5.4).
+    package var client: QUICClientAddress {
+        withUnsafeBytes(of: storage) { raw in
+            switch family {
+            case AF_INET:
+                return QUICClientAddress(family: AF_INET, bits: UInt64(raw.load(as: sockaddr_in.self).sin_addr.s_addr))
+            case AF_INET6:
+                let bytes = withUnsafeBytes(of: raw.load(as: sockaddr_in6.self).sin6_addr) { Array($0) }
+                if bytes[0..<10].allSatisfy({ $0 == 0 }), bytes[10] == 0xff, bytes[11] == 0xff {
+                    let v4 = bytes[12..<16].withUnsafeBytes { $0.loadUnaligned(as: UInt32.self) }
+                    return QUICClientAddress(family: AF_INET, bits: UInt64(v4))
+                }
+                return QUICClientAddress(family: AF_INET6, bits: bytes[0..<8].withUnsafeBytes { $0.loadUnaligned(as: UInt64.self) })
+            default:
+                return QUICClientAddress(family: family, bits: 0)
+            }
+        }
+    }
+
     /// Runs `body` with a `sockaddr` pointer valid for the duration of the call.
     package func withSockAddr<R>(_ body: (UnsafePointer<sockaddr>, socklen_t) throws -> R) rethrows -> R {
         try withUnsafeBytes(of: storage) { raw in
@@ -109,6 +130,13 @@ package struct QUICSocketAddress: Hashable, Sendable, CustomStringConvertible {
 }
 
 /// The two ends of a UDP path: ngtcp2's `ngtcp2_path` as a value.
+/// What a per-address connection limit counts connections by (`QUICSocketAddress.client`).
+package struct QUICClientAddress: Hashable, Sendable {
+    let family: Int32
+    /// The IPv4 address, or the first 64 bits of the IPv6 one, in network byte order.
+    let bits: UInt64
+}
+
 package struct QUICPath: Hashable, Sendable {
     package var local: QUICSocketAddress
     package var remote: QUICSocketAddress
