@@ -200,7 +200,7 @@ let package = Package(
         .testTarget(
             name: "H3Tests",
             dependencies: [
-                "H3", "QuicTransport", "CQuicShims", "QuicTestSupport",
+                "H3", "QuicTransport", "CQuicShims", "QuicTestSupport", "CommandLineSupport",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings

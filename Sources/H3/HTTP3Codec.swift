@@ -38,6 +38,12 @@ package final class HTTP3Codec: QUICApplicationCodec {
     @exclusivity(unchecked) private var incomingFrames: [Int64: HTTP3FrameScanner] = [:]
     @exclusivity(unchecked) private var submittedHeaders: [Int64: [[(name: String, value: String)]]] = [:]
     @exclusivity(unchecked) private var offered: (streamID: Int64, vectors: [ngtcp2_vec])?
+    /// Server, with `tracksRequestHeads`: request streams the client opened whose header section
+    /// has not arrived yet, with when each opened, for the request header timeout (slowloris).
+    @exclusivity(unchecked) private var awaitingRequestHeads: [Int64: UInt64] = [:]
+    /// Server: note when each request stream opens, so `requestHeads(openedBefore:)` can tell
+    /// which have taken too long to send their header section.
+    @exclusivity(unchecked) package var tracksRequestHeads = false
     /// What the body callback asked for that must wait until nghttp3's write call returns.
     @exclusivity(unchecked) private var dueAfterWrite: [(streamID: Int64, action: AfterWrite)] = []
 
@@ -273,6 +279,22 @@ package final class HTTP3Codec: QUICApplicationCodec {
         }
     }
 
+    package func streamOpened(streamID: Int64) {
+        // Client-initiated bidirectional streams are requests (RFC 9114 §6.1, RFC 9000 §2.1).
+        guard tracksRequestHeads, role == .server, streamID & 0x3 == 0, let core else { return }
+        awaitingRequestHeads[streamID] = core.currentTime
+    }
+
+    /// When the oldest request stream still without its header section opened; nil when none waits.
+    package var oldestAwaitingRequestHead: UInt64? { awaitingRequestHeads.values.min() }
+
+    /// Takes the request streams that opened before `time` and still have no header section.
+    package func requestHeads(openedBefore time: UInt64) -> [Int64] {
+        let late = awaitingRequestHeads.filter { $0.value < time }.map(\.key).sorted()
+        for streamID in late { awaitingRequestHeads[streamID] = nil }
+        return late
+    }
+
     package func receive(streamID: Int64, bytes: UnsafeRawBufferPointer, fin: Bool) throws -> Int {
         guard let conn else { return bytes.count }
         let consumed = nghttp3_conn_read_stream(
@@ -306,6 +328,7 @@ package final class HTTP3Codec: QUICApplicationCodec {
             throw applicationError(rv, "nghttp3_conn_close_stream")
         }
         bodies[streamID] = nil
+        if !awaitingRequestHeads.isEmpty { awaitingRequestHeads[streamID] = nil }
         if fieldSection.streamID == streamID { fieldSection = (-1, []) }
         // Empty unless a section paused or a trace is written: skip the hashing then.
         if !pausedFieldSections.isEmpty { pausedFieldSections[streamID] = nil }
@@ -501,6 +524,7 @@ package final class HTTP3Codec: QUICApplicationCodec {
         } else {
             fields = pausedFieldSections.removeValue(forKey: streamID) ?? []
         }
+        if !awaitingRequestHeads.isEmpty { awaitingRequestHeads[streamID] = nil }
         core?.appendQLogEvent(name: "http:frame_parsed", data: HTTP3QLog.headers(streamID: streamID, length: nil, fields: fields))
         append(.headers(streamID: streamID, fields: fields, isTrailers: isTrailers), streamID: streamID)
     }

@@ -46,6 +46,11 @@ public final class HTTP3Server: Sendable {
         /// Above this many handshakes in progress (per worker), require Retry of new clients
         /// until the count falls again (RFC 9000 §8.1.2), as quic-go does under load.
         public var addressValidationThreshold = 128
+        /// How long a client may take, from opening a request stream, to send its whole header
+        /// section; past it the stream is reset with H3_REQUEST_INCOMPLETE (RFC 9114 §4.1.2), so a
+        /// client that trickles headers (slowloris) holds a stream for this long at most. Nil
+        /// turns it off. 10 s by default, as nginx's `client_header_timeout` is there for HTTP/1.
+        public var requestHeaderTimeout: Duration? = .seconds(10)
         /// Accept 0-RTT requests from resuming clients. They can be replayed (RFC 8446 §8, RFC
         /// 9114 §10.9): enable it only when the handler treats early requests as repeatable.
         public var acceptsEarlyData = false
@@ -120,7 +125,12 @@ public final class HTTP3Server: Sendable {
         endpointConfiguration.requiresRetry = configuration.requiresAddressValidation
         endpointConfiguration.retryThreshold = max(0, configuration.addressValidationThreshold)
         endpointConfiguration.acceptsEarlyData = configuration.acceptsEarlyData
-        endpointConfiguration.makeApplicationCodec = { try! HTTP3Codec(role: .server) }
+        let requestHeaderTimeout = configuration.requestHeaderTimeout.map(Self.nanoseconds)
+        endpointConfiguration.makeApplicationCodec = {
+            let codec = try! HTTP3Codec(role: .server)
+            codec.tracksRequestHeads = requestHeaderTimeout != nil
+            return codec
+        }
         endpointConfiguration.liveConnections = liveConnections
         endpointConfiguration.loadBalancer = configuration.loadBalancer
         let handler = self.handler
@@ -135,7 +145,7 @@ public final class HTTP3Server: Sendable {
             kernelSteering: configuration.steersInKernel,
             logger: logger
         ) { driver in
-            let connection = HTTP3ServerConnection(driver: driver, handler: handler, logger: logger)
+            let connection = HTTP3ServerConnection(driver: driver, handler: handler, requestHeaderTimeout: requestHeaderTimeout, logger: logger)
             connection.attach()
             let key = ObjectIdentifier(connection)
             connections.withLockedValue { $0[key] = connection }
@@ -192,10 +202,15 @@ public final class HTTP3Server: Sendable {
         try? await beginShutdown(gracePeriod: gracePeriod)?.get()
     }
 
+    /// A duration in whole nanoseconds, none below zero.
+    static func nanoseconds(_ duration: Duration) -> UInt64 {
+        let (seconds, attoseconds) = duration.components
+        return UInt64(clamping: seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
+    }
+
     private func beginShutdown(gracePeriod: Duration) -> EventLoopFuture<Void>? {
         guard let workers = workers.withLockedValue({ workers in defer { workers = nil }; return workers }) else { return nil }
-        let (seconds, attoseconds) = gracePeriod.components
-        let timeout = TimeAmount.nanoseconds(seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
+        let timeout = TimeAmount.nanoseconds(Int64(clamping: Self.nanoseconds(gracePeriod)))
         // Refuse first, so no connection arrives after the GOAWAYs went out.
         let closed = workers.closeWhenDrained(timeout: timeout)
         rotateConnections()
@@ -371,9 +386,15 @@ final class HTTP3ServerConnection: @unchecked Sendable {
     /// Streams response bodies that come from an AsyncThrowingStream.
     private lazy var pump = HTTP3BodyPump(driver: driver, logger: logger) { [weak self] in self?.codec }
 
-    init(driver: QUICConnectionDriver, handler: @escaping HTTP3Server.Handler, logger: Logger) {
+    /// `HTTP3Server.Configuration.requestHeaderTimeout` in nanoseconds, nil when off.
+    private let requestHeaderTimeout: UInt64?
+    /// Fires when the oldest request stream still without its header section runs out of time.
+    @exclusivity(unchecked) private var requestHeaderTimer: Scheduled<Void>?
+
+    init(driver: QUICConnectionDriver, handler: @escaping HTTP3Server.Handler, requestHeaderTimeout: UInt64? = nil, logger: Logger) {
         self.driver = driver
         self.handler = handler
+        self.requestHeaderTimeout = requestHeaderTimeout
         self.logger = logger
     }
 
@@ -397,6 +418,8 @@ final class HTTP3ServerConnection: @unchecked Sendable {
         for (_, request) in incoming { request.body.finish(throwing: HTTP3RequestBodyError.connectionClosed(reason)) }
         incoming.removeAll()
         active.removeAll()
+        requestHeaderTimer?.cancel()
+        requestHeaderTimer = nil
         pump.connectionClosed()
         onFinished?()
         onFinished = nil
@@ -434,8 +457,37 @@ final class HTTP3ServerConnection: @unchecked Sendable {
         driver.afterInput()
     }
 
+    /// Arms the request header timer for the oldest request stream still waiting for its header
+    /// section, unless it is armed already.
+    private func armRequestHeaderTimer(now: UInt64) {
+        guard let timeout = requestHeaderTimeout, requestHeaderTimer == nil,
+            let oldest = codec?.oldestAwaitingRequestHead
+        else { return }
+        let due = oldest &+ timeout
+        let delay = TimeAmount.nanoseconds(Int64(clamping: due > now ? due - now : 0))
+        requestHeaderTimer = driver.eventLoop.scheduleTask(in: delay) { self.resetLateRequestHeads() }
+    }
+
+    /// Slowloris (RFC 9114 §10.5): request streams whose header section has not arrived within
+    /// `requestHeaderTimeout` are reset with H3_REQUEST_INCOMPLETE (§4.1.2).
+    private func resetLateRequestHeads() {
+        requestHeaderTimer = nil
+        guard let codec, let timeout = requestHeaderTimeout else { return }
+        let now = QUICConnectionDriver.now()
+        let late = codec.requestHeads(openedBefore: now > timeout ? now - timeout : 0)
+        if !late.isEmpty {
+            logger.info("reset requests whose header section did not arrive in time", metadata: ["streams": "\(late)"])
+            for streamID in late { codec.cancel(streamID: streamID, code: .requestIncomplete) }
+            driver.afterInput()
+        }
+        armRequestHeaderTimer(now: now)
+    }
+
     private func drainCodec() -> Bool {
         guard let codec else { return false }
+        if requestHeaderTimeout != nil, requestHeaderTimer == nil, codec.oldestAwaitingRequestHead != nil {
+            armRequestHeaderTimer(now: QUICConnectionDriver.now())
+        }
         let events = codec.takeEvents()
         var skipsEndOf: Int64?
         for (index, event) in events.enumerated() {

@@ -66,6 +66,9 @@ struct H3Serve: AsyncParsableCommand {
     @Option(name: .customLong("retry-threshold"), help: "Above this many handshakes in progress per worker, require Retry of new clients until the count falls (default 128).")
     var retryThreshold = 128
 
+    @Option(name: .customLong("request-header-timeout"), help: "Seconds a client may take to send a request's header section after opening its stream; past it the stream is reset with H3_REQUEST_INCOMPLETE (slowloris). 0 turns it off. (default: 10)")
+    var requestHeaderTimeout: Double = 10
+
     @Option(name: .customLong("max-connections-per-address"), help: "Most QUIC connections one client (an IPv4 address or an IPv6 /64) may hold at once; past it, CONNECTION_REFUSED (default: no limit).")
     var maxConnectionsPerAddress: Int?
 
@@ -89,6 +92,7 @@ struct H3Serve: AsyncParsableCommand {
     func validate() throws {
         if (cert == nil) != (key == nil) { throw ValidationError("--cert and --key go together") }
         if retryThreshold < 0 { throw ValidationError("--retry-threshold must be 0 or more (0: Retry for every client)") }
+        if !(0...3600).contains(requestHeaderTimeout) { throw ValidationError("--request-header-timeout is 0 to 3600 seconds") }
         if let maxConnectionsPerAddress, maxConnectionsPerAddress < 1 { throw ValidationError("--max-connections-per-address must be at least 1") }
         if QUICCongestionControl(rawValue: cc) == nil { throw ValidationError("--cc is cubic, reno, bbr or bbr2") }
         if noQUIC && noTCP { throw ValidationError("--no-quic and --no-tcp together leave nothing to serve") }
@@ -183,6 +187,7 @@ struct H3Serve: AsyncParsableCommand {
             configuration.requiresAddressValidation = retry
             configuration.addressValidationThreshold = retryThreshold
             configuration.maximumConnectionsPerAddress = maxConnectionsPerAddress
+            configuration.requestHeaderTimeout = requestHeaderTimeout > 0 ? .milliseconds(Int64(requestHeaderTimeout * 1000)) : nil
             configuration.congestionControl = QUICCongestionControl(rawValue: cc) ?? .cubic
             configuration.preferredAddress = preferredAddress.flatMap(parseHostPort)
             configuration.workers = workers

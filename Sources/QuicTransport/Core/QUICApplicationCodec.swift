@@ -13,6 +13,8 @@ package protocol QUICApplicationCodec: AnyObject {
     /// 1-RTT send key is installed, possibly with 0-RTT requests waiting): open the protocol's own
     /// streams (RFC 9114 §6.2).
     func connectionEstablished(_ core: QUICConnectionCore) throws
+    /// The peer opened a stream (its first frame arrived, RFC 9000 §3.2), before any of its bytes.
+    func streamOpened(streamID: Int64)
     /// Stream bytes in order; returns how many the protocol consumed, which the core credits
     /// back to flow control at once (the rest the codec credits later, with `core.consume`).
     func receive(streamID: Int64, bytes: UnsafeRawBufferPointer, fin: Bool) throws -> Int
@@ -32,6 +34,10 @@ package protocol QUICApplicationCodec: AnyObject {
     func writeShutDown(streamID: Int64) throws
 }
 
+extension QUICApplicationCodec {
+    package func streamOpened(streamID: Int64) {}
+}
+
 /// A codec failure that closes the connection with `code` (RFC 9000 §10.2, application close).
 package struct QUICApplicationCodecError: Error, CustomStringConvertible {
     package let code: UInt64
@@ -46,6 +52,9 @@ package struct QUICApplicationCodecError: Error, CustomStringConvertible {
 }
 
 extension QUICConnectionCore {
+    /// The latest time the connection was given (`receive`, `handleTimeout`), on the caller's clock.
+    package var currentTime: UInt64 { latestTime }
+
     /// Credits `bytes` the codec finished with back to stream and connection flow control (RFC 9000 §4.1).
     package func consume(streamID: Int64, bytes: Int) {
         guard bytes > 0, state == .handshaking || state == .established else { return }

@@ -162,7 +162,10 @@ extension QUICConnectionCore {
         }
         callbacks.stream_open = { _, streamID, userData in
             QUICConnectionCore.withCore(userData) { core in
-                guard core.applicationCodec == nil else { return 0 }
+                if let codec = core.applicationCodec {
+                    codec.streamOpened(streamID: streamID)
+                    return 0
+                }
                 core.streams[streamID] = QUICStreamState(id: streamID)
                 core.events.append(.streamOpened(streamID: streamID))
                 return 0
