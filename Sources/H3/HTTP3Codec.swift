@@ -40,7 +40,9 @@ package final class HTTP3Codec: QUICApplicationCodec {
     @exclusivity(unchecked) private var offered: (streamID: Int64, vectors: [ngtcp2_vec])?
     /// Server, with `tracksRequestHeads`: request streams the client opened whose header section
     /// has not arrived yet, with when each opened, for the request header timeout (slowloris).
-    @exclusivity(unchecked) private var awaitingRequestHeads: [Int64: UInt64] = [:]
+    /// In opening order, so the oldest is first; a section usually completes in the pass that
+    /// opened its stream, so the one to remove is usually last: no hashing per request.
+    @exclusivity(unchecked) private var awaitingRequestHeads: [(streamID: Int64, openedAt: UInt64)] = []
     /// Server: note when each request stream opens, so `requestHeads(openedBefore:)` can tell
     /// which have taken too long to send their header section.
     @exclusivity(unchecked) package var tracksRequestHeads = false
@@ -282,17 +284,21 @@ package final class HTTP3Codec: QUICApplicationCodec {
     package func streamOpened(streamID: Int64) {
         // Client-initiated bidirectional streams are requests (RFC 9114 §6.1, RFC 9000 §2.1).
         guard tracksRequestHeads, role == .server, streamID & 0x3 == 0, let core else { return }
-        awaitingRequestHeads[streamID] = core.currentTime
+        awaitingRequestHeads.append((streamID, core.currentTime))
     }
 
     /// When the oldest request stream still without its header section opened; nil when none waits.
-    package var oldestAwaitingRequestHead: UInt64? { awaitingRequestHeads.values.min() }
+    package var oldestAwaitingRequestHead: UInt64? { awaitingRequestHeads.first?.openedAt }
 
     /// Takes the request streams that opened before `time` and still have no header section.
     package func requestHeads(openedBefore time: UInt64) -> [Int64] {
-        let late = awaitingRequestHeads.filter { $0.value < time }.map(\.key).sorted()
-        for streamID in late { awaitingRequestHeads[streamID] = nil }
-        return late
+        let count = awaitingRequestHeads.prefix { $0.openedAt < time }.count
+        defer { awaitingRequestHeads.removeFirst(count) }
+        return awaitingRequestHeads.prefix(count).map(\.streamID)
+    }
+
+    private func stopAwaitingRequestHead(_ streamID: Int64) {
+        if let index = awaitingRequestHeads.lastIndex(where: { $0.streamID == streamID }) { awaitingRequestHeads.remove(at: index) }
     }
 
     package func receive(streamID: Int64, bytes: UnsafeRawBufferPointer, fin: Bool) throws -> Int {
@@ -328,7 +334,7 @@ package final class HTTP3Codec: QUICApplicationCodec {
             throw applicationError(rv, "nghttp3_conn_close_stream")
         }
         bodies[streamID] = nil
-        if !awaitingRequestHeads.isEmpty { awaitingRequestHeads[streamID] = nil }
+        if !awaitingRequestHeads.isEmpty { stopAwaitingRequestHead(streamID) }
         if fieldSection.streamID == streamID { fieldSection = (-1, []) }
         // Empty unless a section paused or a trace is written: skip the hashing then.
         if !pausedFieldSections.isEmpty { pausedFieldSections[streamID] = nil }
@@ -524,7 +530,7 @@ package final class HTTP3Codec: QUICApplicationCodec {
         } else {
             fields = pausedFieldSections.removeValue(forKey: streamID) ?? []
         }
-        if !awaitingRequestHeads.isEmpty { awaitingRequestHeads[streamID] = nil }
+        if !awaitingRequestHeads.isEmpty { stopAwaitingRequestHead(streamID) }
         core?.appendQLogEvent(name: "http:frame_parsed", data: HTTP3QLog.headers(streamID: streamID, length: nil, fields: fields))
         append(.headers(streamID: streamID, fields: fields, isTrailers: isTrailers), streamID: streamID)
     }
