@@ -6,7 +6,7 @@ import Testing
 /// The fuzz targets' seeds and every input that once broke one, replayed through the ordinary
 /// `quic-fuzz` build: a fixed bug stays fixed, and a target that no longer runs its seeds fails
 /// here before anyone fuzzes with it.
-@Suite("Fuzz corpora replay", .timeLimit(.minutes(3)))
+@Suite("Fuzz corpora replay", .timeLimit(TestEnvironment.minutes(3)))
 struct FuzzCorpusReplayTests {
     static let fuzzFolder = TestEnvironment.repositoryRoot.appendingPathComponent("Fuzz")
 

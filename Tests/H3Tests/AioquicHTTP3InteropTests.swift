@@ -6,7 +6,7 @@ import QuicTransport
 import Testing
 
 /// HTTP/3 against aioquic 1.7.2's H3Connection (peers in Tests/Interop/aioquic), both ways.
-@Suite("HTTP/3 interop with aioquic", .serialized, .timeLimit(.minutes(2)))
+@Suite("HTTP/3 interop with aioquic", .serialized, .timeLimit(TestEnvironment.minutes(2)))
 struct AioquicHTTP3InteropTests {
     /// The body aioquic's `/bytes/N` serves: byte i is (i * 31 + 7) & 0xff.
     static func pattern(_ count: Int) -> [UInt8] {

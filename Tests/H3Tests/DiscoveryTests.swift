@@ -8,7 +8,7 @@ import Testing
 
 /// HTTP/3 discovery and the TCP fallback (RFC 7838, RFC 9460), in the library and through the
 /// h3get/h3serve binaries, over real sockets on loopback.
-@Suite("Discovery", .serialized, .timeLimit(.minutes(3)))
+@Suite("Discovery", .serialized, .timeLimit(TestEnvironment.minutes(3)))
 struct DiscoveryTests {
     // MARK: Library
 
@@ -129,7 +129,7 @@ struct DiscoveryTests {
         let started = ContinuousClock.now
         let response = try await session.execute(Self.get("127.0.0.1:\(servers.port)"))
         // ICMP port unreachable ends the HTTP/3 attempt; TCP does not wait for the 10 s delay.
-        #expect(ContinuousClock.now - started < .seconds(5))
+        #expect(ContinuousClock.now - started < TestEnvironment.scaled(.seconds(5)))
         #expect(response.version == .http2)
         #expect(response.discovery == .assumed)
         #expect(response.fallbackReason?.contains("HTTP/3 to 127.0.0.1:\(servers.port) failed") == true, "\(response.fallbackReason ?? "nil")")
@@ -229,7 +229,7 @@ struct DiscoveryTests {
         defer { Task { await session.shutdown() } }
         let started = ContinuousClock.now
         let response = try await session.execute(Self.get("nodns.test:\(servers.port)"))
-        #expect(ContinuousClock.now - started < .seconds(20))
+        #expect(ContinuousClock.now - started < TestEnvironment.scaled(.seconds(20)))
         #expect(response.version == .http2)
         #expect(response.notes.contains { $0.hasPrefix("HTTPS record look-up failed") }, "\(response.notes)")
     }

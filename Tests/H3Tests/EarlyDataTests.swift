@@ -5,7 +5,7 @@ import Testing
 /// h3get --0rtt against h3serve over real UDP and TLS: safe requests ride in 0-RTT on a
 /// resumed connection (RFC 9001 §4.6.1, RFC 9114 §4.1), and are sent again in 1-RTT when the
 /// server refuses early data.
-@Suite("HTTP/3 0-RTT", .serialized, .timeLimit(.minutes(2)))
+@Suite("HTTP/3 0-RTT", .serialized, .timeLimit(TestEnvironment.minutes(2)))
 struct EarlyDataTests {
     struct Fetch {
         let run: ChildProcess
@@ -55,7 +55,7 @@ struct EarlyDataTests {
         func served(_ path: String) -> Int {
             server.standardError.split(separator: "\n").filter { $0.hasPrefix("GET \(path) 200 ") }.count
         }
-        let deadline = ContinuousClock.now + .seconds(10)
+        let deadline = ContinuousClock.now + TestEnvironment.scaled(.seconds(10))
         while expected.contains(where: { served($0.key) < $0.value }), ContinuousClock.now < deadline {
             try await Task.sleep(for: .milliseconds(20))
         }

@@ -7,7 +7,7 @@ import Testing
 
 /// HTTP/3 against Debian's ngtcp2 example server (`gtlsserver`: ngtcp2 + nghttp3 + GnuTLS, written
 /// by ngtcp2's authors, not here) over real UDP on 127.0.0.1.
-@Suite("HTTP/3 interop with gtlsserver", .serialized, .timeLimit(.minutes(2)))
+@Suite("HTTP/3 interop with gtlsserver", .serialized, .timeLimit(TestEnvironment.minutes(2)))
 struct GtlsServerInteropTests {
     /// A gtlsserver on a free port serving a directory with an index and bodies of 1 MB and 50 MB.
     final class Server: Sendable {

@@ -7,7 +7,7 @@ import Testing
 
 /// Every closed HTTP/3 connection is freed, with its QUIC core, its nghttp3 codec and the tasks
 /// that fed it, on the server and on the client, however the connection ended.
-@Suite("HTTP/3 connection lifetime", .serialized, .timeLimit(.minutes(2)))
+@Suite("HTTP/3 connection lifetime", .serialized, .timeLimit(TestEnvironment.minutes(2)))
 struct HTTP3ConnectionLifetimeTests {
     /// In memory on the virtual clock: once a request has been answered, the client has closed
     /// and both periods have ended, neither codec nor core is left.

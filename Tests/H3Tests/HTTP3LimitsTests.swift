@@ -10,12 +10,12 @@ struct Timeout: Error {}
 
 /// Fails instead of hanging when `body` takes longer than `seconds`.
 func within<T: Sendable>(_ seconds: Double, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
-    try await withDeadline(seconds: seconds, timeoutError: { Timeout() }, body)
+    try await withDeadline(seconds: TestEnvironment.scaled(seconds), timeoutError: { Timeout() }, body)
 }
 
 /// What the HTTP/3 server does to clients that abuse it, over real UDP on 127.0.0.1 (issue 16,
 /// part 4). Each case checks that the abuse is cut off and that the server serves on.
-@Suite("HTTP/3 server limits", .serialized, .timeLimit(.minutes(2)))
+@Suite("HTTP/3 server limits", .serialized, .timeLimit(TestEnvironment.minutes(2)))
 struct HTTP3LimitsTests {
     /// A raw QUIC client speaking ALPN h3, for sending what no HTTP/3 client would.
     static func rawClient(port: UInt16) async throws -> NWConnectionGroup {

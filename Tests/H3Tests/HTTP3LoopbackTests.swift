@@ -6,7 +6,7 @@ import QuicTransport
 import Testing
 
 /// Our HTTP/3 client and server over real UDP on 127.0.0.1, and h3serve against Debian's gtlsclient.
-@Suite("HTTP/3 over loopback", .serialized, .timeLimit(.minutes(2)))
+@Suite("HTTP/3 over loopback", .serialized, .timeLimit(TestEnvironment.minutes(2)))
 struct HTTP3LoopbackTests {
     static func startServer(
         qlogDirectory: String? = nil,

@@ -8,7 +8,7 @@ import Testing
 /// 4-tuple-only balancer breaks about half of the migrations (the negative control), and
 /// stopping one host leaves the other's connections whole. Needs root for the namespaces; the
 /// script exits 2 with the reason when it cannot make them, and this test then fails.
-@Suite("QUIC-LB across hosts (network namespaces, nftables)", .serialized, .timeLimit(.minutes(3)))
+@Suite("QUIC-LB across hosts (network namespaces, nftables)", .serialized, .timeLimit(TestEnvironment.minutes(3)))
 struct MultiHostLoadBalancingTests {
     @Test func connectionsStayOnTheirHostThroughMigration() async throws {
         let h3serve = try TestEnvironment.executable("h3serve")

@@ -8,7 +8,7 @@ import Testing
 /// A server on two workers over real UDP on 127.0.0.1: connections spread over both, and a
 /// client that moves to a new port (RFC 9000 §9) stays with the worker that owns its connection,
 /// steered by the kernel or, without the steering program, handed over between workers.
-@Suite("HTTP/3 server workers", .serialized, .timeLimit(.minutes(2)))
+@Suite("HTTP/3 server workers", .serialized, .timeLimit(TestEnvironment.minutes(2)))
 struct ServerWorkersTests {
     static let body = (0..<400_000).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ $0 >> 9) }
 

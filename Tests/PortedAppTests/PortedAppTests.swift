@@ -7,7 +7,7 @@ import Testing
 /// Network.framework code, written as Apple-platform apps write it, against real peers over real
 /// UDP and TLS: quic-echo's server and aioquic's echo server for the client app, and aioquic's
 /// echo client for the listener app.
-@Suite("Network.framework code ported as is", .serialized, .timeLimit(.minutes(2)))
+@Suite("Network.framework code ported as is", .serialized, .timeLimit(TestEnvironment.minutes(2)))
 struct PortedAppTests {
     /// The DER bytes of the first certificate in a PEM file: what an app would bundle to pin.
     static func derCertificate(inPEMFile path: String) throws -> Data {

@@ -45,7 +45,7 @@ package final class ChildProcess: Sendable {
 
     /// Waits for a line of stdout that contains `marker` and returns it.
     package func waitForLine(containing marker: String, seconds: Double = 15) async throws -> String {
-        let deadline = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
+        let deadline = ContinuousClock.now + .milliseconds(Int(TestEnvironment.scaled(seconds) * 1000))
         while ContinuousClock.now < deadline {
             if let line = standardOutput.split(separator: "\n").first(where: { $0.contains(marker) }) {
                 return String(line)
@@ -60,7 +60,7 @@ package final class ChildProcess: Sendable {
 
     /// Waits for the process to exit and returns its status; kills it after `seconds`.
     package func waitForExit(seconds: Double = 30) async throws -> Int32 {
-        let deadline = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
+        let deadline = ContinuousClock.now + .milliseconds(Int(TestEnvironment.scaled(seconds) * 1000))
         while process.isRunning {
             if ContinuousClock.now > deadline {
                 stop()

@@ -1,9 +1,27 @@
 import Foundation
+import Testing
 
 /// Where the package's built executables and the repository live.
 package enum TestEnvironment {
     package static let repositoryRoot = URL(fileURLWithPath: #filePath)
         .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+
+    /// How many times longer than usual the tests' time bounds are: `QUIC_TEST_TIME_SCALE`,
+    /// which `scripts/test --sanitize` sets because a sanitizer slows the code 2–15×; 1 otherwise.
+    /// The bounds only keep a broken test from hanging, so stretching them loses no assertion.
+    package static let timeScale: Double = ProcessInfo.processInfo.environment["QUIC_TEST_TIME_SCALE"]
+        .flatMap(Double.init).map { max(1, $0) } ?? 1
+
+    /// `seconds` stretched by `timeScale`.
+    package static func scaled(_ seconds: Double) -> Double { seconds * timeScale }
+
+    /// `duration` stretched by `timeScale`.
+    package static func scaled(_ duration: Duration) -> Duration { duration * timeScale }
+
+    /// A suite's time limit of `minutes`, stretched by `timeScale`.
+    package static func minutes(_ minutes: Int) -> TimeLimitTrait.Duration {
+        .minutes(Int((Double(minutes) * timeScale).rounded(.up)))
+    }
 
     /// A product built next to the test bundle; the message says how to build it when missing.
     package static func executable(_ name: String) throws -> URL {

@@ -6,7 +6,7 @@ import Testing
 /// Every closed connection is freed: its core, and with it ngtcp2's connection, the GnuTLS
 /// session and the stream buffers, once its closing or draining period (RFC 9000 §10.2) is over.
 /// A server is judged over hours of connections, so nothing may outlive its connection.
-@Suite("Connection lifetime", .timeLimit(.minutes(2)))
+@Suite("Connection lifetime", .timeLimit(TestEnvironment.minutes(2)))
 struct ConnectionLifetimeTests {
     /// In memory on the virtual clock: after the client closes and both periods end, the endpoint
     /// has forgotten the server core, the owner's count is zero, and neither core is left.

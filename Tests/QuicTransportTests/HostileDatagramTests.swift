@@ -9,7 +9,7 @@ import Glibc
 /// Every datagram sequence that ever broke the server endpoint under the fuzzer
 /// (Fuzz/regressions/server-datagram), thrown at a real `quic-echo serve` over loopback: the
 /// server must stay up and keep serving.
-@Suite("Hostile datagrams over loopback", .timeLimit(.minutes(2)))
+@Suite("Hostile datagrams over loopback", .timeLimit(TestEnvironment.minutes(2)))
 struct HostileDatagramTests {
     @Test func theFuzzersFindingsLeaveTheServerServing() async throws {
         let folder = TestEnvironment.repositoryRoot.appendingPathComponent("Fuzz/regressions/server-datagram")

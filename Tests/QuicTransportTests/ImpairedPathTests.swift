@@ -4,7 +4,7 @@ import Testing
 
 /// quic-echo through quic-netem, the user-space impairment relay: loss and delay, and NAT
 /// rebinding that the server must follow (RFC 9000 §9.3), on real UDP sockets.
-@Suite("Impaired paths", .serialized, .timeLimit(.minutes(2)))
+@Suite("Impaired paths", .serialized, .timeLimit(TestEnvironment.minutes(2)))
 struct ImpairedPathTests {
     /// A relay in front of `port`; its summary arrives on stdout when it is stopped.
     struct Relay {

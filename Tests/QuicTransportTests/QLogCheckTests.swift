@@ -4,7 +4,7 @@ import QuicTransport
 import Testing
 
 /// scripts/qlog-check: accepts real traces, rejects each kind of breakage.
-@Suite("qlog-check", .serialized, .timeLimit(.minutes(1)))
+@Suite("qlog-check", .serialized, .timeLimit(TestEnvironment.minutes(1)))
 struct QLogCheckTests {
     static func runChecker(_ paths: [String]) async throws -> (status: Int32, output: String) {
         try await TestEnvironment.checkQLog(paths)

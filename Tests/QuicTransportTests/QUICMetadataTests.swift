@@ -4,7 +4,7 @@ import QuicTransport
 import Testing
 
 /// What `NWProtocolQUIC.Metadata` reports and what setting it does, over real UDP and TLS.
-@Suite("QUIC metadata over loopback", .timeLimit(.minutes(2)))
+@Suite("QUIC metadata over loopback", .timeLimit(TestEnvironment.minutes(2)))
 struct QUICMetadataTests {
     /// With a 3 s idle timeout on both sides, a quiet tunnel ends after 3 s unless keep-alive
     /// PINGs (RFC 9000 §10.1.2), one a second, hold it open; both run side by side for 6.5 s.

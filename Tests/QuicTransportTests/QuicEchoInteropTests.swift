@@ -4,7 +4,7 @@ import QuicTransport
 import Testing
 
 /// quic-echo against aioquic 1.7.2, an implementation nobody here wrote, over real UDP and TLS.
-@Suite("quic-echo interop with aioquic", .serialized, .timeLimit(.minutes(2)))
+@Suite("quic-echo interop with aioquic", .serialized, .timeLimit(TestEnvironment.minutes(2)))
 struct QuicEchoInteropTests {
     /// With two workers the listener's sockets share the port, steered by connection ID.
     @Test(arguments: [1, 2]) func aioquicClientAgainstQuicEchoServer(workers: Int) async throws {

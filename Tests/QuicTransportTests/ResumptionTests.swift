@@ -6,7 +6,7 @@ import Testing
 /// Session resumption and 0-RTT over real UDP on loopback (RFC 8446 §2.2, RFC 9001 §4.6), with
 /// the facts checked in the qlog traces: how much handshake the server sent, and which packets
 /// carried the data.
-@Suite("Resumption and 0-RTT", .serialized, .timeLimit(.minutes(2)))
+@Suite("Resumption and 0-RTT", .serialized, .timeLimit(TestEnvironment.minutes(2)))
 struct ResumptionTests {
     /// Counts in one trace: the size of the Handshake-level CRYPTO flight sent, and 0-RTT packets
     /// sent or received.

@@ -113,7 +113,8 @@ func within<T: Sendable>(
     _ message: String = "timed out",
     _ body: @escaping @Sendable () async throws -> T
 ) async throws -> T {
-    try await withDeadline(seconds: seconds, timeoutError: { TimeoutError(message: "\(message) after \(seconds) s") }, body)
+    let seconds = TestEnvironment.scaled(seconds)
+    return try await withDeadline(seconds: seconds, timeoutError: { TimeoutError(message: "\(message) after \(seconds) s") }, body)
 }
 
 struct TimeoutError: Error, CustomStringConvertible {
