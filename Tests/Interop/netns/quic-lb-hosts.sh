@@ -456,7 +456,11 @@ real_mode() {
   done
   command -v gtlsclient >/dev/null || die "gtlsclient not found (Debian's ngtcp2-client; scripts/setup installs it)"
   command -v openssl >/dev/null || die "openssl not found"
-  if [[ $SERVER_ID_FLAG == 1 ]] && ! "$BIN_DIR/h3serve" --help 2>&1 | grep -q -- '--server-id'; then
+  # The help is read whole first: with pipefail, `grep -q` closing the pipe early would make a
+  # slow writer (a sanitizer build) die of SIGPIPE and the check fail falsely.
+  local help
+  help=$("$BIN_DIR/h3serve" --help 2>&1 || true)
+  if [[ $SERVER_ID_FLAG == 1 && $help != *--server-id* ]]; then
     die "$BIN_DIR/h3serve has no --server-id option yet (issue 14, QUIC-LB connection IDs); --no-server-id runs the plumbing only"
   fi
   local started=$SECONDS n=$CONNECTIONS i
