@@ -255,6 +255,38 @@ struct QUICConnectionCoreTests {
         #expect(completed() == 64)
     }
 
+    /// A peer that opens many streams and sends on all of them to an application that reads
+    /// nothing gets the connection's flow-control window (RFC 9000 §4.1), not our memory: what
+    /// the server holds unread stays within `initialMaxData` however many streams there are.
+    @Test func unreadDataOnManyStreamsStaysWithinTheConnectionWindow() throws {
+        let window: UInt64 = 256 * 1024
+        var serverConfiguration = InMemoryPair.defaultConfiguration()
+        serverConfiguration.initialMaxData = window
+        serverConfiguration.maxConnectionWindow = window
+        let pair = try InMemoryPair(serverConfiguration: serverConfiguration)
+        try pair.run(until: { pair.client.isHandshakeCompleted })
+        let chunk = [UInt8](repeating: 0xa5, count: 16 * 1024)
+        var streams: [Int64] = []
+        for _ in 0..<16 {
+            let stream = try #require(try pair.client.openStream(bidirectional: true))
+            for token in 1...16 {
+                try chunk.withUnsafeBytes { try pair.client.send(streamID: stream, bytes: $0, fin: token == 16, token: UInt64(token)) }
+            }
+            streams.append(stream)
+        }
+        pair.advance(by: 2_000_000_000)
+        // 4 MiB offered on 16 streams; only one connection window's worth may be held unread.
+        let server = try #require(pair.serverConnection)
+        var held = 0
+        for stream in streams { held += server.read(streamID: stream, maximumLength: .max).bytes.count }
+        #expect(held > 0 && held <= Int(window), "the server held \(held) bytes unread against a window of \(window)")
+        var received = held
+        try pair.run(until: {
+            for stream in streams { received += server.read(streamID: stream, maximumLength: .max).bytes.count }
+            return received == 16 * 16 * chunk.count
+        })
+    }
+
     @Test func aStatelessResetFromTheServerEndsTheClient() throws {
         let pair = try InMemoryPair()
         try pair.run(until: { pair.client.isHandshakeCompleted })
