@@ -81,6 +81,9 @@ package final class QUICServerEndpoint {
             driver.afterInput()
         }
         for listening in listeningSockets { listening.detachAndClose() }
+        // The group's hand-over closure holds every worker of the address, this one included.
+        handOver = nil
+        onNewConnection = nil
     }
 
     private var memoryTrimScheduled = false

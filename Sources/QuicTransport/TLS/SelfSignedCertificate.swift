@@ -44,16 +44,20 @@ public struct SelfSignedCertificate: Sendable {
         let addresses = try ipAddresses.map(binaryIPAddress)
 
         var keyHandle: gnutls_x509_privkey_t?
-        try checkGnuTLS(gnutls_x509_privkey_init(&keyHandle), "gnutls_x509_privkey_init")
-        defer { gnutls_x509_privkey_deinit(keyHandle) }
-        let key = keyHandle!
+        defer { if keyHandle != nil { gnutls_x509_privkey_deinit(keyHandle) } }
         // GnuTLS writes the private scalar as a minimal signed integer: 31 bytes when it starts
         // with a zero byte (Python's cryptography then refuses the key), 33 when its top bit is
-        // set. RFC 5915 §3 wants exactly 32, so draw again until GnuTLS's form is that.
+        // set. RFC 5915 §3 wants exactly 32, so draw again until GnuTLS's form is that. Each draw
+        // gets a fresh key object: generating into one that holds a key leaks the old key's
+        // numbers (GnuTLS 3.7.9; LeakSanitizer and memcheck both saw it).
         repeat {
+            if keyHandle != nil { gnutls_x509_privkey_deinit(keyHandle) }
+            keyHandle = nil
+            try checkGnuTLS(gnutls_x509_privkey_init(&keyHandle), "gnutls_x509_privkey_init")
             try checkGnuTLS(
-                gnutls_x509_privkey_generate(key, GNUTLS_PK_ECDSA, p256Bits, 0), "gnutls_x509_privkey_generate")
-        } while try privateScalarLength(key) != 32
+                gnutls_x509_privkey_generate(keyHandle!, GNUTLS_PK_ECDSA, p256Bits, 0), "gnutls_x509_privkey_generate")
+        } while try privateScalarLength(keyHandle!) != 32
+        let key = keyHandle!
 
         var certHandle: gnutls_x509_crt_t?
         try checkGnuTLS(gnutls_x509_crt_init(&certHandle), "gnutls_x509_crt_init")
