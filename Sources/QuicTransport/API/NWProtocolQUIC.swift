@@ -9,15 +9,19 @@ public struct NWProtocolDefinition: Hashable, Sendable, CustomStringConvertible 
 }
 
 /// Base class of protocol options, as in Network.framework.
+// @unchecked Sendable: no stored state; subclasses state their own invariant. A non-final class
+// cannot be checked, and Apple's options classes are Sendable.
 public class NWProtocolOptions: @unchecked Sendable {}
 
 /// Base class of per-connection protocol metadata, as in Network.framework.
+// @unchecked Sendable: no stored state; subclasses state their own invariant.
 public class NWProtocolMetadata: @unchecked Sendable {
     /// The protocol this metadata belongs to.
     public var definition: NWProtocolDefinition { NWProtocolDefinition(name: "unknown") }
 }
 
 /// QUIC (RFC 9000) over TLS 1.3 (RFC 9001): options, per-stream metadata and the protocol definition.
+// @unchecked Sendable: a namespace with no stored instance state, as Apple's class is.
 public final class NWProtocolQUIC: @unchecked Sendable {
     /// QUIC's definition, for `metadata(definition:)`, matching Apple's
     /// `NWProtocolQUIC.definition`.
