@@ -46,6 +46,17 @@ package final class HTTP3Codec: QUICApplicationCodec {
     /// Server: note when each request stream opens, so `requestHeads(openedBefore:)` can tell
     /// which have taken too long to send their header section.
     @exclusivity(unchecked) package var tracksRequestHeads = false
+    /// Server: the largest request header section taken, as RFC 9114 §4.2.2 measures it (each
+    /// field's name and value plus 32 bytes), sent as SETTINGS_MAX_FIELD_SECTION_SIZE (§7.2.4.1).
+    /// A larger one is answered 431 (§4.2.2) and not kept, and the connection goes on. A single
+    /// field line over 64 KiB is another matter: nghttp3's QPACK decoder cannot go on after it,
+    /// so that closes the connection.
+    package static let maximumFieldSectionSize = 64 << 10
+    /// The size of the field section being decoded so far, as `maximumFieldSectionSize` counts it.
+    @exclusivity(unchecked) private var fieldSectionBytes = 0
+    /// Request streams whose header section was too large, answered 431 once nghttp3's read
+    /// call has returned.
+    @exclusivity(unchecked) private var oversizedRequests: [Int64] = []
     /// What the body callback asked for that must wait until nghttp3's write call returns.
     @exclusivity(unchecked) private var dueAfterWrite: [(streamID: Int64, action: AfterWrite)] = []
 
@@ -64,6 +75,7 @@ package final class HTTP3Codec: QUICApplicationCodec {
         cqs_nghttp3_settings_default(&settings)
         settings.qpack_max_dtable_capacity = 4096
         settings.qpack_blocked_streams = 100
+        if role == .server { settings.max_field_section_size = UInt64(Self.maximumFieldSectionSize) }
         var newConn: OpaquePointer?
         let userData = Unmanaged.passUnretained(self).toOpaque()
         let rv = role == .client
@@ -308,7 +320,21 @@ package final class HTTP3Codec: QUICApplicationCodec {
         )
         // After nghttp3 has read them, so a HEADERS frame's decoded fields come before its DATA.
         if core?.isQLogEnabled == true { logFrames(streamID: streamID, bytes: bytes, outgoing: false) }
+        // One field line over 64 KiB: nghttp3's QPACK decoder stops for the whole connection
+        // (every later section fails), so the connection closes, with the QPACK code and a reason
+        // that says why. A compliant client never sends one: it is over the advertised limit.
+        if consumed == NGHTTP3_ERR_QPACK_HEADER_TOO_LARGE {
+            throw QUICApplicationCodecError(
+                code: UInt64(NGHTTP3_QPACK_DECOMPRESSION_FAILED),
+                reason: "a field line over 64 KiB, past SETTINGS_MAX_FIELD_SECTION_SIZE (RFC 9114 §4.2.2)"
+            )
+        }
         guard consumed >= 0 else { throw applicationError(Int32(consumed), "nghttp3_conn_read_stream") }
+        if !oversizedRequests.isEmpty {
+            let oversized = oversizedRequests
+            oversizedRequests.removeAll()
+            for request in oversized { rejectOversizedRequest(streamID: request) }
+        }
         return consumed
     }
 
@@ -455,7 +481,11 @@ package final class HTTP3Codec: QUICApplicationCodec {
         callbacks.recv_header = { _, streamID, _, name, value, _, userData, _ in
             HTTP3Codec.withCodec(userData) { codec in
                 if codec.fieldSection.streamID != streamID { codec.resumeFieldSection(streamID: streamID) }
-                codec.fieldSection.fields.append((string(name), string(value)))
+                codec.fieldSectionBytes += nghttp3_rcbuf_get_buf(name).len + nghttp3_rcbuf_get_buf(value).len + 32
+                // Past the limit the fields are dropped, so an endless section costs no memory.
+                if codec.role == .client || codec.fieldSectionBytes <= HTTP3Codec.maximumFieldSectionSize {
+                    codec.fieldSection.fields.append((string(name), string(value)))
+                }
                 return 0
             }
         }
@@ -501,11 +531,29 @@ package final class HTTP3Codec: QUICApplicationCodec {
         return callbacks
     }
 
+    /// Answers a request whose header section is over the limit with 431 (RFC 9114 §4.2.2) and
+    /// stops reading it (STOP_SENDING with H3_NO_ERROR, §4.1.2); nghttp3 reads no more of it and
+    /// tells the peer's QPACK encoder (RFC 9204 §4.4.2). The connection and its other streams
+    /// go on.
+    private func rejectOversizedRequest(streamID: Int64) {
+        guard let conn else { return }
+        _ = nghttp3_conn_shutdown_stream_read(conn, streamID)
+        if !awaitingRequestHeads.isEmpty { stopAwaitingRequestHead(streamID) }
+        let status = [(name: ":status", value: "431")]
+        do {
+            try submitResponse(streamID: streamID, headers: status, body: Array("request header fields too large\n".utf8))
+            core?.shutdownCodecStream(streamID: streamID, code: UInt64(NGHTTP3_H3_NO_ERROR), read: true, write: false)
+        } catch {
+            cancel(streamID: streamID, code: .excessiveLoad)
+        }
+    }
+
     private func beginFieldSection(streamID: Int64) {
         pauseFieldSection()
         var fields: [(name: String, value: String)] = []
         fields.reserveCapacity(8)
         fieldSection = (streamID, fields)
+        fieldSectionBytes = 0
     }
 
     /// Fields for a stream other than the current one: the current section pauses, and the
@@ -513,6 +561,7 @@ package final class HTTP3Codec: QUICApplicationCodec {
     private func resumeFieldSection(streamID: Int64) {
         pauseFieldSection()
         fieldSection = (streamID, pausedFieldSections.removeValue(forKey: streamID) ?? [])
+        fieldSectionBytes = fieldSection.fields.reduce(0) { $0 + $1.name.utf8.count + $1.value.utf8.count + 32 }
     }
 
     private func pauseFieldSection() {
@@ -527,6 +576,10 @@ package final class HTTP3Codec: QUICApplicationCodec {
         if fieldSection.streamID == streamID {
             fields = fieldSection.fields
             fieldSection = (-1, [])
+            if role == .server, fieldSectionBytes > Self.maximumFieldSectionSize {
+                oversizedRequests.append(streamID)
+                return
+            }
         } else {
             fields = pausedFieldSections.removeValue(forKey: streamID) ?? []
         }

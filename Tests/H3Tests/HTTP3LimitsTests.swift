@@ -69,4 +69,51 @@ struct HTTP3LimitsTests {
         #expect(slow.head.status == .ok, "a slow handler is not a slow client")
         #expect(try await slow.body.collect() == Array("ok\n".utf8))
     }
+
+    /// What one run of `h3_abuse.py ATTACK` against `port` saw the server do.
+    static func abuse(_ attack: String, port: UInt16, _ extra: [String] = []) async throws -> [String: Any] {
+        let run = try ChildProcess(try TestEnvironment.python(), [
+            TestEnvironment.aioquicScript("h3_abuse.py"), attack, "https://127.0.0.1:\(port)/small.bin", "-k", "--timeout", "10",
+        ] + extra)
+        let status = try await run.waitForExit(seconds: 60)
+        let line = try #require(run.standardOutput.split(separator: "\n").last, "h3_abuse.py printed nothing (exit \(status)): \(run.standardError)")
+        return try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any], "\(line)")
+    }
+
+    /// Peers that break the protocol's limits (RFC 9000 §4.6, RFC 9204 §4.3.1, RFC 9114 §4.2.2)
+    /// against a real h3serve, from aioquic: each gets the answer the RFCs name, and the server
+    /// serves on, to the abusers' other requests where the error is the stream's and to new
+    /// clients throughout.
+    @Test func protocolLimitsGetTheirErrorsAndTheServerServesOn() async throws {
+        let served = try makeServedRoot("limits", file: "small.bin", size: 1000, multiplier: 7)
+        defer { try? FileManager.default.removeItem(at: served.root) }
+        let (server, port) = try await startH3serve(root: served.root, ["--no-tcp", "--workers", "1"])
+        defer { server.stop() }
+
+        // One stream beyond initial_max_streams_bidi: STREAM_LIMIT_ERROR (RFC 9000 §4.6).
+        let streams = try await Self.abuse("stream-limit", port: port)
+        #expect(streams["outcome"] as? String == "connection-closed" && streams["error_code"] as? Int == 0x4, "\(streams)")
+        // A dynamic table larger than SETTINGS_QPACK_MAX_TABLE_CAPACITY: QPACK_ENCODER_STREAM_ERROR.
+        let table = try await Self.abuse("qpack-capacity", port: port)
+        #expect(table["outcome"] as? String == "connection-closed" && table["error_code"] as? Int == 0x201, "\(table)")
+        // A header section of about 103 KB in fields of 1 KB: 431, and the connection goes on.
+        let section = try await Self.abuse("big-headers", port: port, ["--size", "1000", "--fields", "100"])
+        #expect(section["status"] as? Int == 431, "\(section)")
+        #expect(section["then_status"] as? Int == 200, "the connection must serve on after a 431: \(section)")
+        // A section just under SETTINGS_MAX_FIELD_SECTION_SIZE is served.
+        let under = try await Self.abuse("big-headers", port: port, ["--size", "30000", "--fields", "2"])
+        #expect(under["status"] as? Int == 200, "\(under)")
+        // One field line over 64 KiB stops nghttp3's QPACK decoder: the connection closes with
+        // QPACK_DECOMPRESSION_FAILED and says why.
+        let field = try await Self.abuse("big-headers", port: port, ["--size", "70000"])
+        #expect(field["outcome"] as? String == "connection-closed" && field["error_code"] as? Int == 0x200, "\(field)")
+        #expect((field["reason"] as? String)?.contains("64 KiB") == true, "\(field)")
+
+        #expect(server.isRunning, "h3serve stopped: \(server.standardError.suffix(1500))")
+        let fresh = try ChildProcess(try TestEnvironment.python(), [
+            TestEnvironment.aioquicScript("h3_client.py"), "-k", "https://127.0.0.1:\(port)/small.bin",
+        ])
+        #expect(try await fresh.waitForExit(seconds: 30) == 0, "a new client after the abuse: \(fresh.standardError.suffix(800))")
+        #expect(fresh.standardOutput.contains("\"status\": 200"), "\(fresh.standardOutput)")
+    }
 }
