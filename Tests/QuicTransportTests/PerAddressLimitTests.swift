@@ -29,14 +29,7 @@ struct PerAddressLimitTests {
             for case .delivered(let core, isNew: true) in dispositions { halfOpen.append(core) }
         }
         // The real client at that address still gets in, without a Retry.
-        let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: 65_536, alignment: 16)
-        defer { scratch.deallocate() }
-        var first: [QUICEndpointCore.Disposition] = []
-        _ = pair.client.writePackets(now: pair.now, scratch: scratch) { bytes, segment, _, _ in
-            for start in stride(from: 0, to: bytes.count, by: segment) {
-                first.append(pair.inject(toServer: Array(bytes[start..<min(bytes.count, start + segment)])))
-            }
-        }
+        let first = RetryUnderLoadTests.sendFirstFlight(of: pair)
         #expect(RetryUnderLoadTests.startsAConnection(first), "\(first)")
         try pair.run(until: { pair.client.isHandshakeCompleted && pair.serverConnection?.isHandshakeCompleted == true })
         // Its completed handshake used the share: the next client from there must prove itself first.

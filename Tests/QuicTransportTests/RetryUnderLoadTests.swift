@@ -26,6 +26,19 @@ struct RetryUnderLoadTests {
         return (address, datagrams)
     }
 
+    /// Sends the pair client's first flight to the endpoint and returns what became of each datagram.
+    static func sendFirstFlight(of pair: InMemoryPair) -> [QUICEndpointCore.Disposition] {
+        let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: 65_536, alignment: 16)
+        defer { scratch.deallocate() }
+        var dispositions: [QUICEndpointCore.Disposition] = []
+        _ = pair.client.writePackets(now: pair.now, scratch: scratch) { bytes, segment, _, _ in
+            for start in stride(from: 0, to: bytes.count, by: segment) {
+                dispositions.append(pair.inject(toServer: Array(bytes[start..<min(bytes.count, start + segment)])))
+            }
+        }
+        return dispositions
+    }
+
     /// Whether the endpoint made a new connection of any of `dispositions`.
     static func startsAConnection(_ dispositions: [QUICEndpointCore.Disposition]) -> Bool {
         dispositions.contains { if case .delivered(_, isNew: true) = $0 { true } else { false } }
@@ -42,14 +55,7 @@ struct RetryUnderLoadTests {
             for case .delivered(let core, isNew: true) in dispositions { halfOpen.append(core) }
         }
         // The pair's client is sent a Retry, comes back with its token and completes.
-        let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: 65_536, alignment: 16)
-        defer { scratch.deallocate() }
-        var first: [QUICEndpointCore.Disposition] = []
-        _ = pair.client.writePackets(now: pair.now, scratch: scratch) { bytes, segment, _, _ in
-            for start in stride(from: 0, to: bytes.count, by: segment) {
-                first.append(pair.inject(toServer: Array(bytes[start..<min(bytes.count, start + segment)])))
-            }
-        }
+        let first = Self.sendFirstFlight(of: pair)
         #expect(first.contains { if case .answered("retry") = $0 { true } else { false } }, "at the threshold: \(first)")
         try pair.run(until: { pair.client.isHandshakeCompleted && pair.serverConnection?.isHandshakeCompleted == true })
         #expect(pair.server.connections.count == 3)

@@ -78,20 +78,6 @@ class AbuseProtocol(QuicConnectionProtocol):
         return await asyncio.wait_for(self.statuses[stream_id], timeout)
 
 
-def encoder_capacity_instruction(capacity: int) -> bytes:
-    """Set Dynamic Table Capacity (RFC 9204 §4.3.1): 001 and a 5-bit prefix integer (RFC 7541 §5.1)."""
-    prefix_max = 31
-    if capacity < prefix_max:
-        return bytes([0x20 | capacity])
-    out = bytearray([0x20 | prefix_max])
-    rest = capacity - prefix_max
-    while rest >= 128:
-        out.append(0x80 | (rest & 0x7F))
-        rest >>= 7
-    out.append(rest)
-    return bytes(out)
-
-
 def prefix_integer(value: int, prefix_bits: int, flags: int) -> bytes:
     """An integer with an N-bit prefix (RFC 7541 §5.1), the prefix's other bits set to `flags`."""
     limit = (1 << prefix_bits) - 1
@@ -104,6 +90,11 @@ def prefix_integer(value: int, prefix_bits: int, flags: int) -> bytes:
         rest >>= 7
     out.append(rest)
     return bytes(out)
+
+
+def encoder_capacity_instruction(capacity: int) -> bytes:
+    """Set Dynamic Table Capacity (RFC 9204 §4.3.1): 001 and a 5-bit prefix integer."""
+    return prefix_integer(capacity, 5, 0x20)
 
 
 def quic_varint(value: int) -> bytes:
