@@ -11,30 +11,36 @@ final class UnidirectionalCollector: Sendable {
         var resetCode: UInt64?
     }
 
-    private let entries = NIOLockedValueBox([Int: Entry]())
-    private let changes = NIOLockedValueBox([CheckedContinuation<Void, Never>]())
+    /// The streams seen so far and the waiters to wake on the next change. One lock guards
+    /// both, so a waiter that finds nothing registers before any later change can notify:
+    /// checking under one lock and registering under another lost the wake-up when the last
+    /// bytes arrived in between, and the echo then hung until its deadline.
+    private struct State {
+        var entries: [Int: Entry] = [:]
+        var waiters: [CheckedContinuation<Void, Never>] = []
+    }
+
+    private let state = NIOLockedValueBox(State())
 
     func accept(_ stream: NWConnection) {
         let id = Int((stream.metadata(definition: NWProtocolQUIC.definition) as! NWProtocolQUIC.Metadata).streamIdentifier)
-        entries.withLockedValue { $0[id] = Entry() }
+        update { $0[id] = Entry() }
         stream.start(queue: DispatchQueue(label: "quic-echo.uni"))
         Task {
             do {
                 while true {
                     let (content, isComplete) = try await stream.receive(minimumIncompleteLength: 1, maximumLength: 65_536)
-                    entries.withLockedValue {
+                    update {
                         $0[id]!.bytes += content ?? Data()
                         $0[id]!.finished = isComplete
                     }
-                    notify()
                     if isComplete { return }
                 }
             } catch let NWError.quic(error) where error.kind == .streamReset {
-                entries.withLockedValue { $0[id]!.resetCode = error.applicationErrorCode ?? 0 }
+                update { $0[id]!.resetCode = error.applicationErrorCode ?? 0 }
             } catch {
-                entries.withLockedValue { $0[id]!.resetCode = UInt64.max }
+                update { $0[id]!.resetCode = UInt64.max }
             }
-            notify()
         }
     }
 
@@ -55,23 +61,34 @@ final class UnidirectionalCollector: Sendable {
 
     private func waitFor<T>(_ prefix: String, _ extract: @escaping (Entry) -> T?) async throws -> T {
         let marker = Data(prefix.utf8)
+        func find(in entries: [Int: Entry]) -> T? {
+            for entry in entries.values where entry.bytes.starts(with: marker) {
+                if let value = extract(entry) { return value }
+            }
+            return nil
+        }
         while true {
             try Task.checkCancellation()
-            let found: T? = entries.withLockedValue { entries in
-                for entry in entries.values where entry.bytes.starts(with: marker) {
-                    if let value = extract(entry) { return value }
+            var found: T?
+            await withCheckedContinuation { continuation in
+                let wakeNow: Bool = state.withLockedValue { state in
+                    found = find(in: state.entries)
+                    if found != nil { return true }
+                    state.waiters.append(continuation)
+                    return false
                 }
-                return nil
+                if wakeNow { continuation.resume() }
             }
             if let found { return found }
-            await withCheckedContinuation { continuation in changes.withLockedValue { $0.append(continuation) } }
         }
     }
 
-    private func notify() {
-        let waiting = changes.withLockedValue { pending in
-            defer { pending.removeAll() }
-            return pending
+    /// Applies a change to the entries and wakes every waiter to look again.
+    private func update(_ change: (inout [Int: Entry]) -> Void) {
+        let waiting = state.withLockedValue { state in
+            change(&state.entries)
+            defer { state.waiters.removeAll() }
+            return state.waiters
         }
         for continuation in waiting { continuation.resume() }
     }
