@@ -337,6 +337,17 @@ class Bench:
         o, t = self.both_orders(lambda: marginal(ours_cmd), lambda: marginal(theirs_cmd))
         self.add(Row(group, f"client CPU per 1 KiB GET, {n} on one connection (start-up excluded)", "µs", o, t, "h3get", "gtlsclient"))
 
+        # The same requests from the library without h3get's command line: swift-argument-parser
+        # reads n positional URLs in time quadratic in n, which the row above includes. 100 in
+        # flight, as many as gtlsclient gets from the server's stream limit.
+        def library_cmd(count: int) -> list[str]:
+            return [os.path.join(self.bin, "h3load"), "--cacert", self.cert, "-c", "1", "-m", "100", "-n", str(count),
+                    self.url(server, "1k.bin")]
+
+        o, t = self.both_orders(lambda: marginal(library_cmd), lambda: marginal(theirs_cmd))
+        self.add(Row(group, f"client CPU per 1 KiB GET, {n} on one connection, h3load -m 100 (HTTP3Client)", "µs", o, t,
+                     "h3load", "gtlsclient"))
+
     def rest_rows(self, ours: Server, theirs: Server) -> None:
         time.sleep(5)
         self.add(Row("memory", "anon RSS at rest after all of the above", "MiB", ours.rss_kib("RssAnon") / 1024,
