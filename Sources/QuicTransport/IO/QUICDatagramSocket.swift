@@ -20,7 +20,6 @@ import NIOPosix
 /// scratch stays. Lives on its channel's event loop.
 final class QUICDatagramSocket {
     static let socketBufferSize = 4 << 20
-    static let vectorReadCount = 32
     /// Room for a send quantum (64 KiB, ngtcp2) and then some; NIO rounds the capacity up to a
     /// power of two, so the area the cores get is 128 KiB.
     private static let scratchSize = 96 << 10
@@ -82,33 +81,51 @@ final class QUICDatagramSocket {
 
     /// Takes over a socket that is already bound (a member of a reuseport group) on `eventLoop`.
     static func adopt(_ descriptor: CInt, eventLoop: any EventLoop, logger: Logger) -> EventLoopFuture<QUICDatagramSocket> {
-        open(on: eventLoop, logger: logger) { $0.withBoundSocket(descriptor) }
+        open(on: eventLoop, reads: .server, logger: logger) { $0.withBoundSocket(descriptor) }
     }
 
     /// A client socket on an ephemeral port, connected to `remote` so that ICMP errors
     /// (port unreachable) surface at once instead of after a handshake timeout.
     static func connect(to remote: SocketAddress, eventLoop: any EventLoop, logger: Logger) -> EventLoopFuture<QUICDatagramSocket> {
-        open(on: eventLoop, logger: logger) { $0.connect(to: remote) }
+        open(on: eventLoop, reads: .client, logger: logger) { $0.connect(to: remote) }
+    }
+
+    /// How much one read pass (`recvmmsg`) takes in. A server's socket carries every
+    /// connection of its worker and keeps a large batch; a client's carries one connection, and
+    /// each socket keeps its read buffer for its lifetime, so a client holding many
+    /// connections would otherwise pay half a megabyte for each.
+    enum ReadBatch {
+        case server, client
+
+        /// Slots per read: with GRO one slot holds up to 64 KiB of same-size datagrams.
+        var slots: Int {
+            switch self {
+            case .server: return System.supportsUDPReceiveOffload ? 8 : 32
+            case .client: return System.supportsUDPReceiveOffload ? 2 : 8
+            }
+        }
+
+        var slotSize: Int { System.supportsUDPReceiveOffload ? 65_536 : 2_048 }
     }
 
     /// Opens a channel with the tuned bootstrap on `eventLoop`, as `how` says, and wraps it.
     private static func open(
         on eventLoop: any EventLoop,
+        reads: ReadBatch,
         logger: Logger,
         _ how: @escaping @Sendable (DatagramBootstrap) -> EventLoopFuture<any Channel>
     ) -> EventLoopFuture<QUICDatagramSocket> {
         eventLoop.flatSubmit {
             let sink = NIOLoopBound(QUICDatagramSink(), eventLoop: eventLoop)
-            return how(bootstrap(eventLoop: eventLoop, sink: sink))
+            return how(bootstrap(eventLoop: eventLoop, reads: reads, sink: sink))
                 .flatMapThrowing { channel in try QUICDatagramSocket(channel: channel, sink: sink.value, logger: logger) }
         }
     }
 
-    private static func bootstrap(eventLoop: any EventLoop, sink: NIOLoopBound<QUICDatagramSink>) -> DatagramBootstrap {
+    private static func bootstrap(eventLoop: any EventLoop, reads: ReadBatch, sink: NIOLoopBound<QUICDatagramSink>) -> DatagramBootstrap {
         let gro = System.supportsUDPReceiveOffload
-        // With GRO one read slot holds up to 64 KiB of same-size datagrams; without it, one datagram.
-        let slots = gro ? 8 : vectorReadCount
-        let slotSize = gro ? 65_536 : 2_048
+        let slots = reads.slots
+        let slotSize = reads.slotSize
         var bootstrap = DatagramBootstrap(group: eventLoop)
             .channelOption(.socketOption(.so_rcvbuf), value: SocketOptionValue(socketBufferSize))
             .channelOption(.socketOption(.so_sndbuf), value: SocketOptionValue(socketBufferSize))
