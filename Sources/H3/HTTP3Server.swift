@@ -19,6 +19,15 @@ public final class HTTP3Server: Sendable {
     /// thread pool and await it there.
     public typealias Handler = @Sendable (HTTP3ServerRequest) async throws -> HTTP3ServerResponse
 
+    /// Answers a request on the connection's event loop without a task, as soon as its head
+    /// arrives: return the response, or nil to pass the request on to the ``Handler``.
+    ///
+    /// For answers that need no waiting, such as a file the process can open at once: no task
+    /// is created, which saves about a tenth of a small GET's cost. It runs beside the
+    /// connection's I/O, so it must neither block nor take long, and it cannot read the request
+    /// body (the body is still arriving; hand such requests to the handler).
+    public typealias Responder = @Sendable (HTTP3ServerRequest) -> HTTP3ServerResponse?
+
     /// Where the server listens, its certificate, and how its QUIC connections behave.
     public struct Configuration: Sendable {
         /// The address or host name to listen on; `127.0.0.1`, loopback only, by default.
@@ -85,6 +94,7 @@ public final class HTTP3Server: Sendable {
     /// The certificate the server generated because the configuration named none.
     public let generatedCertificate: SelfSignedCertificate?
     private let handler: Handler
+    private let responder: Responder?
     private let credentials: TLSCredentials
     private let logger: Logger
     private let workers = NIOLockedValueBox<QUICServerWorkerGroup?>(nil)
@@ -96,9 +106,13 @@ public final class HTTP3Server: Sendable {
     /// Creates a server and loads its certificate, or generates one; nothing is bound before
     /// `start()`. Throws when a certificate file has no key, or a certificate cannot be loaded
     /// or generated.
-    public init(configuration: Configuration, handler: @escaping Handler) throws {
+    ///
+    /// A `responder` answers first, without a task; the requests it passes on (nil) go to the
+    /// `handler`.
+    public init(configuration: Configuration, responder: Responder? = nil, handler: @escaping Handler) throws {
         self.configuration = configuration
         self.handler = handler
+        self.responder = responder
         self.logger = Logger(label: "h3.server")
         if let chain = configuration.certificateChainFile {
             guard let key = configuration.privateKeyFile else { throw TLSError.missingFile(path: "(no private key given for \(chain))") }
@@ -134,6 +148,7 @@ public final class HTTP3Server: Sendable {
         endpointConfiguration.liveConnections = liveConnections
         endpointConfiguration.loadBalancer = configuration.loadBalancer
         let handler = self.handler
+        let responder = self.responder
         let logger = self.logger
         let connections = self.connections
         let workers = try await QUICServerWorkerGroup.bind(
@@ -145,7 +160,9 @@ public final class HTTP3Server: Sendable {
             kernelSteering: configuration.steersInKernel,
             logger: logger
         ) { driver in
-            let connection = HTTP3ServerConnection(driver: driver, handler: handler, requestHeaderTimeout: requestHeaderTimeout, logger: logger)
+            let connection = HTTP3ServerConnection(
+                driver: driver, responder: responder, handler: handler, requestHeaderTimeout: requestHeaderTimeout, logger: logger
+            )
             connection.attach()
             let key = ObjectIdentifier(connection)
             connections.withLockedValue { $0[key] = connection }
@@ -366,6 +383,7 @@ final class HTTP3ServerConnection: @unchecked Sendable {
     }
 
     private let driver: QUICConnectionDriver
+    private let responder: HTTP3Server.Responder?
     private let handler: HTTP3Server.Handler
     private let logger: Logger
     @exclusivity(unchecked) private var incoming: [Int64: Incoming] = [:]
@@ -391,8 +409,15 @@ final class HTTP3ServerConnection: @unchecked Sendable {
     /// Fires when the oldest request stream still without its header section runs out of time.
     @exclusivity(unchecked) private var requestHeaderTimer: Scheduled<Void>?
 
-    init(driver: QUICConnectionDriver, handler: @escaping HTTP3Server.Handler, requestHeaderTimeout: UInt64? = nil, logger: Logger) {
+    init(
+        driver: QUICConnectionDriver,
+        responder: HTTP3Server.Responder? = nil,
+        handler: @escaping HTTP3Server.Handler,
+        requestHeaderTimeout: UInt64? = nil,
+        logger: Logger
+    ) {
         self.driver = driver
+        self.responder = responder
         self.handler = handler
         self.requestHeaderTimeout = requestHeaderTimeout
         self.logger = logger
@@ -543,6 +568,11 @@ final class HTTP3ServerConnection: @unchecked Sendable {
         } else {
             body = .empty
         }
+        let request = HTTP3ServerRequest(head: head, body: body, streamID: streamID)
+        if let responder, let response = responder(request) {
+            respond(streamID: streamID, response)
+            return
+        }
         let handler = self.handler
         let logger = self.logger
         // Started at once, on this loop (SE-0472): a handler that answers without suspending
@@ -551,7 +581,7 @@ final class HTTP3ServerConnection: @unchecked Sendable {
         Task.immediate(executorPreference: handlerExecutor) {
             let response: HTTP3ServerResponse
             do {
-                response = try await handler(HTTP3ServerRequest(head: head, body: body, streamID: streamID))
+                response = try await handler(request)
             } catch {
                 logger.warning("handler failed", metadata: ["stream": "\(streamID)", "error": "\(error)"])
                 response = HTTP3ServerResponse(status: .internalServerError, body: Array("internal error\n".utf8))

@@ -153,7 +153,9 @@ struct H3Serve: AsyncParsableCommand {
         // Made once the port is known, and validated once, not per response.
         let advertised = NIOLockedValueBox<HTTPField?>(nil)
         let logsRequests = !quiet
-        let handler: HTTP3Server.Handler = { request in
+        // Files are answered without waiting, so HTTP/3 requests are served on the connection's
+        // loop without a task (the server's responder); TCP requests take the same path.
+        let serve: @Sendable (HTTP3ServerRequest) -> HTTP3ServerResponse = { request in
             let started = logsRequests ? ContinuousClock.now : nil
             var response = files.respond(to: request)
             if let field = advertised.withLockedValue({ $0 }), !response.head.headerFields.contains(.altSvc) {
@@ -170,6 +172,7 @@ struct H3Serve: AsyncParsableCommand {
             FileHandle.standardError.write(Data(line.utf8))
             return response
         }
+        let handler: HTTP3Server.Handler = { serve($0) }
         if let generated {
             say("certificate: self-signed for localhost, 127.0.0.1, ::1; sha256 \(generated.sha256FingerprintHex)")
         }
@@ -195,7 +198,7 @@ struct H3Serve: AsyncParsableCommand {
             configuration.disablesActiveMigration = loadBalancer.disablesActiveMigration
             if let qlogDirectory { configuration.qlogDirectory = qlogDirectory }
             do {
-                let server = try HTTP3Server(configuration: configuration, handler: handler)
+                let server = try HTTP3Server(configuration: configuration, responder: { serve($0) }, handler: handler)
                 boundPort = try await server.start()
                 quicServer = server
             } catch {

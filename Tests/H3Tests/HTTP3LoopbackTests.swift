@@ -1,6 +1,7 @@
 import Foundation
 import H3
 import HTTPTypes
+import NIOConcurrencyHelpers
 import QuicTestSupport
 import QuicTransport
 import Testing
@@ -20,6 +21,41 @@ struct HTTP3LoopbackTests {
         let server = try HTTP3Server(configuration: configuration, handler: handler)
         let port = try await server.start()
         return (server, port, identity)
+    }
+
+    /// The responder answers what it can without a task, on the connection's loop; what it
+    /// passes on (nil) reaches the async handler, request body included.
+    @Test func aResponderAnswersFirstAndPassesTheRestToTheHandler() async throws {
+        let identity = try SelfSignedCertificate.generate()
+        var configuration = HTTP3Server.Configuration()
+        configuration.port = 0
+        configuration.identity = identity
+        let responderCalls = NIOLockedValueBox(0)
+        let server = try HTTP3Server(
+            configuration: configuration,
+            responder: { request in
+                responderCalls.withLockedValue { $0 += 1 }
+                guard request.head.path == "/now" else { return nil }
+                return HTTP3ServerResponse(status: .ok, body: Array("from the responder".utf8))
+            },
+            handler: { request in
+                let body = try await request.body.collect()
+                return HTTP3ServerResponse(status: .accepted, body: Array("from the handler, \(body.count) bytes".utf8))
+            }
+        )
+        let port = try await server.start()
+        defer { server.shutdown() }
+        let client = Self.client(trusting: identity)
+        defer { client.shutdown() }
+        let now = try await client.execute(HTTPRequest(method: .get, scheme: "https", authority: "localhost:\(port)", path: "/now"))
+        #expect(now.head.status == .ok)
+        #expect(String(decoding: try await now.body.collect(), as: UTF8.self) == "from the responder")
+        let later = try await client.execute(
+            HTTPRequest(method: .post, scheme: "https", authority: "localhost:\(port)", path: "/later"), body: Array(repeating: 7, count: 5000)
+        )
+        #expect(later.head.status == .accepted)
+        #expect(String(decoding: try await later.body.collect(), as: UTF8.self) == "from the handler, 5000 bytes")
+        #expect(responderCalls.withLockedValue { $0 } == 2)
     }
 
     static func client(trusting identity: SelfSignedCertificate) -> HTTP3Client {
