@@ -187,6 +187,10 @@ public final class HTTP3Server: Sendable {
     /// kernel steering by connection ID this stays at zero in steady state.
     public var handOvers: Int { workers.withLockedValue { $0?.handOvers ?? 0 } }
 
+    /// The first eight datagrams handed over, described, for diagnosing why the kernel's
+    /// steering missed them.
+    package var handOverSamples: [String] { workers.withLockedValue { $0?.handOverSamples ?? [] } }
+
     /// What each worker has done so far, in worker order; empty before `start()`.
     public func workerStatistics() async -> [QUICServerWorkerStatistics] {
         guard let workers = workers.withLockedValue({ $0 }) else { return [] }

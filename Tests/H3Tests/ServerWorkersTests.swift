@@ -65,7 +65,10 @@ struct ServerWorkersTests {
         #expect(statistics.count == 2)
         #expect(statistics.allSatisfy { $0.connectionsAccepted > 0 }, "16 connections did not spread over both workers: \(statistics)")
         #expect(statistics.map(\.connectionsAccepted).reduce(0, +) == 16)
-        #expect(server.handOvers == 0, "the kernel should steer every packet to its worker; \(server.handOvers) were handed over")
+        #expect(
+            server.handOvers == 0,
+            "the kernel should steer every packet to its worker; \(server.handOvers) were handed over: \(server.handOverSamples)"
+        )
     }
 
     /// The negative control of the test above: without the program the kernel hashes a

@@ -130,7 +130,10 @@ package final class QUICEndpointCore {
             let owner = dcid.withUnsafeBytes({ idFactory.worker(of: $0) }),
             owner != idFactory.worker, Int(owner) < shared.workerCount
         {
-            shared.countHandOver()
+            shared.countHandOver {
+                let form = isLongHeader ? "long header 0x\(String(base[0], radix: 16))" : "short header"
+                return "\(form), \(datagram.count) bytes, DCID \(dcid) from \(path.remote): worker \(idFactory.worker) -> \(owner)"
+            }
             return .handOver(toWorker: Int(owner))
         }
         guard isLongHeader else {

@@ -19,6 +19,8 @@ package final class QUICEndpointSharedState: Sendable {
     private let connections = Atomic<Int>(0)
     private let refusing = Atomic<Bool>(false)
     private let handedOver = Atomic<Int>(0)
+    /// The first few datagrams handed over, described, for `handOverSamples`.
+    private let handOverDescriptions = Mutex<[String]>([])
     /// Connections per client whose address is proven, for `maximumConnectionsPerAddress`.
     private let perClient = Mutex<[QUICClientAddress: Int]>([:])
 
@@ -75,5 +77,14 @@ package final class QUICEndpointSharedState: Sendable {
     /// Datagrams a worker received for a connection of another worker and passed on.
     package var handOvers: Int { handedOver.load(ordering: .relaxed) }
 
-    func countHandOver() { handedOver.add(1, ordering: .relaxed) }
+    /// The first eight datagrams handed over, each as its header form, size, DCID, owner and the
+    /// worker that received it: for finding out why the kernel delivered them elsewhere.
+    package var handOverSamples: [String] { handOverDescriptions.withLock { $0 } }
+
+    /// Counts a hand-over; the first eight are described by `describe`, run only for them.
+    func countHandOver(_ describe: () -> String) {
+        guard handedOver.add(1, ordering: .relaxed).newValue <= 8 else { return }
+        let description = describe()
+        handOverDescriptions.withLock { $0.append(description) }
+    }
 }

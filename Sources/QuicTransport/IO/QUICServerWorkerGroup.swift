@@ -175,6 +175,9 @@ package final class QUICServerWorkerGroup: Sendable {
     /// Datagrams handed from one worker to another so far.
     package var handOvers: Int { shared.handOvers }
 
+    /// The first datagrams handed over, described (`QUICEndpointSharedState.handOverSamples`).
+    package var handOverSamples: [String] { shared.handOverSamples }
+
     /// Connections of every worker, handshakes and closing or draining periods included.
     package func connectionCount() async -> Int {
         await statistics().map(\.openConnections).reduce(0, +)
