@@ -434,9 +434,14 @@ public final class NWConnection: @unchecked Sendable {
         callback { handler(failure) }
     }
 
-    /// Hands received bytes to waiting `receive` calls, in order.
+    /// Hands received bytes to waiting `receive` calls, in order. Reading is what credits the
+    /// peer's flow-control window, so a read made outside the driver's pass (a receive called
+    /// after the bytes arrived) asks the driver to send the MAX_STREAM_DATA and MAX_DATA it made
+    /// (RFC 9000 §4.2); without that a sender blocked on the window would wait forever.
     func serviceReceives() {
         guard started, let id = streamID else { return }
+        var creditedBytes = false
+        defer { if creditedBytes { group.driver?.afterInput() } }
         while let request = receives.first {
             if let failure {
                 receives.removeFirst()
@@ -463,6 +468,7 @@ public final class NWConnection: @unchecked Sendable {
             if request.minimum == Int.max {
                 // receiveMessage: keep draining so flow control never stalls, finish at FIN.
                 let read = core.read(streamID: id, maximumLength: .max)
+                creditedBytes = creditedBytes || !read.bytes.isEmpty
                 message.append(contentsOf: read.bytes)
                 guard read.isFinished else { break }
                 receives.removeFirst()
@@ -475,6 +481,7 @@ public final class NWConnection: @unchecked Sendable {
             }
             guard status.readableBytes >= request.minimum || status.finReceived else { break }
             let read = core.read(streamID: id, maximumLength: request.maximum)
+            creditedBytes = creditedBytes || !read.bytes.isEmpty
             receives.removeFirst()
             let data = read.bytes.isEmpty ? nil : Data(read.bytes)
             let completion = request.completion
