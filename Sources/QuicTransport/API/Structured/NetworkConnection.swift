@@ -1,0 +1,270 @@
+import Dispatch
+import Foundation
+import NIOConcurrencyHelpers
+
+/// A connection in Network.framework's 2025 structured-concurrency API; here, with `QUIC` as
+/// its protocol stack, one QUIC tunnel: `NetworkConnection<QUIC>`.
+///
+/// ```swift
+/// let connection = NetworkConnection(to: .hostPort(host: "example.net", port: 4433)) {
+///     QUIC(alpn: ["echo"]).idleTimeout(.seconds(10))
+/// }
+/// let stream = try await connection.openStream()
+/// try await stream.send(Data("hello".utf8), metadata: .endOfStream)
+/// ```
+///
+/// It is the same engine as the classic face: a `NetworkConnection<QUIC>` drives an
+/// `NWConnectionGroup`, and each `QUIC.Stream` an `NWConnection`. The first call that needs
+/// the tunnel starts it. `withNetworkConnection(to:using:_:)` scopes one to a closure.
+// @unchecked Sendable: `group` and `stack` are Sendable; `inbound`, `inboundTaken` and
+// `started` are guarded by `lock`.
+public final class NetworkConnection<ApplicationProtocol: Sendable>: @unchecked Sendable {
+    /// A connection's life cycle, as Network.framework's `NetworkConnection.State`.
+    public enum State: Sendable, Equatable {
+        /// Made, not started yet.
+        case setup
+        /// Kept for Apple's exhaustive switches; not entered here: failures are `.failed`.
+        case waiting(NWError)
+        /// Started: resolving, connecting and handshaking.
+        case preparing
+        /// The handshake has completed (RFC 9001 §4.1.1): streams and datagrams flow.
+        case ready
+        /// Final: the tunnel could not be made, or it closed with an error (a transport error,
+        /// the peer's non-zero application error, an idle timeout, a stateless reset).
+        case failed(NWError)
+        /// Final: this side closed it, or the peer closed it with application error 0.
+        case cancelled
+    }
+
+    /// The protocol stack the connection was made with.
+    public let stack: ApplicationProtocol
+    /// The classic tunnel underneath.
+    let group: NWConnectionGroup
+    private let lock = NIOLock()
+    private var started = false
+    private var inboundTaken = false
+    /// Streams the peer opens, subscribed before the group starts so none is missed.
+    private let inbound: AsyncStream<NWConnection>
+    /// Where the group's callbacks and completions run.
+    let queue: DispatchQueue
+
+    init(group: NWConnectionGroup, stack: ApplicationProtocol, alreadyStarted: Bool = false) {
+        self.group = group
+        self.stack = stack
+        self.inbound = group.inboundStreams
+        self.queue = DispatchQueue(label: "quic.network-connection")
+        self.started = alreadyStarted
+    }
+
+    /// Starts the tunnel unless it started already; every operation that needs it calls this.
+    func startIfNeeded() {
+        let first = lock.withLock { () -> Bool in
+            defer { started = true }
+            return !started
+        }
+        if first { group.start(queue: queue) }
+    }
+
+    /// The current state.
+    public var state: State { Self.state(of: group.state, started: lock.withLock { started }) }
+
+    /// The current state, then every change; it ends after `.failed` or `.cancelled`.
+    public var states: AsyncStream<State> {
+        let groupStates = group.states
+        return AsyncStream { continuation in
+            let task = Task {
+                for await state in groupStates {
+                    continuation.yield(Self.state(of: state, started: self.lock.withLock { self.started }))
+                }
+                continuation.finish()
+            }
+            continuation.onTermination = { _ in task.cancel() }
+        }
+    }
+
+    /// Calls `handler` with each new state, as Network.framework's `onStateUpdate`.
+    public func onStateUpdate(_ handler: @escaping @Sendable (NetworkConnection, State) -> Void) {
+        let states = self.states
+        Task { for await state in states { handler(self, state) } }
+    }
+
+    private static func state(of groupState: NWConnectionGroup.State, started: Bool) -> State {
+        switch groupState {
+        case .setup: return started ? .preparing : .setup
+        case .waiting(let error): return .waiting(error)
+        case .ready: return .ready
+        case .failed(let error): return .failed(error)
+        case .cancelled: return .cancelled
+        }
+    }
+
+    /// Waits for `.ready`, starting the connection; throws the error it failed with, or
+    /// ECANCELED.
+    func ready() async throws {
+        startIfNeeded()
+        try await group.waitUntilReady()
+    }
+
+    /// Takes the inbound streams; throws if they were taken already.
+    func takeInbound() throws -> AsyncStream<NWConnection> {
+        try lock.withLock {
+            guard !inboundTaken else { throw NWError.posix(.EALREADY) }
+            inboundTaken = true
+            return inbound
+        }
+    }
+}
+
+extension NetworkConnection where ApplicationProtocol == QUIC {
+    /// A QUIC tunnel to `endpoint` with the stack the closure builds, for example
+    /// `NetworkConnection(to: endpoint) { QUIC(alpn: ["echo"]) }`. It starts on first use.
+    public convenience init(to endpoint: NWEndpoint, @ProtocolStackBuilder<QUIC> using stack: () -> QUIC) {
+        let quic = stack()
+        let group = NWConnectionGroup(with: NWMultiplexGroup(to: endpoint), using: NWParameters(quic: quic.options))
+        self.init(group: group, stack: quic)
+    }
+
+    /// A QUIC tunnel to `endpoint` with this stack.
+    public convenience init(to endpoint: NWEndpoint, using stack: QUIC) {
+        self.init(to: endpoint) { stack }
+    }
+
+    /// Opens a stream; waits until the tunnel is ready and the peer's stream limit allows one
+    /// more (MAX_STREAMS, RFC 9000 §4.6). Bidirectional unless asked otherwise.
+    public func openStream(directionality: QUICStream.Directionality = .bidirectional) async throws -> QUIC.Stream<QUICStream> {
+        try await openStream(directionality: directionality) { stream in stream }
+    }
+
+    /// Opens a stream whose stack puts framing on top of it, for example
+    /// `openStream { stream in TLV(stream) }` or `Coder(...)`.
+    public func openStream<NewApplicationProtocol: OneToOneProtocol>(
+        directionality: QUICStream.Directionality = .bidirectional,
+        @ProtocolStackBuilder<NewApplicationProtocol> _ prepending: (QUICStream) -> NewApplicationProtocol
+    ) async throws -> QUIC.Stream<NewApplicationProtocol> {
+        let top = prepending(QUICStream())
+        try await ready()
+        let connection = NWConnection(outboundIn: group, direction: directionality == .bidirectional ? .bidirectional : .unidirectional)
+        let states = connection.states
+        connection.start(queue: queue)
+        let streamID = try await withTaskCancellationHandler {
+            for await state in states {
+                switch state {
+                case .ready:
+                    return (connection.metadata(definition: NWProtocolQUIC.definition) as! NWProtocolQUIC.Metadata).streamIdentifier
+                case .failed(let error): throw error
+                case .cancelled: throw CancellationError()
+                default: continue
+                }
+            }
+            throw NWError.posix(.ECANCELED)
+        } onCancel: {
+            connection.cancel()
+        }
+        return QUIC.Stream(connection, streamID: streamID, applicationProtocol: top)
+    }
+
+    /// Runs `handler` for each stream the peer opens, each in its own child task, until the
+    /// tunnel ends; call it once (a second call throws EALREADY). Starts the tunnel if needed.
+    ///
+    /// When a handler returns, its stream ends: an unfinished sending side is finished (FIN).
+    /// When it throws, or its task is cancelled, the stream is reset with its
+    /// `streamApplicationErrorCode`, or `QUIC.Stream.cancelledErrorCode`. Returns when the
+    /// tunnel closes; throws the error it failed with.
+    public func inboundStreams(_ handler: @escaping @Sendable (QUIC.Stream<QUICStream>) async throws -> Void) async throws {
+        try await inboundStreams(prepending: { stream in stream }, handler)
+    }
+
+    /// Runs `handler` for each stream the peer opens, with framing on top of each, as
+    /// `inboundStreams(_:)` does.
+    public func inboundStreams<NewApplicationProtocol: OneToOneProtocol>(
+        @ProtocolStackBuilder<NewApplicationProtocol> prepending: @escaping (QUICStream) -> NewApplicationProtocol,
+        _ handler: @escaping @Sendable (QUIC.Stream<NewApplicationProtocol>) async throws -> Void
+    ) async throws {
+        let streams = try takeInbound()
+        startIfNeeded()
+        let queue = self.queue
+        await withDiscardingTaskGroup { tasks in
+            for await connection in streams {
+                connection.start(queue: queue)
+                let streamID = (connection.metadata(definition: NWProtocolQUIC.definition) as! NWProtocolQUIC.Metadata).streamIdentifier
+                let stream = QUIC.Stream(connection, streamID: streamID, applicationProtocol: prepending(QUICStream()))
+                tasks.addTask {
+                    do {
+                        try await handler(stream)
+                        stream.cancel()
+                    } catch {
+                        stream.resetForCancellation()
+                    }
+                }
+            }
+        }
+        if case .failed(let error) = group.state { throw error }
+    }
+
+    /// The application error this side closes the tunnel with (CONNECTION_CLOSE, RFC 9000
+    /// §10.2), or, once the peer closed it with one, the peer's. Nil until set or received.
+    public var applicationError: NWProtocolQUIC.ApplicationError? {
+        get { group.tunnelMetadata.applicationError }
+        set { group.tunnelMetadata.applicationError = newValue }
+    }
+
+    /// The ALPN protocol the handshake settled on; nil before `.ready`.
+    public var negotiatedALPN: String? {
+        get async { await group.negotiatedALPN }
+    }
+
+    /// The peer's `max_idle_timeout` (RFC 9000 §18.2); zero before `.ready`.
+    public var remoteIdleTimeout: Duration {
+        .milliseconds(quicMetadata.remoteIdleTimeout)
+    }
+
+    /// The largest datagram payload the peer accepts now (RFC 9221 §3); 0 when datagrams are off.
+    public var usableDatagramFrameSize: Int { quicMetadata.usableDatagramFrameSize }
+
+    /// Whether the tunnel sends PINGs to stay open (RFC 9000 §10.1.2); off by default.
+    public var keepalive: NWProtocolQUIC.Metadata.KeepAliveBehavior {
+        get { quicMetadata.keepAlive }
+        set { quicMetadata.keepAlive = newValue }
+    }
+
+    private var quicMetadata: NWProtocolQUIC.Metadata {
+        group.metadata(definition: NWProtocolQUIC.definition) as! NWProtocolQUIC.Metadata
+    }
+
+    /// Sends one QUIC datagram (RFC 9221); the stack must enable them with
+    /// `maxDatagramFrameSize(_:)`, and the payload must fit `usableDatagramFrameSize`.
+    public func send(datagram: Data) async throws {
+        try await ready()
+        try await group.send(datagram: datagram)
+    }
+
+    /// Datagrams the peer sends (RFC 9221), in arrival order; ends with the tunnel.
+    public var datagrams: AsyncStream<Data> {
+        let stream = group.datagrams
+        startIfNeeded()
+        return stream
+    }
+
+    /// Closes the tunnel: with `applicationError` when set, otherwise NO_ERROR (CONNECTION_CLOSE,
+    /// RFC 9000 §10.2). Every stream ends with it.
+    public func cancel() {
+        if lock.withLock({ !started }) {
+            // Never started: start so the group reports its end, then close.
+            startIfNeeded()
+        }
+        group.cancel()
+    }
+}
+
+/// Runs `body` with a QUIC tunnel to `endpoint` and closes the tunnel when `body` returns or
+/// throws: with the `applicationError` set on it, otherwise NO_ERROR. Nothing the tunnel made
+/// outlives the call.
+public func withNetworkConnection<Result: Sendable>(
+    to endpoint: NWEndpoint,
+    @ProtocolStackBuilder<QUIC> using stack: () -> QUIC,
+    _ body: (NetworkConnection<QUIC>) async throws -> Result
+) async throws -> Result {
+    let connection = NetworkConnection(to: endpoint, using: stack)
+    defer { connection.cancel() }
+    return try await body(connection)
+}

@@ -1,0 +1,173 @@
+import Foundation
+
+/// QUIC (RFC 9000) as a protocol stack for `NetworkConnection` and `NetworkListener`, as in
+/// Network.framework's 2025 API: `QUIC(alpn: ["my-protocol"]).idleTimeout(.seconds(10))`.
+///
+/// Each modifier returns a changed copy. They lower to the same `NWProtocolQUIC.Options` the
+/// classic API uses, so both faces run the same engine with the same settings.
+public struct QUIC: Sendable {
+    /// The options this stack lowers to; copied whenever a modifier changes one.
+    private var storage: NWProtocolQUIC.Options
+    /// The TLS 1.3 handshake's settings (RFC 9001): identity, peer authentication, ciphers.
+    public var tls: TLS
+
+    /// QUIC offering these ALPN protocol IDs, in order of preference (RFC 9001 §8.1).
+    public init(alpn: [String]) {
+        storage = NWProtocolQUIC.Options(alpn: alpn)
+        tls = TLS()
+    }
+
+    /// The ALPN protocol IDs offered.
+    public var alpn: [String] { storage.alpn }
+
+    /// The classic options these settings lower to: a fresh copy each time.
+    package var options: NWProtocolQUIC.Options {
+        let options = storage.copy()
+        tls.apply(to: &options.tls)
+        return options
+    }
+
+    private func with(_ change: (NWProtocolQUIC.Options) -> Void) -> QUIC {
+        var copy = self
+        copy.storage = storage.copy()
+        change(copy.storage)
+        return copy
+    }
+
+    private static func milliseconds(_ duration: Duration) -> Int {
+        let (seconds, attoseconds) = duration.components
+        return Int(seconds) * 1000 + Int(attoseconds / 1_000_000_000_000_000)
+    }
+
+    /// `max_idle_timeout` (RFC 9000 §10.1); 30 s by default.
+    public func idleTimeout(_ timeout: Duration) -> QUIC { with { $0.idleTimeout = Self.milliseconds(timeout) } }
+
+    /// `initial_max_data` (RFC 9000 §18.2): bytes the peer may send on the whole connection.
+    public func initialMaxData(_ bytes: Int) -> QUIC { with { $0.initialMaxData = bytes } }
+
+    /// `initial_max_stream_data_bidi_local`: bytes the peer may send on each bidirectional
+    /// stream this side opens.
+    public func initialMaxStreamDataBidirectionalLocal(_ bytes: Int) -> QUIC {
+        with { $0.initialMaxStreamDataBidirectionalLocal = bytes }
+    }
+
+    /// `initial_max_stream_data_bidi_remote`: bytes the peer may send on each bidirectional
+    /// stream it opens.
+    public func initialMaxStreamDataBidirectionalRemote(_ bytes: Int) -> QUIC {
+        with { $0.initialMaxStreamDataBidirectionalRemote = bytes }
+    }
+
+    /// `initial_max_stream_data_uni`: bytes the peer may send on each unidirectional stream.
+    public func initialMaxStreamDataUnidirectional(_ bytes: Int) -> QUIC {
+        with { $0.initialMaxStreamDataUnidirectional = bytes }
+    }
+
+    /// `initial_max_streams_bidi`: how many bidirectional streams the peer may open.
+    public func initialMaxStreamsBidirectional(_ count: Int) -> QUIC { with { $0.initialMaxStreamsBidirectional = count } }
+
+    /// `initial_max_streams_uni`: how many unidirectional streams the peer may open.
+    public func initialMaxStreamsUnidirectional(_ count: Int) -> QUIC { with { $0.initialMaxStreamsUnidirectional = count } }
+
+    /// The largest UDP payload to send (RFC 9000 §14); 1452 by default.
+    public func maxUDPPayloadSize(_ bytes: Int) -> QUIC { with { $0.maxUDPPayloadSize = bytes } }
+
+    /// Offers RFC 9221 datagrams up to this frame size (`max_datagram_frame_size`); 0 turns
+    /// them off, the default.
+    public func maxDatagramFrameSize(_ bytes: Int) -> QUIC {
+        with {
+            $0.isDatagram = bytes > 0
+            $0.maxDatagramFrameSize = bytes
+        }
+    }
+
+    /// Changes the TLS settings, as `.tls { ... }` does on Apple platforms.
+    public func tls(_ change: (inout TLS) -> Void) -> QUIC {
+        var copy = self
+        change(&copy.tls)
+        return copy
+    }
+
+    // MARK: Additions
+
+    /// Writes a qlog trace per connection into `directory` (`<odcid>_<client|server>.sqlog`).
+    /// An addition; without it, `$QLOGDIR` decides.
+    public func qlogDirectory(_ directory: String?) -> QUIC { with { $0.qlogDirectory = directory } }
+
+    /// The congestion controller; CUBIC by default. An addition.
+    public func congestionControl(_ algorithm: QUICCongestionControl) -> QUIC { with { $0.congestionControl = algorithm } }
+
+    /// Listeners: accept 0-RTT from resuming clients (RFC 9001 §4.6.1); early data can be
+    /// replayed (RFC 8446 §8). An addition.
+    public func acceptsEarlyData(_ accepts: Bool = true) -> QUIC { with { $0.acceptsEarlyData = accepts } }
+
+    /// Listeners: validate every client's address with Retry first (RFC 9000 §8.1.2). An addition.
+    public func requiresAddressValidation(_ requires: Bool = true) -> QUIC { with { $0.requiresAddressValidation = requires } }
+}
+
+/// TLS 1.3 for QUIC's handshake (RFC 9001), as Network.framework's `TLS` protocol: who we are,
+/// how we check the peer, and which ciphers we offer. Clients verify against the system trust
+/// store by default.
+public struct TLS: Sendable {
+    /// How a client authenticates the server.
+    public enum PeerAuthentication: Sendable {
+        /// Against the system trust store, with the host's name: the default.
+        case systemTrustStore
+        /// Against the CA certificates in this PEM file.
+        case certificateAuthorities(file: String)
+        /// The leaf certificate's SHA-256 must be this (32 bytes).
+        case pinnedSHA256([UInt8])
+        /// A closure decides, as Security's verify block does.
+        case verify(@Sendable (CertificateVerifier.Peer) async -> Bool)
+        /// Nothing is checked: for testing only.
+        case none
+    }
+
+    /// The certificate and key this side presents; a listener without one generates a
+    /// self-signed certificate for `localhost`.
+    public enum LocalIdentity: Sendable {
+        /// PEM files of a certificate chain and its private key.
+        case files(certificateChain: String, privateKey: String)
+        /// An in-memory certificate, for example a `SelfSignedCertificate`.
+        case certificate(SelfSignedCertificate)
+    }
+
+    /// What this side presents; nil for none.
+    public var localIdentity: LocalIdentity?
+    /// How the peer is checked.
+    public var peerAuthentication: PeerAuthentication = .systemTrustStore
+    /// The AEADs to offer (RFC 9001 §5.3), AES-128-GCM first.
+    public var cipherSuites: [QUICCipherSuite] = QUICCipherSuite.allCases
+    /// The name sent as SNI and verified; the host's by default.
+    public var serverName: String?
+    /// Clients: keep session tickets here and resume with them (RFC 8446 §2.2). An addition.
+    public var sessionTicketStore: QUICSessionTicketStore?
+
+    /// Defaults: no identity, system trust, every cipher suite.
+    public init() {}
+
+    /// Lowers these settings onto the classic options.
+    func apply(to options: inout NWProtocolQUIC.TLSOptions) {
+        switch localIdentity {
+        case .files(let chain, let key)?:
+            options.certificateChainFile = chain
+            options.privateKeyFile = key
+        case .certificate(let identity)?:
+            options.identity = identity
+        case nil:
+            break
+        }
+        switch peerAuthentication {
+        case .systemTrustStore: options.certificateVerification = .systemTrustStore
+        case .certificateAuthorities(let file): options.certificateVerification = .caFile(file)
+        case .pinnedSHA256(let digest): options.certificateVerification = .pinnedSHA256(digest)
+        case .none: options.certificateVerification = .insecure
+        case .verify(let decide):
+            options.certificateVerification = .custom(CertificateVerifier { peer, answer in
+                Task { answer(await decide(peer)) }
+            })
+        }
+        options.cipherSuites = cipherSuites
+        options.serverName = serverName
+        options.sessionTicketStore = sessionTicketStore
+    }
+}

@@ -1,0 +1,334 @@
+import Foundation
+import QuicTestSupport
+import QuicTransport
+import Testing
+
+/// Network.framework's 2025 structured API (`NetworkConnection<QUIC>`, `QUIC.Stream`,
+/// `NetworkListener`, `TLV`, `Coder`), written as Apple documents it, over real UDP and TLS:
+/// against quic-echo (the classic API's server), aioquic's echo peer, and our own listener.
+@Suite("NetworkConnection over loopback", .timeLimit(TestEnvironment.minutes(2)))
+struct NetworkConnectionTests {
+    enum Peer: String, CaseIterable, Sendable, CustomTestStringConvertible {
+        case quicEcho = "quic-echo"
+        case aioquic
+        var testDescription: String { rawValue }
+    }
+
+    /// An echo server of `peer` with datagrams on, and the TLS check that trusts it.
+    static func echoServer(_ peer: Peer) async throws -> (port: UInt16, authentication: TLS.PeerAuthentication, process: ChildProcess) {
+        switch peer {
+        case .quicEcho:
+            let server = try await EchoServerProcess(["--datagrams"])
+            return (UInt16(server.port), .pinnedSHA256(try hexBytes(server.fingerprint)), server.process)
+        case .aioquic:
+            let (cert, key) = try OpenSSLCertificate.make()
+            let server = try await AioquicEchoServerProcess(certificate: cert, key: key)
+            return (server.port, .certificateAuthorities(file: cert), server.process)
+        }
+    }
+
+    static func hexBytes(_ hex: String) throws -> [UInt8] {
+        let digits = Array(hex.replacingOccurrences(of: ":", with: "").utf8)
+        return try stride(from: 0, to: digits.count, by: 2).map { index in
+            guard let byte = UInt8(String(decoding: digits[index..<index + 2], as: UTF8.self), radix: 16) else {
+                throw SetupError("not a hex fingerprint: \(hex)")
+            }
+            return byte
+        }
+    }
+
+    static func stack(_ authentication: TLS.PeerAuthentication) -> QUIC {
+        QUIC(alpn: ["quic-echo"]).maxDatagramFrameSize(65_535).tls { $0.peerAuthentication = authentication }
+    }
+
+    /// Reads a stream to its FIN.
+    static func readAll(_ stream: QUIC.Stream<QUICStream>) async throws -> Data {
+        var received = Data()
+        while true {
+            let (content, metadata) = try await stream.receive(atMost: 65_536)
+            received.append(content)
+            if metadata.endOfStream { return received }
+        }
+    }
+
+    @Test(arguments: Peer.allCases) func bidirectionalAndUnidirectionalStreamsEchoWithFIN(peer: Peer) async throws {
+        let server = try await Self.echoServer(peer)
+        defer { server.process.stop() }
+        let payload = Data((0..<150_000).map { UInt8(truncatingIfNeeded: $0 &* 31) })
+        try await withNetworkConnection(to: .hostPort(host: "localhost", port: NWEndpoint.Port(rawValue: server.port)!)) {
+            Self.stack(server.authentication)
+        } _: { connection in
+            let stream = try await connection.openStream()
+            #expect(stream.directionality == .bidirectional)
+            #expect(stream.initiator == .client)
+            #expect(stream.streamID % 4 == 0)
+            async let echoed = Self.readAll(stream)
+            try await stream.send(payload, metadata: .endOfStream)
+            #expect(try await echoed == payload)
+            #expect(await connection.negotiatedALPN == "quic-echo")
+
+            // A unidirectional stream comes back on a server-opened unidirectional stream.
+            let returned = AsyncStream<Data>.makeStream()
+            let inbound = Task {
+                try await connection.inboundStreams { stream in
+                    #expect(stream.directionality == .unidirectional)
+                    #expect(stream.initiator == .server)
+                    returned.continuation.yield(try await Self.readAll(stream))
+                }
+            }
+            defer { inbound.cancel() }
+            let outbound = try await connection.openStream(directionality: .unidirectional)
+            #expect(outbound.streamID % 4 == 2)
+            try await outbound.send(Data("one way".utf8), endOfStream: true)
+            let back = try await within(10) { await returned.stream.first { _ in true } }
+            #expect(back == Data("one way".utf8))
+        }
+    }
+
+    @Test(arguments: Peer.allCases) func resetCodesAndDatagramsReachThePeerAndComeBack(peer: Peer) async throws {
+        let server = try await Self.echoServer(peer)
+        defer { server.process.stop() }
+        let connection = NetworkConnection(to: .hostPort(host: "localhost", port: NWEndpoint.Port(rawValue: server.port)!)) {
+            Self.stack(server.authentication)
+        }
+        defer { connection.cancel() }
+        // The echo servers answer a reset with their own, carrying the same code: on a
+        // unidirectional stream, on the stream they opened to echo it, where we can read it.
+        let answers = AsyncStream<UInt64?>.makeStream()
+        let inbound = Task {
+            try await connection.inboundStreams { stream in
+                do {
+                    while try await !stream.receive(atMost: 65_536).metadata.endOfStream {}
+                    answers.continuation.yield(nil)
+                } catch {
+                    answers.continuation.yield(stream.streamApplicationErrorCode)
+                }
+            }
+        }
+        defer { inbound.cancel() }
+        let outbound = try await connection.openStream(directionality: .unidirectional)
+        try await outbound.send(Data("before the reset".utf8))
+        try await Task.sleep(for: .milliseconds(50))  // Let the peer open its echo stream first.
+        outbound.reset(applicationErrorCode: 42)
+        #expect(outbound.streamApplicationErrorCode == 42)
+        let answer = try await within(10) { await answers.stream.first { _ in true } }
+        #expect(answer == 42, "the peer's reset of its echo stream")
+
+        // On a bidirectional stream, cancel() with the code set resets both directions.
+        let stream = try await connection.openStream()
+        try await stream.send(Data("x".utf8))
+        _ = try await stream.receive(exactly: 1)
+        stream.streamApplicationErrorCode = 7
+        stream.cancel()
+
+        let datagrams = connection.datagrams
+        try await connection.send(datagram: Data("ping".utf8))
+        let echoed = try await within(10) { await datagrams.first { _ in true } }
+        #expect(echoed == Data("ping".utf8))
+        #expect(connection.usableDatagramFrameSize > 1000)
+    }
+
+    /// A listener written with the structured API, and the client's view of what it did.
+    @Test func aCancelledTaskResetsItsStreamWithTheDocumentedCode() async throws {
+        let codes = Recorder<String>()
+        let listener = try NetworkListener(for: .hostPort(host: "127.0.0.1", port: .any)) { QUIC(alpn: ["test"]) }
+        let serving = Task {
+            try await listener.run { connection in
+                try await connection.inboundStreams { stream in
+                    do {
+                        while try await !stream.receive(atMost: 1024).metadata.endOfStream {}
+                        codes.append("fin")
+                    } catch {
+                        codes.append("\(error) code \(stream.streamApplicationErrorCode.map(String.init) ?? "none")")
+                    }
+                }
+            }
+        }
+        defer { serving.cancel() }
+        let port = try #require(try await within(10) { () -> NWEndpoint.Port? in
+            for await state in listener.states where state == .ready { return listener.port }
+            return nil
+        })
+        let fingerprint = try #require(listener.generatedCertificate).sha256Fingerprint
+        try await withNetworkConnection(to: .hostPort(host: "localhost", port: port)) {
+            QUIC(alpn: ["test"]).tls { $0.peerAuthentication = .pinnedSHA256(fingerprint) }
+        } _: { connection in
+            let stream = try await connection.openStream()
+            try await stream.send(Data("start".utf8))
+            let waiting = Task { try await stream.receive(atMost: 10) }
+            try await Task.sleep(for: .milliseconds(100))
+            waiting.cancel()
+            await #expect(throws: CancellationError.self) { try await waiting.value }
+            #expect(stream.streamApplicationErrorCode == QUIC.Stream<QUICStream>.cancelledErrorCode)
+            _ = await eventually(within: 10) { !codes.values.isEmpty }
+            #expect(codes.values.count == 1)
+            #expect(codes.values.first?.hasSuffix("code \(QUIC.Stream<QUICStream>.cancelledErrorCode)") == true, "\(codes.values)")
+        }
+    }
+
+    /// Flow control as backpressure: a listener that does not read holds a fast writer at its
+    /// window; once it reads, everything arrives.
+    @Test func aSlowReaderHoldsAFastWriterBack() async throws {
+        let window = 64 * 1024
+        let release = AsyncStream<Void>.makeStream()
+        let received = Recorder<Int>()
+        let listener = try NetworkListener(for: .hostPort(host: "127.0.0.1", port: .any)) {
+            QUIC(alpn: ["test"]).initialMaxStreamDataBidirectionalRemote(window).initialMaxData(4 * window)
+        }
+        let serving = Task {
+            try await listener.run { connection in
+                try await connection.inboundStreams { stream in
+                    for await _ in release.stream { break }
+                    var total = 0
+                    while true {
+                        let (content, metadata) = try await stream.receive(atMost: 65_536)
+                        total += content.count
+                        if metadata.endOfStream { break }
+                    }
+                    received.append(total)
+                }
+            }
+        }
+        defer { serving.cancel() }
+        let port = try #require(try await within(10) { () -> NWEndpoint.Port? in
+            for await state in listener.states where state == .ready { return listener.port }
+            return nil
+        })
+        let fingerprint = try #require(listener.generatedCertificate).sha256Fingerprint
+        let chunk = 16 * 1024
+        let total = 2 << 20
+        let sent = Recorder<Int>()
+        try await withNetworkConnection(to: .hostPort(host: "localhost", port: port)) {
+            QUIC(alpn: ["test"]).tls { $0.peerAuthentication = .pinnedSHA256(fingerprint) }
+        } _: { connection in
+            let stream = try await connection.openStream()
+            let writer = Task {
+                var offset = 0
+                while offset < total {
+                    try await stream.send(Data(count: chunk), endOfStream: offset + chunk == total)
+                    offset += chunk
+                    sent.append(offset)
+                }
+            }
+            // The writer stops at the reader's window and stays there while nobody reads.
+            _ = await eventually(within: 10) { (sent.values.last ?? 0) >= window }
+            try await Task.sleep(for: .milliseconds(500))
+            let held = sent.values.last ?? 0
+            #expect(held <= window + chunk, "sent \(held) bytes into a \(window)-byte window nobody reads")
+            #expect(held >= window - chunk, "the window was not used: \(held)")
+            release.continuation.finish()
+            try await within(20) { try await writer.value }
+            _ = await eventually(within: 20) { !received.values.isEmpty }
+            #expect(received.values == [total])
+        }
+    }
+
+    struct Note: Codable, Sendable, Equatable {
+        var id: Int
+        var text: String
+    }
+
+    /// Coder and TLV against a server written with the classic API: quic-echo returns the bytes,
+    /// and the framing brings back typed messages.
+    @Test func coderAndTLVRoundTripThroughAClassicServer() async throws {
+        let server = try await Self.echoServer(.quicEcho)
+        defer { server.process.stop() }
+        try await withNetworkConnection(to: .hostPort(host: "localhost", port: NWEndpoint.Port(rawValue: server.port)!)) {
+            Self.stack(server.authentication)
+        } _: { connection in
+            let notes = (1...20).map { Note(id: $0, text: String(repeating: "n", count: $0 * 100)) }
+            for format in [Coder<Note>.Format.json, .propertyList] {
+                let stream = try await connection.openStream { _ in Coder(Note.self, using: format) }
+                for (index, note) in notes.enumerated() { try await stream.send(note, endOfStream: index == notes.count - 1) }
+                var back: [Note] = []
+                for try await message in stream.messages { back.append(message.content) }
+                #expect(back == notes, "\(format)")
+            }
+            let tlv = try await connection.openStream { stream in TLV(stream) }
+            try await tlv.send(Data("first".utf8), type: 1)
+            try await tlv.send(Data(count: 100_000), type: 0x7fff_ffff, endOfStream: true)
+            let first = try await tlv.receive()
+            #expect(first.content == Data("first".utf8) && first.metadata.type == 1)
+            let second = try await tlv.receive()
+            #expect(second.content.count == 100_000 && second.metadata.type == 0x7fff_ffff)
+            await #expect(throws: NWError.self) { try await tlv.receive() }
+        }
+    }
+
+    /// The other way round: a structured listener speaking Coder, and a classic NWConnection
+    /// client that writes the length-prefixed JSON by hand.
+    @Test func aClassicClientTalksToAStructuredCoderServer() async throws {
+        let listener = try NetworkListener(for: .hostPort(host: "127.0.0.1", port: .any)) { QUIC(alpn: ["notes"]) }
+        let serving = Task {
+            try await listener.run { connection in
+                try await connection.inboundStreams(prepending: { _ in Coder(Note.self, using: .json) }) { stream in
+                    for try await message in stream.messages {
+                        try await stream.send(Note(id: message.content.id + 1, text: message.content.text.uppercased()))
+                    }
+                    try await stream.finish()
+                }
+            }
+        }
+        defer { serving.cancel() }
+        let port = try #require(try await within(10) { () -> NWEndpoint.Port? in
+            for await state in listener.states where state == .ready { return listener.port }
+            return nil
+        })
+        let options = NWProtocolQUIC.Options(alpn: ["notes"])
+        options.tls.certificateVerification = .pinnedSHA256(try #require(listener.generatedCertificate).sha256Fingerprint)
+        let group = NWConnectionGroup(with: NWMultiplexGroup(to: .hostPort(host: "localhost", port: port)), using: NWParameters(quic: options))
+        group.start(queue: DispatchQueue(label: "classic"))
+        defer { group.cancel() }
+        try await within(10) { try await group.waitUntilReady() }
+        let stream = try #require(NWConnection(from: group))
+        stream.start(queue: DispatchQueue(label: "classic.stream"))
+        let body = try JSONEncoder().encode(Note(id: 41, text: "quiet"))
+        var framed = Data([0, 0, UInt8(body.count >> 8), UInt8(body.count & 0xff)])
+        framed.append(body)
+        try await stream.send(content: framed, isComplete: true)
+        let reply = try await within(10) { try await stream.receiveMessage() }
+        let length = Int(reply.prefix(4).reduce(0) { $0 << 8 | UInt32($1) })
+        #expect(reply.count == 4 + length)
+        #expect(try JSONDecoder().decode(Note.self, from: reply.dropFirst(4)) == Note(id: 42, text: "QUIET"))
+    }
+
+    /// `withNetworkConnection` closes the tunnel when its body returns, with the application
+    /// error set on it; the listener's side sees that code.
+    @Test func theScopeClosesTheTunnelWithItsApplicationError() async throws {
+        let closes = Recorder<String>()
+        let listener = try NetworkListener(for: .hostPort(host: "127.0.0.1", port: .any)) { QUIC(alpn: ["test"]) }
+        let serving = Task {
+            try await listener.run { connection in
+                let states = connection.states
+                async let streams: Void = connection.inboundStreams { stream in
+                    let (content, _) = try await stream.receive(atMost: 100)
+                    try await stream.send(content, endOfStream: true)
+                }
+                for await state in states {
+                    if case .failed = state { closes.append("failed \(connection.applicationError?.code ?? 0)") }
+                    if case .cancelled = state { closes.append("cancelled \(connection.applicationError?.code ?? 0)") }
+                }
+                try? await streams
+            }
+        }
+        defer { serving.cancel() }
+        let port = try #require(try await within(10) { () -> NWEndpoint.Port? in
+            for await state in listener.states where state == .ready { return listener.port }
+            return nil
+        })
+        let fingerprint = try #require(listener.generatedCertificate).sha256Fingerprint
+        let stack = QUIC(alpn: ["test"]).tls { $0.peerAuthentication = .pinnedSHA256(fingerprint) }
+        let escaped = try await withNetworkConnection(to: .hostPort(host: "localhost", port: port)) { stack } _: { connection in
+            // One round trip first, so the listener has the tunnel before it closes.
+            let stream = try await connection.openStream()
+            try await stream.send(Data("hi".utf8), endOfStream: true)
+            #expect(try await stream.receive(atMost: 100).content == Data("hi".utf8))
+            connection.applicationError = NWProtocolQUIC.ApplicationError(code: 0x42, reason: "done")
+            return connection
+        }
+        _ = await eventually(within: 10) { escaped.state == .cancelled }
+        #expect(escaped.state == .cancelled)
+        _ = await eventually(within: 10) { !closes.values.isEmpty }
+        #expect(closes.values == ["failed 66"], "the listener's side: \(closes.values)")
+    }
+}
