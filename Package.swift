@@ -128,6 +128,13 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         // A user-space impairment relay (this kernel has no netem); no dependency on the stack.
+        // Examples/quic-notes: Apple's structured API with Coder, run with `swift run quic-notes`.
+        .executableTarget(
+            name: "quic-notes",
+            dependencies: ["QuicTransport"],
+            path: "Examples/quic-notes",
+            swiftSettings: swiftSettings
+        ),
         .executableTarget(
             name: "quic-netem",
             dependencies: [.product(name: "ArgumentParser", package: "swift-argument-parser")],

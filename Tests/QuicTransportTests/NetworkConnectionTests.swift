@@ -331,4 +331,13 @@ struct NetworkConnectionTests {
         _ = await eventually(within: 10) { !closes.values.isEmpty }
         #expect(closes.values == ["failed 66"], "the listener's side: \(closes.values)")
     }
+
+    /// The example program runs its server and client in one process and prints each reply.
+    @Test func theQuicNotesExampleRunsEndToEnd() async throws {
+        let example = try ChildProcess(try TestEnvironment.executable("quic-notes"), [])
+        #expect(try await example.waitForExit() == 0, "\(example.standardOutput) \(example.standardError)")
+        let replies = example.standardOutput.split(separator: "\n").filter { $0.hasPrefix("reply on stream 0:") }
+        #expect(replies.count == 3, "\(example.standardOutput)")
+        #expect(replies.last?.hasSuffix("1 word(s), \"BYE\"") == true)
+    }
 }
