@@ -49,10 +49,7 @@ public struct TLV: MessageProtocol {
             let type = buffer.bigEndianUInt32(at: 0)
             let length = Int(buffer.bigEndianUInt32(at: 4))
             guard length <= maximumMessageSize else { throw NWError.posix(.EMSGSIZE) }
-            guard buffer.count >= 8 + length else { return nil }
-            let start = buffer.startIndex
-            let content = Data(buffer[(start + 8)..<(start + 8 + length)])
-            buffer.removeSubrange(start..<(start + 8 + length))
+            guard let content = buffer.removeFrame(headerLength: 8, bodyLength: length) else { return nil }
             return (content, Metadata(type: Int(type)))
         }
     }
@@ -121,10 +118,7 @@ public struct Coder<Message: Codable & Sendable>: MessageProtocol {
             guard buffer.count >= 4 else { return nil }
             let length = Int(buffer.bigEndianUInt32(at: 0))
             guard length <= maximumMessageSize else { throw NWError.posix(.EMSGSIZE) }
-            guard buffer.count >= 4 + length else { return nil }
-            let start = buffer.startIndex
-            let body = Data(buffer[(start + 4)..<(start + 4 + length)])
-            buffer.removeSubrange(start..<(start + 4 + length))
+            guard let body = buffer.removeFrame(headerLength: 4, bodyLength: length) else { return nil }
             let value: Message
             switch format {
             case .json: value = try JSONDecoder().decode(Message.self, from: body)
@@ -152,6 +146,16 @@ extension QUIC.Stream {
 extension Data {
     mutating func appendBigEndian(_ value: UInt32) {
         Swift.withUnsafeBytes(of: value.bigEndian) { append(contentsOf: $0) }
+    }
+
+    /// Takes a header and the body after it off the front, returning the body; nil, taking
+    /// nothing, while the buffer holds less than both.
+    mutating func removeFrame(headerLength: Int, bodyLength: Int) -> Data? {
+        guard count >= headerLength + bodyLength else { return nil }
+        let start = startIndex
+        let body = Data(self[(start + headerLength)..<(start + headerLength + bodyLength)])
+        removeSubrange(start..<(start + headerLength + bodyLength))
+        return body
     }
 
     func bigEndianUInt32(at offset: Int) -> UInt32 {
