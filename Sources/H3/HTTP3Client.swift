@@ -455,17 +455,9 @@ final class HTTP3Exchange: Sendable {
             }
         }
 
-        /// Ends the body unless it has ended; returns the reader to wake, which is waiting only
-        /// when no chunk is left.
-        mutating func endBody(_ end: BodyEnd) -> UnsafeContinuation<[UInt8]?, any Error>? {
-            guard bodyEnd == nil else { return nil }
-            if let waiter = bodyWaiter {
-                bodyWaiter = nil
-                if case .failed = end { bodyEnd = .reported } else { bodyEnd = end }
-                return waiter
-            }
-            bodyEnd = end
-            return nil
+        /// Ends the body unless it has ended already.
+        mutating func endBody(_ end: BodyEnd) {
+            if bodyEnd == nil { bodyEnd = end }
         }
     }
 
@@ -554,15 +546,23 @@ final class HTTP3Exchange: Sendable {
     /// The reading task was cancelled: wake the reader, and reset the request unless its body
     /// had already ended.
     private func cancelBody() {
-        let (ended, waiter) = state.withLockedValue { state -> (Bool, UnsafeContinuation<[UInt8]?, any Error>?) in
-            guard state.bodyEnd == nil else { return (true, nil) }
-            state.bodyEnd = .cancelled
-            defer { state.bodyWaiter = nil }
-            return (false, state.bodyWaiter)
+        var ended = false
+        changeBody { state in
+            ended = state.bodyEnd != nil
+            state.endBody(.cancelled)
         }
-        guard !ended else { return }
-        waiter?.resume(throwing: CancellationError())
-        cancelOnLoop()
+        if !ended { cancelOnLoop() }
+    }
+
+    /// Applies a change to the body's state, then hands a waiting reader what is ready for it.
+    private func changeBody(_ change: (inout State) -> Void) {
+        let wake = state.withLockedValue { state -> (UnsafeContinuation<[UInt8]?, any Error>, Result<[UInt8]?, any Error>)? in
+            change(&state)
+            guard let waiter = state.bodyWaiter, let ready = state.takeReady() else { return nil }
+            state.bodyWaiter = nil
+            return (waiter, ready)
+        }
+        if let (waiter, ready) = wake { waiter.resume(with: ready) }
     }
 
     func receive(fields: [(name: String, value: String)], isTrailers: Bool) {
@@ -581,31 +581,22 @@ final class HTTP3Exchange: Sendable {
     }
 
     func receive(body: [UInt8]) {
-        let waiter = state.withLockedValue { state -> UnsafeContinuation<[UInt8]?, any Error>? in
-            guard state.bodyEnd == nil else { return nil }
-            if let waiter = state.bodyWaiter {
-                state.bodyWaiter = nil
-                return waiter
-            }
-            state.chunks.append(body)
-            return nil
+        changeBody { state in
+            if state.bodyEnd == nil { state.chunks.append(body) }
         }
-        waiter?.resume(returning: body)
     }
 
     func finish() {
-        let waiter = state.withLockedValue { state -> UnsafeContinuation<[UInt8]?, any Error>? in
+        changeBody { state in
             state.finished = true
-            return state.endBody(.finished)
+            state.endBody(.finished)
         }
         resolveHead(.failure(.protocolError("the response ended without a head")))
-        waiter?.resume(returning: nil)
     }
 
     func fail(_ error: HTTP3ClientError) {
         resolveHead(.failure(error))
-        let waiter = state.withLockedValue { $0.endBody(.failed(error)) }
-        waiter?.resume(throwing: error)
+        changeBody { $0.endBody(.failed(error)) }
     }
 
     private func resolveHead(_ result: Result<HTTPResponse, HTTP3ClientError>) {
