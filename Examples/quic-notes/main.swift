@@ -45,12 +45,9 @@ func serve(port: NWEndpoint.Port, ready: @escaping @Sendable (NWEndpoint.Port, S
 }
 
 func ask(host: String, port: NWEndpoint.Port, fingerprintHex: String, texts: [String]) async throws {
-    let pin = stride(from: 0, to: fingerprintHex.count, by: 2).compactMap { offset -> UInt8? in
-        let start = fingerprintHex.index(fingerprintHex.startIndex, offsetBy: offset)
-        return UInt8(fingerprintHex[start..<fingerprintHex.index(start, offsetBy: 2)], radix: 16)
-    }
+    let pin = try TLS.PeerAuthentication.pinnedSHA256(hex: fingerprintHex)
     try await withNetworkConnection(to: .hostPort(host: NWEndpoint.Host(host), port: port)) {
-        QUIC(alpn: alpn).idleTimeout(.seconds(10)).tls { $0.peerAuthentication = .pinnedSHA256(pin) }
+        QUIC(alpn: alpn).idleTimeout(.seconds(10)).tls { $0.peerAuthentication = pin }
     } _: { connection in
         let stream = try await connection.openStream { _ in Coder(Note.self, using: .json) }
         for (index, text) in texts.enumerated() {

@@ -61,7 +61,8 @@ public final class NWConnectionGroup: @unchecked Sendable {
     private var datagramContinuations: [AsyncStream<Data>.Continuation] = []
     /// What the tunnel's QUIC metadata reports, shared with its streams' metadata.
     let tunnelMetadata: NWProtocolQUIC.TunnelMetadata
-    private let metadataObject: NWProtocolQUIC.Metadata
+    /// The tunnel's metadata object, the one `metadata(definition:)` returns.
+    let metadataObject: NWProtocolQUIC.Metadata
 
     // MARK: Loop-confined
     var driver: QUICConnectionDriver?

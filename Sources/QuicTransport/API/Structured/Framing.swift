@@ -24,34 +24,26 @@ public struct TLV: MessageProtocol {
         self.maximumMessageSize = maximumMessageSize
     }
 
-    /// Makes a framer for one stream.
-    public func makeFramer() -> Framer { Framer(maximumMessageSize: maximumMessageSize) }
-
-    /// Encodes and decodes TLV messages.
-    public struct Framer: MessageFramer {
-        let maximumMessageSize: Int
-
-        /// Eight header bytes and the body; types and lengths must fit 32 bits.
-        public func encode(_ content: Data, metadata: Metadata) throws -> Data {
-            guard let type = UInt32(exactly: metadata.type), let length = UInt32(exactly: content.count) else {
-                throw NWError.posix(.EMSGSIZE)
-            }
-            var bytes = Data(capacity: 8 + content.count)
-            bytes.appendBigEndian(type)
-            bytes.appendBigEndian(length)
-            bytes.append(content)
-            return bytes
+    /// Eight header bytes and the body; types and lengths must fit 32 bits.
+    public func encode(_ content: Data, metadata: Metadata) throws -> Data {
+        guard let type = UInt32(exactly: metadata.type), let length = UInt32(exactly: content.count) else {
+            throw NWError.posix(.EMSGSIZE)
         }
+        var bytes = Data(capacity: 8 + content.count)
+        bytes.appendBigEndian(type)
+        bytes.appendBigEndian(length)
+        bytes.append(content)
+        return bytes
+    }
 
-        /// One whole message off the front of `buffer`, or nil while it is incomplete.
-        public func decode(_ buffer: inout Data) throws -> (content: Data, metadata: Metadata)? {
-            guard buffer.count >= 8 else { return nil }
-            let type = buffer.bigEndianUInt32(at: 0)
-            let length = Int(buffer.bigEndianUInt32(at: 4))
-            guard length <= maximumMessageSize else { throw NWError.posix(.EMSGSIZE) }
-            guard let content = buffer.removeFrame(headerLength: 8, bodyLength: length) else { return nil }
-            return (content, Metadata(type: Int(type)))
-        }
+    /// One whole message off the front of `buffer`, or nil while it is incomplete.
+    public func decode(_ buffer: inout Data) throws -> (content: Data, metadata: Metadata)? {
+        guard buffer.count >= 8 else { return nil }
+        let type = buffer.bigEndianUInt32(at: 0)
+        let length = Int(buffer.bigEndianUInt32(at: 4))
+        guard length <= maximumMessageSize else { throw NWError.posix(.EMSGSIZE) }
+        guard let content = buffer.removeFrame(headerLength: 8, bodyLength: length) else { return nil }
+        return (content, Metadata(type: Int(type)))
     }
 }
 
@@ -87,45 +79,36 @@ public struct Coder<Message: Codable & Sendable>: MessageProtocol {
         self.maximumMessageSize = maximumMessageSize
     }
 
-    /// Makes a framer for one stream.
-    public func makeFramer() -> Framer { Framer(format: format, maximumMessageSize: maximumMessageSize) }
-
-    /// Encodes and decodes length-prefixed Codable messages.
-    public struct Framer: MessageFramer {
-        let format: Format
-        let maximumMessageSize: Int
-
-        /// The 4-byte length and the encoded value.
-        public func encode(_ content: Message, metadata: Metadata) throws -> Data {
-            let body: Data
-            switch format {
-            case .json: body = try JSONEncoder().encode(content)
-            case .propertyList:
-                let encoder = PropertyListEncoder()
-                encoder.outputFormat = .binary
-                body = try encoder.encode(content)
-            }
-            guard let length = UInt32(exactly: body.count) else { throw NWError.posix(.EMSGSIZE) }
-            var bytes = Data(capacity: 4 + body.count)
-            bytes.appendBigEndian(length)
-            bytes.append(body)
-            return bytes
+    /// The 4-byte length and the encoded value.
+    public func encode(_ content: Message, metadata: Metadata) throws -> Data {
+        let body: Data
+        switch format {
+        case .json: body = try JSONEncoder().encode(content)
+        case .propertyList:
+            let encoder = PropertyListEncoder()
+            encoder.outputFormat = .binary
+            body = try encoder.encode(content)
         }
+        guard let length = UInt32(exactly: body.count) else { throw NWError.posix(.EMSGSIZE) }
+        var bytes = Data(capacity: 4 + body.count)
+        bytes.appendBigEndian(length)
+        bytes.append(body)
+        return bytes
+    }
 
-        /// One decoded value off the front of `buffer`, or nil while it is incomplete; throws
-        /// the decoder's error for bytes that are not a `Message`.
-        public func decode(_ buffer: inout Data) throws -> (content: Message, metadata: Metadata)? {
-            guard buffer.count >= 4 else { return nil }
-            let length = Int(buffer.bigEndianUInt32(at: 0))
-            guard length <= maximumMessageSize else { throw NWError.posix(.EMSGSIZE) }
-            guard let body = buffer.removeFrame(headerLength: 4, bodyLength: length) else { return nil }
-            let value: Message
-            switch format {
-            case .json: value = try JSONDecoder().decode(Message.self, from: body)
-            case .propertyList: value = try PropertyListDecoder().decode(Message.self, from: body)
-            }
-            return (value, Metadata())
+    /// One decoded value off the front of `buffer`, or nil while it is incomplete; throws the
+    /// decoder's error for bytes that are not a `Message`.
+    public func decode(_ buffer: inout Data) throws -> (content: Message, metadata: Metadata)? {
+        guard buffer.count >= 4 else { return nil }
+        let length = Int(buffer.bigEndianUInt32(at: 0))
+        guard length <= maximumMessageSize else { throw NWError.posix(.EMSGSIZE) }
+        guard let body = buffer.removeFrame(headerLength: 4, bodyLength: length) else { return nil }
+        let value: Message
+        switch format {
+        case .json: value = try JSONDecoder().decode(Message.self, from: body)
+        case .propertyList: value = try PropertyListDecoder().decode(Message.self, from: body)
         }
+        return (value, Metadata())
     }
 }
 

@@ -19,22 +19,12 @@ import NIOConcurrencyHelpers
 // @unchecked Sendable: `group` and `stack` are Sendable; `inbound`, `inboundTaken` and
 // `started` are guarded by `lock`.
 public final class NetworkConnection<ApplicationProtocol: Sendable>: @unchecked Sendable {
-    /// A connection's life cycle, as Network.framework's `NetworkConnection.State`.
-    public enum State: Sendable, Equatable {
-        /// Made, not started yet.
-        case setup
-        /// Kept for Apple's exhaustive switches; not entered here: failures are `.failed`.
-        case waiting(NWError)
-        /// Started: resolving, connecting and handshaking.
-        case preparing
-        /// The handshake has completed (RFC 9001 §4.1.1): streams and datagrams flow.
-        case ready
-        /// Final: the tunnel could not be made, or it closed with an error (a transport error,
-        /// the peer's non-zero application error, an idle timeout, a stateless reset).
-        case failed(NWError)
-        /// Final: this side closed it, or the peer closed it with application error 0.
-        case cancelled
-    }
+    /// A connection's life cycle, Network.framework's channel states, which are a classic
+    /// stream's: `.setup` until first use, `.preparing` while it connects and handshakes,
+    /// `.ready` once the handshake completes (RFC 9001 §4.1.1), and the final `.failed` (the
+    /// tunnel could not be made, or closed with an error) or `.cancelled` (this side closed it,
+    /// or the peer did with application error 0). `.waiting` is not entered.
+    public typealias State = NWConnection.State
 
     /// The protocol stack the connection was made with.
     public let stack: ApplicationProtocol
@@ -48,12 +38,11 @@ public final class NetworkConnection<ApplicationProtocol: Sendable>: @unchecked 
     /// Where the group's callbacks and completions run.
     let queue: DispatchQueue
 
-    init(group: NWConnectionGroup, stack: ApplicationProtocol, alreadyStarted: Bool = false) {
+    init(group: NWConnectionGroup, stack: ApplicationProtocol) {
         self.group = group
         self.stack = stack
         self.inbound = group.inboundStreams
         self.queue = DispatchQueue(label: "quic.network-connection")
-        self.started = alreadyStarted
     }
 
     /// Starts the tunnel unless it started already; every operation that needs it calls this.
@@ -150,7 +139,7 @@ extension NetworkConnection where ApplicationProtocol == QUIC {
             for await state in states {
                 switch state {
                 case .ready:
-                    return (connection.metadata(definition: NWProtocolQUIC.definition) as! NWProtocolQUIC.Metadata).streamIdentifier
+                    return connection.metadataObject.streamIdentifier
                 case .failed(let error): throw error
                 case .cancelled: throw CancellationError()
                 default: continue
@@ -186,8 +175,7 @@ extension NetworkConnection where ApplicationProtocol == QUIC {
         await withDiscardingTaskGroup { tasks in
             for await connection in streams {
                 connection.start(queue: queue)
-                let streamID = (connection.metadata(definition: NWProtocolQUIC.definition) as! NWProtocolQUIC.Metadata).streamIdentifier
-                let stream = QUIC.Stream(connection, streamID: streamID, applicationProtocol: prepending(QUICStream()))
+                let stream = QUIC.Stream(connection, streamID: connection.metadataObject.streamIdentifier, applicationProtocol: prepending(QUICStream()))
                 tasks.addTask {
                     do {
                         try await handler(stream)
@@ -227,9 +215,7 @@ extension NetworkConnection where ApplicationProtocol == QUIC {
         set { quicMetadata.keepAlive = newValue }
     }
 
-    private var quicMetadata: NWProtocolQUIC.Metadata {
-        group.metadata(definition: NWProtocolQUIC.definition) as! NWProtocolQUIC.Metadata
-    }
+    private var quicMetadata: NWProtocolQUIC.Metadata { group.metadataObject }
 
     /// Sends one QUIC datagram (RFC 9221); the stack must enable them with
     /// `maxDatagramFrameSize(_:)`, and the payload must fit `usableDatagramFrameSize`.

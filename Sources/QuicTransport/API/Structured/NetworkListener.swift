@@ -17,19 +17,10 @@ import NIOConcurrencyHelpers
 /// It runs on the classic `NWListener`, with the same workers, limits and address validation.
 // @unchecked Sendable: `listener` and `stack` are Sendable; `running` is guarded by `lock`.
 public final class NetworkListener<ApplicationProtocol: Sendable>: @unchecked Sendable {
-    /// A listener's life cycle, as Network.framework's `NetworkListener.State`.
-    public enum State: Sendable, Equatable {
-        /// Made, not running yet.
-        case setup
-        /// Kept for Apple's exhaustive switches; not entered here.
-        case waiting(NWError)
-        /// Bound and accepting tunnels; `port` holds the port.
-        case ready
-        /// Final: the port could not be bound or the stack cannot serve QUIC.
-        case failed(NWError)
-        /// Final: `run` ended.
-        case cancelled
-    }
+    /// A listener's life cycle, the classic listener's states: `.setup`, `.ready` once its port
+    /// is bound, and the final `.failed` (the port could not be bound, or the stack cannot serve
+    /// QUIC) or `.cancelled` (`run` ended).
+    public typealias State = NWListener.State
 
     /// The stack the listener serves.
     public let stack: ApplicationProtocol
@@ -47,34 +38,15 @@ public final class NetworkListener<ApplicationProtocol: Sendable>: @unchecked Se
     public var port: NWEndpoint.Port? { listener.port }
 
     /// The current state.
-    public var state: State { Self.state(of: listener.state) }
+    public var state: State { listener.state }
 
     /// The current state, then every change; it ends after `.failed` or `.cancelled`.
-    public var states: AsyncStream<State> {
-        let listenerStates = listener.states
-        return AsyncStream { continuation in
-            let task = Task {
-                for await state in listenerStates { continuation.yield(Self.state(of: state)) }
-                continuation.finish()
-            }
-            continuation.onTermination = { _ in task.cancel() }
-        }
-    }
+    public var states: AsyncStream<State> { listener.states }
 
     /// Calls `handler` with each new state, as Network.framework's `onStateUpdate`.
     public func onStateUpdate(_ handler: @escaping @Sendable (NetworkListener, State) -> Void) {
         let states = self.states
         Task { for await state in states { handler(self, state) } }
-    }
-
-    private static func state(of listenerState: NWListener.State) -> State {
-        switch listenerState {
-        case .setup: return .setup
-        case .waiting(let error): return .waiting(error)
-        case .ready: return .ready
-        case .failed(let error): return .failed(error)
-        case .cancelled: return .cancelled
-        }
     }
 }
 

@@ -11,24 +11,12 @@ public protocol StreamProtocol: OneToOneProtocol {
 }
 
 /// A message protocol (`TLV`, `Coder`): each send is one message, and the receiver gets whole
-/// messages back, typed as `ContentType`.
+/// messages back, typed as `ContentType`. It cuts messages out of a stream's bytes and back,
+/// holding no state of its own between calls.
 public protocol MessageProtocol: OneToOneProtocol {
     /// The type of one message's content.
     associatedtype ContentType: Sendable
     /// What a received message carries beside its content (for `TLV`, its type).
-    associatedtype Metadata: Sendable
-    /// Cuts messages out of the bytes of a stream and back (the framer's two directions).
-    associatedtype Framer: MessageFramer where Framer.ContentType == ContentType, Framer.Metadata == Metadata
-
-    /// A fresh framer for one stream.
-    func makeFramer() -> Framer
-}
-
-/// One stream's message framing, both directions; kept by the stream, used one call at a time.
-public protocol MessageFramer: Sendable {
-    /// The type of one message's content.
-    associatedtype ContentType: Sendable
-    /// What a message carries beside its content.
     associatedtype Metadata: Sendable
 
     /// The bytes that carry one message.

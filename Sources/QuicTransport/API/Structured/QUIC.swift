@@ -120,6 +120,14 @@ public struct TLS: Sendable {
         case verify(@Sendable (CertificateVerifier.Peer) async -> Bool)
         /// Nothing is checked: for testing only.
         case none
+
+        /// A pin written as hex, with or without colons, as `openssl x509 -fingerprint -sha256`
+        /// and our tools print it; throws `TLSError.invalidPin` for anything else.
+        public static func pinnedSHA256(hex: String) throws -> PeerAuthentication {
+            let pin = try CertificateVerification.pinnedSHA256(hex: hex)
+            guard case .pinnedSHA256(let digest) = pin else { preconditionFailure("a parsed pin is a pin") }
+            return .pinnedSHA256(digest)
+        }
     }
 
     /// The certificate and key this side presents; a listener without one generates a

@@ -50,14 +50,16 @@ extension QUIC {
     /// both directions (RESET_STREAM and STOP_SENDING, RFC 9000 §19.4–§19.5), and throws
     /// `CancellationError`. A stream that is released while open finishes its sending side
     /// (FIN) and asks the peer to stop sending, with code 0.
-    // @unchecked Sendable: `connection` is Sendable; the framing buffer is behind `receiving`,
-    // which also serialises receives so messages come off the stream whole and in order.
+    // @unchecked Sendable: `connection` is Sendable; `messageBuffer` is touched only by the one
+    // message receive that `receiveTurn` lets through at a time, so messages come off the
+    // stream whole and in order.
     public final class Stream<ApplicationProtocol: OneToOneProtocol>: @unchecked Sendable {
         /// The classic stream underneath: both faces share the engine.
         let connection: NWConnection
         /// The stack's top protocol.
         public let applicationProtocol: ApplicationProtocol
-        private let receiving: NIOLockedValueBox<Data> = NIOLockedValueBox(Data())
+        /// Bytes received past the last whole message.
+        private var messageBuffer = Data()
         private let receiveTurn = AsyncTurnstile()
 
         /// The stream ID (RFC 9000 §2.1).
@@ -89,9 +91,7 @@ extension QUIC {
         /// `streamApplicationErrorCode` was set: 0x0, as the peer reads "no reason given".
         public static var cancelledErrorCode: UInt64 { 0 }
 
-        private var quicMetadata: NWProtocolQUIC.Metadata {
-            connection.metadata(definition: NWProtocolQUIC.definition) as! NWProtocolQUIC.Metadata
-        }
+        private var quicMetadata: NWProtocolQUIC.Metadata { connection.metadataObject }
 
         /// Ends the stream now: with `streamApplicationErrorCode` set, resets both directions with
         /// it; otherwise finishes sending (FIN) and stops receiving (STOP_SENDING 0).
@@ -145,19 +145,20 @@ extension QUIC {
 
         // MARK: Messages
 
-        /// Receives one whole message through `framer`, reading as many bytes as it needs; nil at
-        /// the peer's FIN between messages.
-        func receiveMessage<Framer: MessageFramer>(with framer: Framer) async throws -> (content: Framer.ContentType, metadata: Framer.Metadata)? {
+        /// Receives one whole message, reading as many bytes as it needs; nil at the peer's FIN
+        /// between messages.
+        func receiveMessage() async throws -> (content: ApplicationProtocol.ContentType, metadata: ApplicationProtocol.Metadata)?
+        where ApplicationProtocol: MessageProtocol {
             await receiveTurn.enter()
             defer { receiveTurn.leave() }
             while true {
-                if let message = try receiving.withLockedValue({ try framer.decode(&$0) }) { return message }
+                if let message = try applicationProtocol.decode(&messageBuffer) { return message }
                 let (bytes, finished) = try await receiveBytes(atLeast: 1, atMost: 1 << 20)
-                receiving.withLockedValue { $0.append(bytes) }
+                messageBuffer.append(bytes)
                 if finished {
-                    if let message = try receiving.withLockedValue({ try framer.decode(&$0) }) { return message }
+                    if let message = try applicationProtocol.decode(&messageBuffer) { return message }
                     // The peer's FIN: between messages it ends them; inside one it cuts it short.
-                    guard receiving.withLockedValue({ $0.isEmpty }) else { throw NWError.posix(.EBADMSG) }
+                    guard messageBuffer.isEmpty else { throw NWError.posix(.EBADMSG) }
                     return nil
                 }
             }
@@ -200,14 +201,14 @@ extension QUIC.Stream where ApplicationProtocol: MessageProtocol {
         metadata: ApplicationProtocol.Metadata,
         endOfStream: Bool = false
     ) async throws {
-        let bytes = try applicationProtocol.makeFramer().encode(content, metadata: metadata)
+        let bytes = try applicationProtocol.encode(content, metadata: metadata)
         try await sendBytes(bytes, endOfStream: endOfStream)
     }
 
     /// Receives the next whole message. Throws `NWError.posix(.ENODATA)` once the peer has
     /// finished the stream, and `.EBADMSG` when it ends inside a message.
     public func receive() async throws -> (content: ApplicationProtocol.ContentType, metadata: ApplicationProtocol.Metadata) {
-        guard let message = try await receiveMessage(with: applicationProtocol.makeFramer()) else {
+        guard let message = try await receiveMessage() else {
             throw NWError.posix(.ENODATA)
         }
         return message
@@ -215,10 +216,7 @@ extension QUIC.Stream where ApplicationProtocol: MessageProtocol {
 
     /// The messages still to come, ending when the peer finishes the stream.
     public var messages: AsyncThrowingStream<(content: ApplicationProtocol.ContentType, metadata: ApplicationProtocol.Metadata), any Error> {
-        let framer = applicationProtocol.makeFramer()
-        return AsyncThrowingStream {
-            try await self.receiveMessage(with: framer)
-        }
+        AsyncThrowingStream { try await self.receiveMessage() }
     }
 
     /// Finishes this side of the stream (FIN) without another message.
