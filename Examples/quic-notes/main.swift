@@ -29,11 +29,10 @@ let alpn = ["quic-notes"]
 func serve(port: NWEndpoint.Port, ready: @escaping @Sendable (NWEndpoint.Port, String) -> Void) async throws {
     let listener = try NetworkListener(for: .hostPort(host: "127.0.0.1", port: port)) { QUIC(alpn: alpn) }
     let fingerprint = listener.generatedCertificate?.sha256FingerprintHex ?? ""
-    listener.onStateUpdate { listener, state in
+    try await listener.onStateUpdate { listener, state in
         if state == .ready, let port = listener.port { ready(port, fingerprint) }
-    }
-    try await listener.run { connection in
-        try await connection.inboundStreams(prepending: { _ in Coder(Note.self, using: .json) }) { stream in
+    }.run { connection in
+        try await connection.inboundStreams(prepending: { stream in Coder(Note.self, using: .json) { stream } }) { stream in
             for try await message in stream.messages {
                 guard case .request(let request) = message.content else { continue }
                 let words = request.text.split(separator: " ").count
@@ -47,11 +46,11 @@ func serve(port: NWEndpoint.Port, ready: @escaping @Sendable (NWEndpoint.Port, S
 func ask(host: String, port: NWEndpoint.Port, fingerprintHex: String, texts: [String]) async throws {
     let pin = try TLS.PeerAuthentication.pinnedSHA256(hex: fingerprintHex)
     try await withNetworkConnection(to: .hostPort(host: NWEndpoint.Host(host), port: port)) {
-        QUIC(alpn: alpn).idleTimeout(.seconds(10)).tls { $0.peerAuthentication = pin }
+        QUIC(alpn: alpn).idleTimeout(10_000).tls.peerAuthentication(pin)
     } _: { connection in
-        let stream = try await connection.openStream { _ in Coder(Note.self, using: .json) }
+        let stream = try await connection.openStream { stream in Coder(Note.self, using: .json) { stream } }
         for (index, text) in texts.enumerated() {
-            try await stream.send(Note.request(Request(text: text)), endOfStream: index == texts.count - 1)
+            try await stream.send(Note.request(Request(text: text)), lastMessage: index == texts.count - 1)
         }
         for try await message in stream.messages {
             if case .reply(let reply) = message.content {

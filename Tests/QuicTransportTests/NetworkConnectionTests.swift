@@ -28,7 +28,7 @@ struct NetworkConnectionTests {
     }
 
     static func stack(_ authentication: TLS.PeerAuthentication) -> QUIC {
-        QUIC(alpn: ["quic-echo"]).maxDatagramFrameSize(65_535).tls { $0.peerAuthentication = authentication }
+        QUIC(alpn: ["quic-echo"]).maxDatagramFrameSize(65_535).tls.peerAuthentication(authentication)
     }
 
     /// Reads a stream to its FIN.
@@ -53,7 +53,7 @@ struct NetworkConnectionTests {
             #expect(stream.initiator == .client)
             #expect(stream.streamID % 4 == 0)
             async let echoed = Self.readAll(stream)
-            try await stream.send(payload, metadata: .endOfStream)
+            try await stream.send(payload, endOfStream: true)
             #expect(try await echoed == payload)
             #expect(await connection.negotiatedALPN == "quic-echo")
 
@@ -104,11 +104,13 @@ struct NetworkConnectionTests {
         let answer = try await within(10) { await answers.stream.first { _ in true } }
         #expect(answer == 42, "the peer's reset of its echo stream")
 
-        let datagrams = connection.datagrams
-        try await connection.send(datagram: Data("ping".utf8))
-        let echoed = try await within(10) { await datagrams.first { _ in true } }
+        let datagrams = try await connection.datagrams
+        #expect(try await connection.datagrams === datagrams, "one channel per tunnel")
+        try await datagrams.send(Data("ping".utf8))
+        let (echoed, _) = try await within(10) { try await datagrams.receive() }
         #expect(echoed == Data("ping".utf8))
         #expect(connection.usableDatagramFrameSize > 1000)
+        #expect(datagrams.maximumDatagramSize == connection.usableDatagramFrameSize)
     }
 
     /// A listener written with the structured API, and the client's view of what it did.
@@ -134,7 +136,7 @@ struct NetworkConnectionTests {
         })
         let fingerprint = try #require(listener.generatedCertificate).sha256Fingerprint
         try await withNetworkConnection(to: .hostPort(host: "localhost", port: port)) {
-            QUIC(alpn: ["test"]).tls { $0.peerAuthentication = .pinnedSHA256(fingerprint) }
+            QUIC(alpn: ["test"]).tls.peerAuthentication(.pinnedSHA256(fingerprint))
         } _: { connection in
             let stream = try await connection.openStream()
             try await stream.send(Data("start".utf8))
@@ -182,7 +184,7 @@ struct NetworkConnectionTests {
         let total = 2 << 20
         let sent = Recorder<Int>()
         try await withNetworkConnection(to: .hostPort(host: "localhost", port: port)) {
-            QUIC(alpn: ["test"]).tls { $0.peerAuthentication = .pinnedSHA256(fingerprint) }
+            QUIC(alpn: ["test"]).tls.peerAuthentication(.pinnedSHA256(fingerprint))
         } _: { connection in
             let stream = try await connection.openStream()
             let writer = Task {
@@ -221,20 +223,98 @@ struct NetworkConnectionTests {
         } _: { connection in
             let notes = (1...20).map { Note(id: $0, text: String(repeating: "n", count: $0 * 100)) }
             for format in [Coder<Note>.Format.json, .propertyList] {
-                let stream = try await connection.openStream { _ in Coder(Note.self, using: format) }
-                for (index, note) in notes.enumerated() { try await stream.send(note, endOfStream: index == notes.count - 1) }
+                let stream = try await connection.openStream { stream in Coder(Note.self, using: format) { stream } }
+                for (index, note) in notes.enumerated() { try await stream.send(note, lastMessage: index == notes.count - 1) }
                 var back: [Note] = []
                 for try await message in stream.messages { back.append(message.content) }
                 #expect(back == notes, "\(format)")
             }
-            let tlv = try await connection.openStream { stream in TLV(stream) }
+            let tlv = try await connection.openStream { stream in TLV { stream } }
             try await tlv.send(Data("first".utf8), type: 1)
-            try await tlv.send(Data(count: 100_000), type: 0x7fff_ffff, endOfStream: true)
+            try await tlv.send(Data(count: 100_000), type: 0x7fff_ffff, lastMessage: true)
             let first = try await tlv.receive()
-            #expect(first.content == Data("first".utf8) && first.metadata.type == 1)
+            #expect(first.content == Data("first".utf8) && first.metadata.type == 1 && first.metadata.length == 5)
             let second = try await tlv.receive()
-            #expect(second.content.count == 100_000 && second.metadata.type == 0x7fff_ffff)
+            #expect(second.content.count == 100_000 && second.metadata.type == 0x7fff_ffff && second.metadata.length == 100_000)
             await #expect(throws: NWError.self) { try await tlv.receive() }
+
+            // Narrow fields, as Apple's `TLV(type: UInt8.self, length: UInt16.self)`: a type or a
+            // body too big for its field is refused before anything is sent.
+            let narrow = try await connection.openStream { stream in TLV(type: UInt8.self, length: UInt16.self) { stream } }
+            await #expect(throws: NWError.posix(.EMSGSIZE)) { try await narrow.send(Data(count: 65_536), type: 1) }
+            await #expect(throws: NWError.posix(.EMSGSIZE)) { try await narrow.send(Data("x".utf8), type: 256) }
+            try await narrow.send(Data(count: 65_535), type: 255)
+            try await narrow.send(Data([7]), type: 3, lastMessage: true)
+            var seen: [TLV.Metadata] = []
+            for try await message in narrow.messages { seen.append(message.metadata) }
+            #expect(seen == [TLV.Metadata(type: 255, length: 65_535), TLV.Metadata(type: 3, length: 1)])
+        }
+    }
+
+    /// Apple's chained spellings lower to the classic options: `.tls.x(...)` returns the `QUIC`,
+    /// so TLS settings chain with the transport's, and each modifier changes only its copy.
+    @Test func chainedModifiersLowerToTheClassicOptions() {
+        let base = QUIC(alpn: ["x"])
+        let stack = base.idleTimeout(12_000).initialMaxBidirectionalStreams(7).initialMaxUnidirectionalStreams(5)
+            .tls.cipherSuites([.chacha20Poly1305]).tls.serverName("example.net").tls.peerAuthentication(.none)
+        let options = stack.options
+        #expect(options.idleTimeout == 12_000)
+        #expect(options.initialMaxStreamsBidirectional == 7 && options.initialMaxStreamsUnidirectional == 5)
+        #expect(options.tls.cipherSuites == [.chacha20Poly1305])
+        #expect(options.tls.serverName == "example.net")
+        #expect(options.tls.certificateVerification == .insecure)
+        #expect(stack.tls.peerAuthentication(.required).options.tls.certificateVerification == .systemTrustStore)
+        #expect(base.idleTimeout(.seconds(2)).options.idleTimeout == 2_000)
+        #expect(base.options.tls.certificateVerification == .systemTrustStore, "the original is unchanged")
+        #expect(base.options.idleTimeout == 30_000 && base.options.tls.cipherSuites == QUICCipherSuite.allCases)
+    }
+
+    /// TLV's header is the field widths it was made with, big-endian: three bytes for a UInt8
+    /// type and a UInt16 length.
+    @Test func tlvFieldWidthsShapeTheHeader() throws {
+        let narrow = TLV(type: UInt8.self, length: UInt16.self)
+        #expect(try narrow.encode(Data([0xaa]), metadata: TLV.Metadata(type: 9)) == Data([9, 0, 1, 0xaa]))
+        var buffer = Data([9, 0, 2, 0xaa])
+        #expect(try narrow.decode(&buffer) == nil, "a body one byte short")
+        buffer.append(0xbb)
+        let message = try #require(try narrow.decode(&buffer))
+        #expect(message.content == Data([0xaa, 0xbb]) && message.metadata == TLV.Metadata(type: 9, length: 2) && buffer.isEmpty)
+        #expect(try TLV().encode(Data(), metadata: TLV.Metadata(type: 1)) == Data([0, 0, 0, 1, 0, 0, 0, 0]))
+    }
+
+    /// A peer that vanishes mid-stream (killed: no CONNECTION_CLOSE) ends the tunnel at the idle
+    /// timeout (RFC 9000 §10.1): the pending receive and the datagram channel throw, the
+    /// connection fails, and the scope returns; nothing waits forever.
+    @Test func aPeerThatVanishesMidStreamFailsTheTunnelAtTheIdleTimeout() async throws {
+        let server = try await Self.echoServer(.quicEcho)
+        defer { server.process.stop() }
+        try await withNetworkConnection(to: .hostPort(host: "localhost", port: NWEndpoint.Port(rawValue: server.port)!)) {
+            Self.stack(server.authentication).idleTimeout(2_000)
+        } _: { connection in
+            let stream = try await connection.openStream()
+            try await stream.send(Data("half".utf8))
+            #expect(try await within(10) { try await stream.receive(exactly: 4) }.content == Data("half".utf8))
+            let datagrams = try await connection.datagrams
+            server.process.stop()
+            let receiveError = await within30(stream)
+            #expect(receiveError is NWError, "the receive ended with \(receiveError.map { "\($0)" } ?? "data")")
+            _ = await eventually(within: 10) { if case .failed = connection.state { true } else { false } }
+            guard case .failed = connection.state else {
+                Issue.record("the tunnel is \(connection.state), not failed")
+                return
+            }
+            await #expect(throws: NWError.self) { try await within(10) { try await datagrams.receive() } }
+            await #expect(throws: NWError.self) { try await within(10) { try await connection.openStream() } }
+        }
+
+        /// The error a pending receive ends with, waiting at most 30 s (scaled).
+        func within30(_ stream: QUIC.Stream<QUICStream>) async -> (any Error)? {
+            do {
+                _ = try await within(30) { try await stream.receive(atMost: 100) }
+                return nil
+            } catch {
+                return error
+            }
         }
     }
 
@@ -244,7 +324,7 @@ struct NetworkConnectionTests {
         let listener = try NetworkListener(for: .hostPort(host: "127.0.0.1", port: .any)) { QUIC(alpn: ["notes"]) }
         let serving = Task {
             try await listener.run { connection in
-                try await connection.inboundStreams(prepending: { _ in Coder(Note.self, using: .json) }) { stream in
+                try await connection.inboundStreams(prepending: { stream in Coder(Note.self, using: .json) { stream } }) { stream in
                     for try await message in stream.messages {
                         try await stream.send(Note(id: message.content.id + 1, text: message.content.text.uppercased()))
                     }
@@ -300,7 +380,7 @@ struct NetworkConnectionTests {
             return nil
         })
         let fingerprint = try #require(listener.generatedCertificate).sha256Fingerprint
-        let stack = QUIC(alpn: ["test"]).tls { $0.peerAuthentication = .pinnedSHA256(fingerprint) }
+        let stack = QUIC(alpn: ["test"]).tls.peerAuthentication(.pinnedSHA256(fingerprint))
         let escaped = try await withNetworkConnection(to: .hostPort(host: "localhost", port: port)) { stack } _: { connection in
             // One round trip first, so the listener has the tunnel before it closes.
             let stream = try await connection.openStream()

@@ -351,8 +351,11 @@ public final class NWConnectionGroup: @unchecked Sendable {
     }
 
     /// Datagrams received on the tunnel.
-    public var datagrams: AsyncStream<Data> {
-        AsyncStream { continuation in lock.withLock { datagramContinuations.append(continuation) } }
+    public var datagrams: AsyncStream<Data> { datagrams(buffering: .unbounded) }
+
+    /// Datagrams received on the tunnel, holding what nobody has read yet as `policy` says.
+    func datagrams(buffering policy: AsyncStream<Data>.Continuation.BufferingPolicy) -> AsyncStream<Data> {
+        AsyncStream(bufferingPolicy: policy) { continuation in lock.withLock { datagramContinuations.append(continuation) } }
     }
 
     /// Waits for `.ready`; throws the error of `.failed`, or ECANCELED.

@@ -7,17 +7,17 @@ import NIOConcurrencyHelpers
 ///
 /// ```swift
 /// let connection = NetworkConnection(to: .hostPort(host: "example.net", port: 4433)) {
-///     QUIC(alpn: ["echo"]).idleTimeout(.seconds(10))
+///     QUIC(alpn: ["echo"]).idleTimeout(10_000)
 /// }
 /// let stream = try await connection.openStream()
-/// try await stream.send(Data("hello".utf8), metadata: .endOfStream)
+/// try await stream.send(Data("hello".utf8), endOfStream: true)
 /// ```
 ///
 /// It is the same engine as the classic face: a `NetworkConnection<QUIC>` drives an
 /// `NWConnectionGroup`, and each `QUIC.Stream` an `NWConnection`. The first call that needs
 /// the tunnel starts it. `withNetworkConnection(to:using:_:)` scopes one to a closure.
-// @unchecked Sendable: `group` and `stack` are Sendable; `inbound`, `inboundTaken` and
-// `started` are guarded by `lock`.
+// @unchecked Sendable: `group`, `stack` and `datagramInbox` are Sendable; `inboundTaken`,
+// `started` and `datagramChannelStorage` are guarded by `lock`.
 public final class NetworkConnection<ApplicationProtocol: Sendable>: @unchecked Sendable {
     /// A connection's life cycle, Network.framework's channel states, which are a classic
     /// stream's: `.setup` until first use, `.preparing` while it connects and handshakes,
@@ -35,6 +35,11 @@ public final class NetworkConnection<ApplicationProtocol: Sendable>: @unchecked 
     private var inboundTaken = false
     /// Streams the peer opens, subscribed before the group starts so none is missed.
     private let inbound: AsyncStream<NWConnection>
+    /// Datagrams the peer sends, when the stack enables them; subscribed before the group starts,
+    /// and holding the newest `QUIC.Datagrams.unreadLimit` nobody has read.
+    let datagramInbox: AsyncStream<Data>?
+    /// The datagram channel, made on first use.
+    private var datagramChannelStorage: AnyObject?
     /// Where the group's callbacks and completions run.
     let queue: DispatchQueue
 
@@ -42,6 +47,8 @@ public final class NetworkConnection<ApplicationProtocol: Sendable>: @unchecked 
         self.group = group
         self.stack = stack
         self.inbound = group.inboundStreams
+        let datagramsEnabled = (stack as? QUIC)?.datagramsEnabled ?? false
+        self.datagramInbox = datagramsEnabled ? group.datagrams(buffering: .bufferingNewest(QUIC.Datagrams<QUICDatagram>.unreadLimit)) : nil
         self.queue = DispatchQueue(label: "quic.network-connection")
     }
 
@@ -57,7 +64,8 @@ public final class NetworkConnection<ApplicationProtocol: Sendable>: @unchecked 
     /// The current state.
     public var state: State { Self.state(of: group.state, started: lock.withLock { started }) }
 
-    /// The current state, then every change; it ends after `.failed` or `.cancelled`.
+    /// The current state, then every change; it ends after `.failed` or `.cancelled`. An
+    /// addition: Apple offers `onStateUpdate(_:)` only.
     public var states: AsyncStream<State> {
         let groupStates = group.states
         return AsyncStream { continuation in
@@ -71,10 +79,13 @@ public final class NetworkConnection<ApplicationProtocol: Sendable>: @unchecked 
         }
     }
 
-    /// Calls `handler` with each new state, as Network.framework's `onStateUpdate`.
-    public func onStateUpdate(_ handler: @escaping @Sendable (NetworkConnection, State) -> Void) {
+    /// Calls `handler` with each new state, as Network.framework's `onStateUpdate`; returns
+    /// the connection, so calls chain.
+    @discardableResult
+    public func onStateUpdate(_ handler: @escaping @Sendable (NetworkConnection, State) -> Void) -> Self {
         let states = self.states
         Task { for await state in states { handler(self, state) } }
+        return self
     }
 
     private static func state(of groupState: NWConnectionGroup.State, started: Bool) -> State {
@@ -105,6 +116,17 @@ public final class NetworkConnection<ApplicationProtocol: Sendable>: @unchecked 
 }
 
 extension NetworkConnection where ApplicationProtocol == QUIC {
+    /// The datagram channel, when the stack enables datagrams.
+    private var datagramChannel: QUIC.Datagrams<QUICDatagram>? {
+        guard let inbox = datagramInbox else { return nil }
+        return lock.withLock {
+            if let channel = datagramChannelStorage as? QUIC.Datagrams<QUICDatagram> { return channel }
+            let channel = QUIC.Datagrams<QUICDatagram>(parent: self, inbox: inbox)
+            datagramChannelStorage = channel
+            return channel
+        }
+    }
+
     /// A QUIC tunnel to `endpoint` with the stack the closure builds, for example
     /// `NetworkConnection(to: endpoint) { QUIC(alpn: ["echo"]) }`. It starts on first use.
     public convenience init(to endpoint: NWEndpoint, @ProtocolStackBuilder<QUIC> using stack: () -> QUIC) {
@@ -118,6 +140,15 @@ extension NetworkConnection where ApplicationProtocol == QUIC {
         self.init(to: endpoint) { stack }
     }
 
+    /// Starts the tunnel now rather than at first use, as Apple's `start()`: it connects and
+    /// handshakes, and `onStateUpdate` reports `.ready` or `.failed`. Optional; opening a
+    /// stream starts it too.
+    @discardableResult
+    public func start() -> Self {
+        startIfNeeded()
+        return self
+    }
+
     /// Opens a stream; waits until the tunnel is ready and the peer's stream limit allows one
     /// more (MAX_STREAMS, RFC 9000 §4.6). Bidirectional unless asked otherwise.
     public func openStream(directionality: QUICStream.Directionality = .bidirectional) async throws -> QUIC.Stream<QUICStream> {
@@ -125,7 +156,7 @@ extension NetworkConnection where ApplicationProtocol == QUIC {
     }
 
     /// Opens a stream whose stack puts framing on top of it, for example
-    /// `openStream { stream in TLV(stream) }` or `Coder(...)`.
+    /// `openStream { stream in TLV { stream } }` or `Coder(Note.self, using: .json) { stream }`.
     public func openStream<NewApplicationProtocol: OneToOneProtocol>(
         directionality: QUICStream.Directionality = .bidirectional,
         @ProtocolStackBuilder<NewApplicationProtocol> _ prepending: (QUICStream) -> NewApplicationProtocol
@@ -149,7 +180,7 @@ extension NetworkConnection where ApplicationProtocol == QUIC {
         } onCancel: {
             connection.cancel()
         }
-        return QUIC.Stream(connection, streamID: streamID, applicationProtocol: top)
+        return QUIC.Stream(connection, parent: self, streamID: streamID, applicationProtocol: top)
     }
 
     /// Runs `handler` for each stream the peer opens, each in its own child task, until the
@@ -175,7 +206,8 @@ extension NetworkConnection where ApplicationProtocol == QUIC {
         await withDiscardingTaskGroup { tasks in
             for await connection in streams {
                 connection.start(queue: queue)
-                let stream = QUIC.Stream(connection, streamID: connection.metadataObject.streamIdentifier, applicationProtocol: prepending(QUICStream()))
+                let stream = QUIC.Stream(
+                    connection, parent: self, streamID: connection.metadataObject.streamIdentifier, applicationProtocol: prepending(QUICStream()))
                 tasks.addTask {
                     do {
                         try await handler(stream)
@@ -217,22 +249,22 @@ extension NetworkConnection where ApplicationProtocol == QUIC {
 
     private var quicMetadata: NWProtocolQUIC.Metadata { group.metadataObject }
 
-    /// Sends one QUIC datagram (RFC 9221); the stack must enable them with
-    /// `maxDatagramFrameSize(_:)`, and the payload must fit `usableDatagramFrameSize`.
-    public func send(datagram: Data) async throws {
-        try await ready()
-        try await group.send(datagram: datagram)
-    }
-
-    /// Datagrams the peer sends (RFC 9221), in arrival order; ends with the tunnel.
-    public var datagrams: AsyncStream<Data> {
-        let stream = group.datagrams
-        startIfNeeded()
-        return stream
+    /// The tunnel's one datagram channel (RFC 9221), the same object on every access: every
+    /// datagram the peer sends arrives on it. Waits until the tunnel is ready, starting it.
+    ///
+    /// - Throws: `NWError.posix(.EOPNOTSUPP)` when the stack did not enable datagrams with
+    ///   `maxDatagramFrameSize(_:)`, or the error the tunnel failed with.
+    public var datagrams: QUIC.Datagrams<QUICDatagram> {
+        get async throws {
+            guard let channel = datagramChannel else { throw NWError.posix(.EOPNOTSUPP) }
+            try await ready()
+            return channel
+        }
     }
 
     /// Closes the tunnel: with `applicationError` when set, otherwise NO_ERROR (CONNECTION_CLOSE,
-    /// RFC 9000 §10.2). Every stream ends with it.
+    /// RFC 9000 §10.2). Every stream ends with it. An addition: on Apple platforms a connection
+    /// closes when its scope or task ends, which `withNetworkConnection(to:using:_:)` gives too.
     public func cancel() {
         if lock.withLock({ !started }) {
             // Never started: start so the group reports its end, then close.

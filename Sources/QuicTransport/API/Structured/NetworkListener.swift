@@ -7,7 +7,7 @@ import NIOConcurrencyHelpers
 ///
 /// ```swift
 /// let listener = try NetworkListener(for: .hostPort(host: "127.0.0.1", port: 4433)) {
-///     QUIC(alpn: ["echo"]).tls { $0.localIdentity = .files(certificateChain: "cert.pem", privateKey: "key.pem") }
+///     QUIC(alpn: ["echo"]).tls.localIdentity(.files(certificateChain: "cert.pem", privateKey: "key.pem"))
 /// }
 /// try await listener.run { connection in
 ///     try await connection.inboundStreams { stream in … }
@@ -40,13 +40,17 @@ public final class NetworkListener<ApplicationProtocol: Sendable>: @unchecked Se
     /// The current state.
     public var state: State { listener.state }
 
-    /// The current state, then every change; it ends after `.failed` or `.cancelled`.
+    /// The current state, then every change; it ends after `.failed` or `.cancelled`. An
+    /// addition: Apple offers `onStateUpdate(_:)` only.
     public var states: AsyncStream<State> { listener.states }
 
-    /// Calls `handler` with each new state, as Network.framework's `onStateUpdate`.
-    public func onStateUpdate(_ handler: @escaping @Sendable (NetworkListener, State) -> Void) {
+    /// Calls `handler` with each new state, as Network.framework's `onStateUpdate`; returns
+    /// the listener, so `try await NetworkListener { … }.onStateUpdate { … }.run { … }` chains.
+    @discardableResult
+    public func onStateUpdate(_ handler: @escaping @Sendable (NetworkListener, State) -> Void) -> Self {
         let states = self.states
         Task { for await state in states { handler(self, state) } }
+        return self
     }
 }
 

@@ -1,7 +1,8 @@
 import Foundation
 
 /// QUIC (RFC 9000) as a protocol stack for `NetworkConnection` and `NetworkListener`, as in
-/// Network.framework's 2025 API: `QUIC(alpn: ["my-protocol"]).idleTimeout(.seconds(10))`.
+/// Network.framework's 2025 API:
+/// `QUIC(alpn: ["my-protocol"]).idleTimeout(10_000).tls.peerAuthentication(.required)`.
 ///
 /// Each modifier returns a changed copy. They lower to the same `NWProtocolQUIC.Options` the
 /// classic API uses, so both faces run the same engine with the same settings.
@@ -9,21 +10,28 @@ public struct QUIC: Sendable {
     /// The options this stack lowers to; copied whenever a modifier changes one.
     private var storage: NWProtocolQUIC.Options
     /// The TLS 1.3 handshake's settings (RFC 9001): identity, peer authentication, ciphers.
-    public var tls: TLS
+    public private(set) var tlsSettings: QuicTransport.TLS
 
     /// QUIC offering these ALPN protocol IDs, in order of preference (RFC 9001 §8.1).
     public init(alpn: [String]) {
         storage = NWProtocolQUIC.Options(alpn: alpn)
-        tls = TLS()
+        tlsSettings = QuicTransport.TLS()
     }
+
+    /// The TLS handshake's modifiers, each returning the changed `QUIC`, as on Apple platforms:
+    /// `QUIC(alpn: ["x"]).tls.localIdentity(identity).tls.peerAuthentication(.none)`.
+    public var tls: QUIC.TLS { QUIC.TLS(quic: self) }
 
     /// The ALPN protocol IDs offered.
     public var alpn: [String] { storage.alpn }
 
+    /// Whether the stack offers RFC 9221 datagrams.
+    var datagramsEnabled: Bool { storage.isDatagram }
+
     /// The classic options these settings lower to: a fresh copy each time.
     package var options: NWProtocolQUIC.Options {
         let options = storage.copy()
-        tls.apply(to: &options.tls)
+        tlsSettings.apply(to: &options.tls)
         return options
     }
 
@@ -39,8 +47,11 @@ public struct QUIC: Sendable {
         return Int(seconds) * 1000 + Int(attoseconds / 1_000_000_000_000_000)
     }
 
-    /// `max_idle_timeout` (RFC 9000 §10.1); 30 s by default.
-    public func idleTimeout(_ timeout: Duration) -> QUIC { with { $0.idleTimeout = Self.milliseconds(timeout) } }
+    /// `max_idle_timeout` (RFC 9000 §10.1) in milliseconds, as Apple spells it; 30 s by default.
+    public func idleTimeout(_ milliseconds: Int) -> QUIC { with { $0.idleTimeout = milliseconds } }
+
+    /// `max_idle_timeout` as a `Duration`. An addition.
+    public func idleTimeout(_ timeout: Duration) -> QUIC { idleTimeout(Self.milliseconds(timeout)) }
 
     /// `initial_max_data` (RFC 9000 §18.2): bytes the peer may send on the whole connection.
     public func initialMaxData(_ bytes: Int) -> QUIC { with { $0.initialMaxData = bytes } }
@@ -63,10 +74,10 @@ public struct QUIC: Sendable {
     }
 
     /// `initial_max_streams_bidi`: how many bidirectional streams the peer may open.
-    public func initialMaxStreamsBidirectional(_ count: Int) -> QUIC { with { $0.initialMaxStreamsBidirectional = count } }
+    public func initialMaxBidirectionalStreams(_ count: Int) -> QUIC { with { $0.initialMaxStreamsBidirectional = count } }
 
     /// `initial_max_streams_uni`: how many unidirectional streams the peer may open.
-    public func initialMaxStreamsUnidirectional(_ count: Int) -> QUIC { with { $0.initialMaxStreamsUnidirectional = count } }
+    public func initialMaxUnidirectionalStreams(_ count: Int) -> QUIC { with { $0.initialMaxStreamsUnidirectional = count } }
 
     /// The largest UDP payload to send (RFC 9000 §14); 1452 by default.
     public func maxUDPPayloadSize(_ bytes: Int) -> QUIC { with { $0.maxUDPPayloadSize = bytes } }
@@ -80,11 +91,46 @@ public struct QUIC: Sendable {
         }
     }
 
-    /// Changes the TLS settings, as `.tls { ... }` does on Apple platforms.
-    public func tls(_ change: (inout TLS) -> Void) -> QUIC {
+    /// A copy with changed TLS settings; `QUIC.TLS`'s modifiers call it.
+    fileprivate func withTLS(_ change: (inout QuicTransport.TLS) -> Void) -> QUIC {
         var copy = self
-        change(&copy.tls)
+        change(&copy.tlsSettings)
         return copy
+    }
+
+    /// The TLS modifiers of a `QUIC` stack, reached through `quic.tls`; each returns the
+    /// changed `QUIC`, so they chain: `.tls.localIdentity(id).tls.cipherSuites([...])`.
+    public struct TLS: Sendable {
+        fileprivate let quic: QUIC
+
+        /// The certificate and key this side presents. A listener without one generates a
+        /// self-signed certificate for `localhost`.
+        public func localIdentity(_ identity: QuicTransport.TLS.LocalIdentity) -> QUIC {
+            quic.withTLS { $0.localIdentity = identity }
+        }
+
+        /// How this side checks the peer's certificate; `.required` (the system trust store) by
+        /// default for clients.
+        public func peerAuthentication(_ authentication: QuicTransport.TLS.PeerAuthentication) -> QUIC {
+            quic.withTLS { $0.peerAuthentication = authentication }
+        }
+
+        /// Lets `validator` decide whether to trust the peer, as Apple's
+        /// `certificateValidator(_:)`; it replaces any other peer authentication.
+        public func certificateValidator(_ validator: @escaping @Sendable (CertificateVerifier.Peer) async -> Bool) -> QUIC {
+            quic.withTLS { $0.peerAuthentication = .verify(validator) }
+        }
+
+        /// The AEADs to offer (RFC 9001 §5.3), in order of preference.
+        public func cipherSuites(_ suites: [QUICCipherSuite]) -> QUIC { quic.withTLS { $0.cipherSuites = suites } }
+
+        /// The name sent as SNI and verified, when not the endpoint's host. An addition.
+        public func serverName(_ name: String?) -> QUIC { quic.withTLS { $0.serverName = name } }
+
+        /// Clients: keep session tickets here and resume with them (RFC 8446 §2.2). An addition.
+        public func sessionTicketStore(_ store: QUICSessionTicketStore?) -> QUIC {
+            quic.withTLS { $0.sessionTicketStore = store }
+        }
     }
 
     // MARK: Additions
@@ -110,7 +156,8 @@ public struct QUIC: Sendable {
 public struct TLS: Sendable {
     /// How a client authenticates the server.
     public enum PeerAuthentication: Sendable {
-        /// Against the system trust store, with the host's name: the default.
+        /// Against the system trust store, with the host's name: the default. Apple spells it
+        /// `.required`.
         case systemTrustStore
         /// Against the CA certificates in this PEM file.
         case certificateAuthorities(file: String)
@@ -120,6 +167,10 @@ public struct TLS: Sendable {
         case verify(@Sendable (CertificateVerifier.Peer) async -> Bool)
         /// Nothing is checked: for testing only.
         case none
+
+        /// The peer must present a certificate the system trust store accepts: Apple's spelling
+        /// of `.systemTrustStore`.
+        public static var required: PeerAuthentication { .systemTrustStore }
 
         /// A pin written as hex, with or without colons, as `openssl x509 -fingerprint -sha256`
         /// and our tools print it; throws `TLSError.invalidPin` for anything else.

@@ -20,16 +20,13 @@ public struct QUICStream: StreamProtocol {
         case server
     }
 
-    /// What a send or a receive carries beside the bytes.
+    /// What a receive returns beside the bytes.
     public struct Metadata: Sendable, Hashable {
-        /// The peer finished its side (FIN, RFC 9000 §19.8); on a send, finish ours with the bytes.
+        /// The peer finished its side (FIN, RFC 9000 §19.8): no bytes follow these.
         public var endOfStream: Bool
 
         /// Metadata with `endOfStream` as given.
         public init(endOfStream: Bool = false) { self.endOfStream = endOfStream }
-
-        /// A send that finishes this side of the stream (FIN).
-        public static let endOfStream = Metadata(endOfStream: true)
     }
 
     /// The stream protocol; streams add it themselves, so stacks rarely spell it.
@@ -56,6 +53,8 @@ extension QUIC {
     public final class Stream<ApplicationProtocol: OneToOneProtocol>: @unchecked Sendable {
         /// The classic stream underneath: both faces share the engine.
         let connection: NWConnection
+        /// The tunnel the stream belongs to; the stream ends with it.
+        public let parent: NetworkConnection<QUIC>
         /// The stack's top protocol.
         public let applicationProtocol: ApplicationProtocol
         /// Bytes received past the last whole message.
@@ -65,8 +64,9 @@ extension QUIC {
         /// The stream ID (RFC 9000 §2.1).
         public let streamID: UInt64
 
-        init(_ connection: NWConnection, streamID: UInt64, applicationProtocol: ApplicationProtocol) {
+        init(_ connection: NWConnection, parent: NetworkConnection<QUIC>, streamID: UInt64, applicationProtocol: ApplicationProtocol) {
             self.connection = connection
+            self.parent = parent
             self.streamID = streamID
             self.applicationProtocol = applicationProtocol
         }
@@ -167,18 +167,14 @@ extension QUIC {
 }
 
 extension QUIC.Stream where ApplicationProtocol == QUICStream {
-    /// Sends bytes; `metadata.endOfStream` also finishes this side (FIN). Returns once QUIC has
-    /// taken the bytes into packets, so it waits while the peer's flow-control window is closed.
-    public func send(_ content: Data, metadata: QUICStream.Metadata = QUICStream.Metadata()) async throws {
-        try await sendBytes(content, endOfStream: metadata.endOfStream)
+    /// Sends bytes, as Apple's `send(_:endOfStream:)`; `endOfStream` also finishes this side
+    /// (FIN). Returns once QUIC has taken the bytes into packets, so it waits while the peer's
+    /// flow-control window is closed.
+    public func send(_ content: some DataProtocol, endOfStream: Bool = false) async throws {
+        try await sendBytes(Data(content), endOfStream: endOfStream)
     }
 
-    /// Sends bytes and then FIN when `endOfStream`. An addition over `send(_:metadata:)`.
-    public func send(_ content: Data, endOfStream: Bool) async throws {
-        try await sendBytes(content, endOfStream: endOfStream)
-    }
-
-    /// Finishes this side of the stream (FIN) without more bytes.
+    /// Finishes this side of the stream (FIN) without more bytes. An addition.
     public func finish() async throws { try await sendBytes(Data(), endOfStream: true) }
 
     /// Receives between `atLeast` and `atMost` bytes; fewer, perhaps none, once the peer
@@ -195,14 +191,14 @@ extension QUIC.Stream where ApplicationProtocol == QUICStream {
 }
 
 extension QUIC.Stream where ApplicationProtocol: MessageProtocol {
-    /// Sends one message; it arrives whole. `endOfStream` finishes this side after it.
+    /// Sends one message; it arrives whole. `lastMessage` finishes this side (FIN) after it.
     public func send(
         _ content: ApplicationProtocol.ContentType,
         metadata: ApplicationProtocol.Metadata,
-        endOfStream: Bool = false
+        lastMessage: Bool = false
     ) async throws {
         let bytes = try applicationProtocol.encode(content, metadata: metadata)
-        try await sendBytes(bytes, endOfStream: endOfStream)
+        try await sendBytes(bytes, endOfStream: lastMessage)
     }
 
     /// Receives the next whole message. Throws `NWError.posix(.ENODATA)` once the peer has
@@ -219,7 +215,7 @@ extension QUIC.Stream where ApplicationProtocol: MessageProtocol {
         AsyncThrowingStream { try await self.receiveMessage() }
     }
 
-    /// Finishes this side of the stream (FIN) without another message.
+    /// Finishes this side of the stream (FIN) without another message. An addition.
     public func finish() async throws { try await sendBytes(Data(), endOfStream: true) }
 }
 
