@@ -167,6 +167,14 @@ package final class InMemoryPair {
         self.serverConnection = nil
     }
 
+    /// The server loses the connection without a word, as a crashed or restarted process would:
+    /// the endpoint forgets it in whatever state it is, and packets for it find no route.
+    package func loseServerConnection() {
+        guard let serverConnection else { return }
+        server.remove(serverConnection)
+        self.serverConnection = nil
+    }
+
     package func inject(toServer bytes: [UInt8], from clientAddress: QUICSocketAddress = InMemoryPair.clientAddress) -> QUICEndpointCore.Disposition {
         var replies: [[UInt8]] = []
         let disposition = bytes.withUnsafeBytes { datagram in

@@ -307,6 +307,20 @@ struct QUICConnectionCoreTests {
         #expect(pair.client.closeReason == .statelessReset)
     }
 
+    /// End to end: the token the server issued in the handshake and in NEW_CONNECTION_ID frames
+    /// is the one its endpoint derives again once the connection is lost (RFC 9000 §10.3), so
+    /// the client ends at once instead of waiting for its idle timeout.
+    @Test func aServerThatLostTheConnectionResetsTheClientWithTheTokenItIssued() throws {
+        let pair = try InMemoryPair()
+        try pair.run(until: { pair.client.isHandshakeCompleted })
+        pair.advance(by: 100_000_000)
+        pair.loseServerConnection()
+        let stream = try #require(try pair.client.openStream(bidirectional: true))
+        try [UInt8](repeating: 1, count: 100).withUnsafeBytes { try pair.client.send(streamID: stream, bytes: $0, fin: true, token: 1) }
+        try pair.run(until: { pair.client.closeReason != nil }, limit: 2_000_000_000)
+        #expect(pair.client.closeReason == .statelessReset)
+    }
+
     @Test func aPeerClosingWithNoErrorIsNotTakenForAStatelessReset() throws {
         let pair = try InMemoryPair()
         try pair.run(until: { pair.client.isHandshakeCompleted })

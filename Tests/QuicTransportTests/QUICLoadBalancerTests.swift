@@ -171,6 +171,20 @@ struct QUICLoadBalancerTests {
         #expect(first.statelessResetToken(for: id) == restarted.statelessResetToken(for: id), "tokens outlive connection state")
     }
 
+    /// Tokens are 16 bytes (RFC 9000 §10.3) and differ per ID, including IDs that differ only
+    /// in length, which the CBC-MAC's length byte keeps apart.
+    @Test func resetTokensDifferPerConnectionID() {
+        let factory = QUICConnectionIDFactory(secret: [UInt8](repeating: 9, count: 32))
+        let tokens = (0..<200).map { _ in factory.statelessResetToken(for: factory.makeConnectionID()) }
+        #expect(tokens.allSatisfy { $0.count == 16 })
+        #expect(Set(tokens).count == tokens.count)
+        let short = QUICConnectionID([1, 2, 3])
+        let padded = QUICConnectionID([1, 2, 3, 0])
+        #expect(factory.statelessResetToken(for: short) != factory.statelessResetToken(for: padded))
+        let longest = QUICConnectionID([UInt8](repeating: 0xff, count: QUICConnectionID.maximumLength))
+        #expect(factory.statelessResetToken(for: longest).count == 16)
+    }
+
     @Test func unconfiguredIDsKeepTheirLayout() {
         let factory = QUICConnectionIDFactory()
         let id = factory.makeConnectionID()

@@ -270,10 +270,19 @@ struct AES128Block: Sendable {
         return out
     }
 
+    /// CBC-MAC of `message`, a whole number of blocks: the last block of its CBC encryption
+    /// under a zero IV, in one cipher call. A PRF over messages of one fixed length
+    /// (Bellare, Kilian and Rogaway, 1994), so callers pad every message to the same length.
+    func cbcMAC(_ message: [UInt8]) -> [UInt8] {
+        guard let out = Self.apply(key: key, to: message, encrypt: true) else { preconditionFailure("AES-128 failed after it worked") }
+        return Array(out.suffix(Self.length))
+    }
+
     private static func apply(key: [UInt8], to block: [UInt8], encrypt: Bool) -> [UInt8]? {
-        precondition(block.count == length, "one AES block")
+        precondition(!block.isEmpty && block.count % length == 0, "whole AES blocks")
+        let length = block.count
         var key = key
-        var iv = [UInt8](repeating: 0, count: length)
+        var iv = [UInt8](repeating: 0, count: Self.length)
         var out = [UInt8](repeating: 0, count: length)
         return key.withUnsafeMutableBufferPointer { key in
             iv.withUnsafeMutableBufferPointer { iv in
