@@ -9,6 +9,8 @@ import NIOConcurrencyHelpers
 public struct HTTP3FileHandler: Sendable {
     /// The served directory, standardized and with symlinks resolved.
     public let root: URL
+    /// Fields every response carries, such as `alt-svc` (RFC 7838 §3).
+    public let additionalFields: HTTPFields
     private let directory: HTTP3RootDirectory
 
     /// A handler that serves the files beneath `root`, and nothing outside it.
@@ -19,9 +21,12 @@ public struct HTTP3FileHandler: Sendable {
     ///     before it is looked up again, as nginx's `open_file_cache_valid`. A hit costs no
     ///     system call but the read; a file replaced on disk is seen at most this late. `.zero`
     ///     opens the file for every request.
-    public init(root: String, openFileReuse: Duration = .seconds(1)) {
+    ///   - additionalFields: fields every response carries, such as `alt-svc`. They are built
+    ///     into each opened file's fields once, so a response copies nothing to carry them.
+    public init(root: String, openFileReuse: Duration = .seconds(1), additionalFields: HTTPFields = [:]) {
         self.root = URL(fileURLWithPath: root).standardizedFileURL.resolvingSymlinksInPath()
-        self.directory = HTTP3RootDirectory(path: self.root.path, reuse: openFileReuse)
+        self.additionalFields = additionalFields
+        self.directory = HTTP3RootDirectory(path: self.root.path, reuse: openFileReuse, additionalFields: additionalFields)
     }
 
     /// Answers one request: the file or the one byte range asked for (206, or 416 when it cannot
@@ -30,12 +35,12 @@ public struct HTTP3FileHandler: Sendable {
     public func respond(to request: HTTP3ServerRequest) -> HTTP3ServerResponse {
         let method = request.head.method
         guard method == .get || method == .head else {
-            var fields = HTTPFields()
+            var fields = additionalFields
             fields[.allow] = "GET, HEAD"
             return HTTP3ServerResponse(status: .methodNotAllowed, headerFields: fields, body: Array("method not allowed\n".utf8))
         }
         guard let file = open(request.head.path ?? "/") else {
-            return HTTP3ServerResponse(status: .notFound, body: Array("not found\n".utf8))
+            return HTTP3ServerResponse(status: .notFound, headerFields: additionalFields, body: Array("not found\n".utf8))
         }
         let size = file.reader.size
         var status = HTTPResponse.Status.ok
@@ -66,16 +71,7 @@ public struct HTTP3FileHandler: Sendable {
     /// Opens the regular file a request path names (a directory's `index.html`); nil when it is
     /// missing, not a regular file, or would leave the root.
     func open(_ path: String) -> HTTP3ServedFile? {
-        // Scanned as UTF-8 bytes: the delimiters are ASCII, and walking Characters would run
-        // grapheme breaking over every path.
-        let utf8 = path.utf8
-        var relative = path[..<(utf8.firstIndex(of: UInt8(ascii: "?")) ?? utf8.endIndex)]
-        if relative.utf8.contains(UInt8(ascii: "%")) {
-            guard let decoded = relative.removingPercentEncoding else { return nil }
-            relative = Substring(decoded)
-        }
-        guard !relative.utf8.contains(0) else { return nil }
-        let name = String(relative[(relative.utf8.firstIndex { $0 != UInt8(ascii: "/") } ?? relative.endIndex)...])
+        guard let name = Self.relativeName(of: path) else { return nil }
         guard let entry = directory.openFile(name.isEmpty ? "." : name) else { return nil }
         switch entry {
         case .file(let file):
@@ -85,6 +81,32 @@ public struct HTTP3FileHandler: Sendable {
             guard case .file(let file) = directory.openFile(index) else { return nil }
             return file
         }
+    }
+
+    /// The path below the root that a request path names: without its query and its leading
+    /// slashes, percent-decoded (RFC 3986 §2.1). Nil when it holds a NUL or bad escapes.
+    ///
+    /// One pass over the UTF-8 bytes finds all that a plain path needs (the delimiters are
+    /// ASCII; walking Characters would run grapheme breaking over every path).
+    static func relativeName(of path: String) -> String? {
+        let utf8 = path.utf8
+        var start: String.Index?
+        var end = utf8.endIndex
+        var escaped = false
+        scan: for index in utf8.indices {
+            switch utf8[index] {
+            case UInt8(ascii: "?"): end = index; break scan
+            case UInt8(ascii: "%"): escaped = true
+            case 0: return nil
+            case UInt8(ascii: "/"): continue
+            default: break
+            }
+            if start == nil { start = index }
+        }
+        guard escaped else { return String(path[(start ?? end)..<end]) }
+        // Escapes can hide slashes and NULs, so the decoded path is scanned again.
+        guard let decoded = path[..<end].removingPercentEncoding, !decoded.utf8.contains(0) else { return nil }
+        return String(decoded[(decoded.utf8.firstIndex { $0 != UInt8(ascii: "/") } ?? decoded.endIndex)...])
     }
 
     enum RangeOutcome: Equatable {
@@ -163,6 +185,7 @@ final class HTTP3RootDirectory: Sendable {
     /// The canonical path with a trailing slash, for the fallback's prefix check.
     private let canonicalPath: String
     private let kernelResolves: Bool
+    private let additionalFields: HTTPFields
 
     /// An entry found by a recent lookup, and when it stops being trusted.
     private struct RecentEntry: Sendable {
@@ -185,8 +208,9 @@ final class HTTP3RootDirectory: Sendable {
     /// a sweep makes room.
     static let recentLimit = 256
 
-    init(path: String, reuse: Duration) {
+    init(path: String, reuse: Duration, additionalFields: HTTPFields) {
         self.reuse = reuse
+        self.additionalFields = additionalFields
         descriptor = Glibc.open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         canonicalPath = path.hasSuffix("/") ? path : path + "/"
         var probe: Int32 = -1
@@ -241,7 +265,7 @@ final class HTTP3RootDirectory: Sendable {
         case S_IFREG:
             let reader = HTTP3FileReader(descriptor: opened, size: Int(info.st_size))
             let contentType = HTTP3FileHandler.contentType(for: HTTP3FileHandler.pathExtension(of: relativePath))
-            return .file(HTTP3ServedFile(reader: reader, contentType: contentType))
+            return .file(HTTP3ServedFile(reader: reader, contentType: contentType, additionalFields: additionalFields))
         case S_IFDIR:
             close(opened)
             return .directory
@@ -252,23 +276,28 @@ final class HTTP3RootDirectory: Sendable {
     }
 }
 
-/// An opened file with the response fields that describe it, made once per lookup.
-struct HTTP3ServedFile: Sendable {
+/// An opened file with the response fields that describe it, made once per lookup and shared,
+/// with one reference count, by every response that serves it.
+final class HTTP3ServedFile: Sendable {
     let reader: HTTP3FileReader
     /// `content-type`, from the name the file was opened under.
     let contentType: HTTPField
     /// `content-type`, `accept-ranges` and `content-length` for the whole file (RFC 9110 §8.3,
-    /// §14.3, §8.6).
+    /// §14.3, §8.6), then the handler's additional fields.
     let wholeFileFields: HTTPFields
+    /// The fields every response carries (`alt-svc`, for one).
+    let additionalFields: HTTPFields
 
-    init(reader: HTTP3FileReader, contentType: String) {
+    init(reader: HTTP3FileReader, contentType: String, additionalFields: HTTPFields = [:]) {
         self.reader = reader
         self.contentType = HTTPField(name: .contentType, value: contentType)
+        self.additionalFields = additionalFields
         var fields = HTTPFields()
-        fields.reserveCapacity(3)
+        fields.reserveCapacity(3 + additionalFields.count)
         fields.append(self.contentType)
         fields.append(Self.acceptRanges)
         fields.append(HTTPField(name: .contentLength, value: String(reader.size)))
+        fields.append(contentsOf: additionalFields)
         wholeFileFields = fields
     }
 
@@ -278,11 +307,12 @@ struct HTTP3ServedFile: Sendable {
     /// when a range is sent.
     func fields(contentRange: String, length: Int?) -> HTTPFields {
         var fields = HTTPFields()
-        fields.reserveCapacity(4)
+        fields.reserveCapacity(4 + additionalFields.count)
         fields.append(contentType)
         fields.append(Self.acceptRanges)
         fields.append(HTTPField(name: .contentRange, value: contentRange))
         if let length { fields.append(HTTPField(name: .contentLength, value: String(length))) }
+        fields.append(contentsOf: additionalFields)
         return fields
     }
 }

@@ -149,18 +149,15 @@ struct H3Serve: AsyncParsableCommand {
         } catch {
             throw fail("\(error)")
         }
-        let files = HTTP3FileHandler(root: root, openFileReuse: .seconds(openFileCache))
-        // Made once the port is known, and validated once, not per response.
-        let advertised = NIOLockedValueBox<HTTPField?>(nil)
+        // Replaced by one that advertises HTTP/3 once the port is known: the Alt-Svc field is
+        // then part of every opened file's fields, so no response copies its fields to add it.
+        let files = NIOLockedValueBox(HTTP3FileHandler(root: root, openFileReuse: .seconds(openFileCache)))
         let logsRequests = !quiet
         // Files are answered without waiting, so HTTP/3 requests are served on the connection's
         // loop without a task (the server's responder); TCP requests take the same path.
         let serve: @Sendable (HTTP3ServerRequest) -> HTTP3ServerResponse = { request in
             let started = logsRequests ? ContinuousClock.now : nil
-            var response = files.respond(to: request)
-            if let field = advertised.withLockedValue({ $0 }), !response.head.headerFields.contains(.altSvc) {
-                response.head.headerFields.append(field)
-            }
+            let response = files.withLockedValue { $0 }.respond(to: request)
             guard let started else { return response }
             let elapsed = (ContinuousClock.now - started).components
             let microseconds = elapsed.seconds * 1_000_000 + elapsed.attoseconds / 1_000_000_000_000
@@ -220,7 +217,8 @@ struct H3Serve: AsyncParsableCommand {
         }
         if !noAltSvc && !noQUIC || altSvc != nil {
             let field = HTTPField(name: .altSvc, value: altSvc ?? "h3=\":\(boundPort)\"; ma=86400")
-            advertised.withLockedValue { $0 = field }
+            let advertising = HTTP3FileHandler(root: root, openFileReuse: .seconds(openFileCache), additionalFields: HTTPFields([field]))
+            files.withLockedValue { $0 = advertising }
         }
         let versions = [noQUIC ? nil : "HTTP/3", noTCP ? nil : "HTTP/2", noTCP ? nil : "HTTP/1.1"].compactMap { $0 }
         say("serving \(root) on https://\(host):\(boundPort)/ (\(versions.joined(separator: ", ")))")

@@ -1,5 +1,5 @@
 import Foundation
-import H3
+@testable import H3
 import HTTPTypes
 import Testing
 
@@ -70,6 +70,31 @@ struct HTTP3FileHandlerTests {
             #expect(response.head.status == .notFound, "\(path)")
             #expect(try !Self.bodyBytes(response).elementsEqual(Array("secret".utf8)))
         }
+    }
+
+    /// Additional fields (h3serve's Alt-Svc, RFC 7838 §3) ride on every answer exactly once:
+    /// whole files, ranges, unsatisfiable ranges, 404 and 405.
+    @Test func additionalFieldsRideOnEveryResponseOnce() throws {
+        let altSvc = HTTPField(name: .altSvc, value: "h3=\":4433\"; ma=86400")
+        let handler = HTTP3FileHandler(root: try Self.makeRoot().root.path, additionalFields: HTTPFields([altSvc]))
+        let responses = [
+            Self.get(handler, "/ten.txt"), Self.get(handler, "/ten.txt"), Self.get(handler, "/ten.txt", range: "bytes=2-4"),
+            Self.get(handler, "/ten.txt", range: "bytes=10-"), Self.get(handler, "/missing"), Self.get(handler, "/ten.txt", method: .post),
+        ]
+        #expect(responses.map(\.head.status.code) == [200, 200, 206, 416, 404, 405])
+        for response in responses {
+            #expect(response.head.headerFields[values: .altSvc] == [altSvc.value], "\(response.head.status)")
+        }
+        #expect(responses[2].head.headerFields[.contentRange] == "bytes 2-4/10")
+        #expect(Self.get(HTTP3FileHandler(root: handler.root.path), "/ten.txt").head.headerFields[.altSvc] == nil)
+    }
+
+    @Test(arguments: [
+        ("/", ""), ("", ""), ("///a//b", "a//b"), ("/docs/?q=/x%00", "docs/"), ("?x", ""), ("/a%20b.txt", "a b.txt"),
+        ("/%2Fetc", "etc"), ("/%2e%2e/x", "../x"), ("/ten.txt%00.png", nil), ("/a\u{0}b", nil), ("/%zz", nil), ("/caf\u{e9}", "caf\u{e9}"),
+    ] as [(String, String?)])
+    func requestPathsNameTheirFileBelowTheRoot(path: String, name: String?) {
+        #expect(HTTP3FileHandler.relativeName(of: path) == name, "\(path)")
     }
 
     @Test func otherMethodsGet405WithAllow() throws {
