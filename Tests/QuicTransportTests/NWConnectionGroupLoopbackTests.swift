@@ -505,3 +505,54 @@ struct NWConnectionGroupLoopbackTests {
         return url.path
     }
 }
+
+/// `NWListener.newConnectionLimit`, as Apple documents it: each delivered tunnel takes one off;
+/// at 0 tunnels wait, in order, until the limit is raised.
+@Suite("Listener connection limit", .timeLimit(TestEnvironment.minutes(2)))
+struct NWListenerConnectionLimitTests {
+    @Test func tunnelsPastTheLimitWaitUntilItIsRaised() async throws {
+        let server = try await LoopbackServer()
+        #expect(server.listener.newConnectionLimit == NWListener.InfiniteConnectionLimit)
+        server.listener.newConnectionLimit = 1
+        let delivered = Recorder<NWConnectionGroup>()
+        let groups = server.groups
+        Task {
+            for await group in groups {
+                delivered.append(group)
+                Task { await LoopbackServer.echo(group) }
+            }
+        }
+        let first = server.makeClient()
+        try await startAndWaitUntilReady(first)
+        #expect(await eventually { delivered.values.count == 1 })
+        #expect(server.listener.newConnectionLimit == 0)
+
+        // The second and third handshakes complete, but their tunnels are held.
+        let second = server.makeClient()
+        let third = server.makeClient()
+        try await startAndWaitUntilReady(second)
+        try await startAndWaitUntilReady(third)
+        #expect(await server.listener.connectionCount() == 3)
+        try await Task.sleep(for: .milliseconds(300))
+        #expect(delivered.values.count == 1, "the limit is 0: nothing more is handed over")
+
+        // Raised by one: the older held tunnel comes, and it serves.
+        server.listener.newConnectionLimit = 1
+        #expect(await eventually { delivered.values.count == 2 })
+        #expect(server.listener.newConnectionLimit == 0)
+        #expect(try await roundTrip(Data("second".utf8), on: second) == Data("second".utf8))
+
+        // A held tunnel whose client leaves is dropped, not handed over later.
+        third.cancel()
+        #expect(await eventually { await server.listener.connectionCount() == 2 })
+        server.listener.newConnectionLimit = NWListener.InfiniteConnectionLimit
+        try await Task.sleep(for: .milliseconds(300))
+        #expect(delivered.values.count == 2)
+        let fourth = server.makeClient()
+        try await startAndWaitUntilReady(fourth)
+        #expect(await eventually { delivered.values.count == 3 })
+        #expect(server.listener.newConnectionLimit == NWListener.InfiniteConnectionLimit, "an infinite limit does not count down")
+        #expect(try await roundTrip(Data("fourth".utf8), on: fourth) == Data("fourth".utf8))
+        for group in [first, second, fourth] { group.cancel() }
+    }
+}

@@ -151,6 +151,46 @@ struct NetworkConnectionTests {
         }
     }
 
+    /// Apple's `NetworkListener.newConnectionLimit`: `run` calls its handler once per unit of
+    /// limit; later connections wait until the limit is raised.
+    @Test func newConnectionLimitHoldsConnectionsUntilRaised() async throws {
+        let handled = Recorder<Int>()
+        let listener = try NetworkListener(for: .hostPort(host: "127.0.0.1", port: .any)) { QUIC(alpn: ["test"]) }
+        listener.newConnectionLimit = 1
+        let serving = Task {
+            try await listener.run { connection in
+                handled.append(handled.values.count)
+                try await connection.inboundStreams { stream in
+                    let (content, _) = try await stream.receive(atMost: 1024)
+                    try await stream.send(content, endOfStream: true)
+                }
+            }
+        }
+        defer { serving.cancel() }
+        let port = try #require(try await within(10) { () -> NWEndpoint.Port? in
+            for await state in listener.states where state == .ready { return listener.port }
+            return nil
+        })
+        let fingerprint = try #require(listener.generatedCertificate).sha256Fingerprint
+        @Sendable func echo(_ text: String) async throws -> String {
+            try await withNetworkConnection(to: .hostPort(host: "localhost", port: port)) {
+                QUIC(alpn: ["test"]).tls.peerAuthentication(.pinnedSHA256(fingerprint))
+            } _: { connection in
+                let stream = try await connection.openStream()
+                try await stream.send(Data(text.utf8), endOfStream: true)
+                return String(decoding: try await stream.receive(atLeast: text.utf8.count, atMost: 1024).content, as: UTF8.self)
+            }
+        }
+        #expect(try await within(20) { try await echo("one") } == "one")
+        #expect(listener.newConnectionLimit == 0)
+        let waiting = Task { try await echo("two") }
+        try await Task.sleep(for: .milliseconds(500))
+        #expect(handled.values.count == 1, "at 0 the handler is not called")
+        listener.newConnectionLimit = 1
+        #expect(try await within(20) { try await waiting.value } == "two")
+        #expect(handled.values.count == 2)
+    }
+
     /// Flow control as backpressure: a listener that does not read holds a fast writer at its
     /// window; once it reads, everything arrives.
     @Test func aSlowReaderHoldsAFastWriterBack() async throws {

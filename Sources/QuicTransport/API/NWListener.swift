@@ -57,6 +57,10 @@ public final class NWListener: @unchecked Sendable {
     private var _workers = 1
     private var workerGroup: QUICServerWorkerGroup?
     private var cancelled = false
+    private var _newConnectionLimit = NWListener.InfiniteConnectionLimit
+    /// Tunnels established while `newConnectionLimit` was 0, oldest first, handed over as it
+    /// rises. They count against `maximumConcurrentTunnels`, which bounds them.
+    private var heldGroups: [NWConnectionGroup] = []
     /// Groups accepted and not yet finished, so that they live until they end.
     private var liveGroups: [ObjectIdentifier: NWConnectionGroup] = [:]
 
@@ -111,6 +115,41 @@ public final class NWListener: @unchecked Sendable {
     public var newConnectionGroupHandler: (@Sendable (NWConnectionGroup) -> Void)? {
         get { lock.withLock { _newConnectionGroupHandler } }
         set { lock.withLock { _newConnectionGroupHandler = newValue } }
+    }
+
+    /// The value of `newConnectionLimit` that turns it off, as Apple's
+    /// `NWListener.InfiniteConnectionLimit` (`UINT32_MAX`, as `NW_LISTENER_INFINITE_CONNECTION_LIMIT`).
+    public static let InfiniteConnectionLimit = Int(UInt32.max)
+
+    /// How many more tunnels to hand over, as Apple's `newConnectionLimit`: each one delivered
+    /// takes one off, unless it is `InfiniteConnectionLimit` (the default). At 0, tunnels that
+    /// complete their handshake are held, in order, and handed over when the limit is raised;
+    /// they still count against `maximumConcurrentTunnels`, so past that new clients get
+    /// CONNECTION_REFUSED. A held tunnel whose client leaves is dropped. Settable at any time.
+    public var newConnectionLimit: Int {
+        get { lock.withLock { _newConnectionLimit } }
+        set {
+            let released = lock.withLock {
+                _newConnectionLimit = max(0, newValue)
+                return takeReleasedGroups()
+            }
+            for group in released { deliver(group) }
+        }
+    }
+
+    /// Takes one off the limit for each tunnel it lets through; call with `lock` held.
+    private func admitNewConnection() -> Bool {
+        if _newConnectionLimit == Self.InfiniteConnectionLimit { return true }
+        guard _newConnectionLimit > 0 else { return false }
+        _newConnectionLimit -= 1
+        return true
+    }
+
+    /// The held tunnels the limit now lets through, oldest first; call with `lock` held.
+    private func takeReleasedGroups() -> [NWConnectionGroup] {
+        var released: [NWConnectionGroup] = []
+        while !heldGroups.isEmpty, admitNewConnection() { released.append(heldGroups.removeFirst()) }
+        return released
     }
 
     /// The most tunnels served at once, handshakes included; past it new clients get
@@ -207,6 +246,7 @@ public final class NWListener: @unchecked Sendable {
                 cancelled = true
                 workerGroup = nil
                 groupContinuations.removeAll()
+                heldGroups.removeAll()
                 _newConnectionGroupHandler = nil
             }
             return (workerGroup, groupContinuations)
@@ -228,19 +268,37 @@ public final class NWListener: @unchecked Sendable {
         let key = ObjectIdentifier(group)
         lock.withLock { liveGroups[key] = group }
         let peer = driver.core.path.remote
-        group.onFinished = { [weak self] in self?.lock.withLock { _ = self?.liveGroups.removeValue(forKey: key) } }
+        group.onFinished = { [weak self] in
+            guard let self else { return }
+            self.lock.withLock {
+                self.liveGroups[key] = nil
+                self.heldGroups.removeAll { ObjectIdentifier($0) == key }
+            }
+        }
         group.onHandshakeFailure = { [weak self] reason in
             self?.logger.notice("handshake with \(peer) failed: \(reason)")
         }
         group.onEstablished = { [weak self] in
             guard let self else { return }
-            let (handler, continuations) = self.lock.withLock { (self._newConnectionGroupHandler, self.groupContinuations) }
-            if let handler { self.observable.callback { handler(group) } }
-            for continuation in continuations { continuation.yield(group) }
-            if handler == nil && continuations.isEmpty {
-                self.logger.warning("no newConnectionGroupHandler: closing the tunnel")
-                group.cancel(applicationError: 0, reason: "no handler")
+            let admitted = self.lock.withLock {
+                guard self.admitNewConnection() else {
+                    self.heldGroups.append(group)
+                    return false
+                }
+                return true
             }
+            if admitted { self.deliver(group) }
+        }
+    }
+
+    /// Hands an established tunnel to the handler and the `connectionGroups` sequences.
+    private func deliver(_ group: NWConnectionGroup) {
+        let (handler, continuations) = lock.withLock { (_newConnectionGroupHandler, groupContinuations) }
+        if let handler { observable.callback { handler(group) } }
+        for continuation in continuations { continuation.yield(group) }
+        if handler == nil && continuations.isEmpty {
+            logger.warning("no newConnectionGroupHandler: closing the tunnel")
+            group.cancel(applicationError: 0, reason: "no handler")
         }
     }
 

@@ -40,6 +40,15 @@ public final class NetworkListener<ApplicationProtocol: Sendable>: @unchecked Se
     /// The current state.
     public var state: State { listener.state }
 
+    /// How many more connections `run` delivers, as Network.framework's `newConnectionLimit`:
+    /// each delivered connection takes one off, unless it is `NWListener.InfiniteConnectionLimit`
+    /// (the default). At 0 the handler is not called; tunnels that complete their handshake wait,
+    /// in order, until the limit is raised (see `NWListener.newConnectionLimit`).
+    public var newConnectionLimit: Int {
+        get { listener.newConnectionLimit }
+        set { listener.newConnectionLimit = newValue }
+    }
+
     /// The current state, then every change; it ends after `.failed` or `.cancelled`. An
     /// addition: Apple offers `onStateUpdate(_:)` only.
     public var states: AsyncStream<State> { listener.states }
