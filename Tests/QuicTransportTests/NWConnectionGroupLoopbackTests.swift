@@ -556,3 +556,54 @@ struct NWListenerConnectionLimitTests {
         for group in [first, second, fourth] { group.cancel() }
     }
 }
+
+/// Apple's path surface on a QUIC stream: `currentPath`, `pathUpdateHandler` and
+/// `viabilityUpdateHandler`, fed by the handshake and by a validated migration (RFC 9000 §9).
+@Suite("Connection paths over loopback", .timeLimit(TestEnvironment.minutes(2)))
+struct NWConnectionPathTests {
+    @Test func pathsFollowTheHandshakeAndAMigrationOnBothSides() async throws {
+        let server = try await LoopbackServer()
+        let serverPaths = Recorder<NWPath>()
+        let groups = server.groups
+        Task {
+            for await group in groups {
+                Task { for await path in group.pathUpdates { serverPaths.append(path) } }
+                Task { await LoopbackServer.echo(group) }
+            }
+        }
+        let group = server.makeClient()
+        try await startAndWaitUntilReady(group)
+        let stream = try #require(NWConnection(from: group))
+        let paths = Recorder<NWPath>()
+        let viability = Recorder<Bool>()
+        stream.pathUpdateHandler = { paths.append($0) }
+        stream.viabilityUpdateHandler = { viability.append($0) }
+        stream.betterPathUpdateHandler = { _ in Issue.record("Linux has no better path") }
+        stream.start(queue: DispatchQueue(label: "test.stream"))
+        #expect(await eventually { paths.values.count == 1 && viability.values == [true] })
+
+        let first = try #require(paths.values.first)
+        #expect(first.status == .satisfied)
+        #expect(first.remoteEndpoint == .hostPort(host: "127.0.0.1", port: server.port))
+        #expect(first.usesInterfaceType(.loopback))
+        #expect(first.availableInterfaces.map(\.name) == ["lo"])
+        #expect(first.supportsIPv4 && !first.supportsIPv6 && !first.isExpensive)
+        #expect(stream.currentPath == first)
+        #expect(await eventually { serverPaths.values.first?.remoteEndpoint == first.localEndpoint })
+
+        // The client moves to a new port: both ends report the new path.
+        let newLocal = try await within(20) { try await group.migrate() }
+        #expect(newLocal != first.localEndpoint)
+        #expect(await eventually { paths.values.last?.localEndpoint == newLocal })
+        #expect(paths.values.count == 2, "\(paths.values)")
+        #expect(stream.currentPath?.localEndpoint == newLocal)
+        #expect(await eventually { serverPaths.values.last?.remoteEndpoint == newLocal }, "\(serverPaths.values)")
+        #expect(viability.values == [true])
+        #expect(try await roundTrip(Data("moved".utf8), on: group) == Data("moved".utf8))
+
+        // Handlers go when the stream ends, as Apple releases them.
+        stream.cancel()
+        #expect(await eventually { stream.pathUpdateHandler == nil && stream.viabilityUpdateHandler == nil })
+        group.cancel()
+    }
+}

@@ -191,6 +191,33 @@ struct NetworkConnectionTests {
         #expect(handled.values.count == 2)
     }
 
+    /// Apple's `onPathUpdate` and `onViabilityUpdate`: the path arrives once the tunnel is up.
+    @Test func pathAndViabilityHandlersSeeTheTunnelsPath() async throws {
+        let listener = try NetworkListener(for: .hostPort(host: "127.0.0.1", port: .any)) { QUIC(alpn: ["test"]) }
+        let serving = Task { try await listener.run { connection in try await connection.inboundStreams { _ in } } }
+        defer { serving.cancel() }
+        let port = try #require(try await within(10) { () -> NWEndpoint.Port? in
+            for await state in listener.states where state == .ready { return listener.port }
+            return nil
+        })
+        let fingerprint = try #require(listener.generatedCertificate).sha256Fingerprint
+        let paths = Recorder<NWPath>()
+        let viability = Recorder<Bool>()
+        try await withNetworkConnection(to: .hostPort(host: "127.0.0.1", port: port)) {
+            QUIC(alpn: ["test"]).tls.peerAuthentication(.pinnedSHA256(fingerprint))
+        } _: { connection in
+            #expect(connection.currentPath == nil)
+            connection
+                .onPathUpdate { _, path in paths.append(path) }
+                .onViabilityUpdate { _, viable in viability.append(viable) }
+                .onBetterPathUpdate { _, _ in Issue.record("Linux has no better path") }
+            _ = try await connection.openStream()
+            #expect(await eventually { paths.values.count == 1 && viability.values == [true] })
+            #expect(paths.values.first?.remoteEndpoint == .hostPort(host: "127.0.0.1", port: port))
+            #expect(connection.currentPath == paths.values.first)
+        }
+    }
+
     /// Flow control as backpressure: a listener that does not read holds a fast writer at its
     /// window; once it reads, everything arrives.
     @Test func aSlowReaderHoldsAFastWriterBack() async throws {

@@ -117,6 +117,16 @@ public final class NWConnection: @unchecked Sendable {
         }
     }
 
+    /// Apple's path handlers and the task that feeds them from the tunnel's path updates.
+    private struct PathObservers {
+        var path: (@Sendable (NWPath) -> Void)?
+        var viability: (@Sendable (Bool) -> Void)?
+        var betterPath: (@Sendable (Bool) -> Void)?
+        var watch: Task<Void, Never>?
+        var ended = false
+    }
+    private let pathObservers = NIOLockedValueBox(PathObservers())
+
     // MARK: Loop-confined
     private(set) var streamID: Int64?
     private var started = false
@@ -201,6 +211,69 @@ public final class NWConnection: @unchecked Sendable {
 
     /// The tunnel this stream belongs to.
     public var connectionGroup: NWConnectionGroup { group }
+
+    /// The path the stream's tunnel uses now, matching Apple's `currentPath`; nil until the
+    /// tunnel's handshake completes.
+    public var currentPath: NWPath? { group.currentPath }
+
+    /// Called on the start queue with the tunnel's path once its handshake completes, and with
+    /// each new one after a validated migration (RFC 9000 §9), matching Apple's
+    /// `pathUpdateHandler`. Released when the connection ends.
+    public var pathUpdateHandler: (@Sendable (NWPath) -> Void)? {
+        get { pathObservers.withLockedValue { $0.path } }
+        set {
+            pathObservers.withLockedValue { $0.path = $0.ended ? nil : newValue }
+            watchPathIfNeeded()
+        }
+    }
+
+    /// Called on the start queue with `true` once the tunnel has a path to send and receive on,
+    /// matching Apple's `viabilityUpdateHandler`. Linux reports no loss of route to a tunnel (a
+    /// path that stops working ends in the idle timeout and `.failed`), so it is not called with
+    /// `false`. Released when the connection ends.
+    public var viabilityUpdateHandler: (@Sendable (Bool) -> Void)? {
+        get { pathObservers.withLockedValue { $0.viability } }
+        set {
+            pathObservers.withLockedValue { $0.viability = $0.ended ? nil : newValue }
+            watchPathIfNeeded()
+        }
+    }
+
+    /// Matching Apple's `betterPathUpdateHandler`, kept so code that sets it compiles: Linux has
+    /// no preference among interfaces, so there is never a better path and it is not called.
+    public var betterPathUpdateHandler: (@Sendable (Bool) -> Void)? {
+        get { pathObservers.withLockedValue { $0.betterPath } }
+        set { pathObservers.withLockedValue { $0.betterPath = $0.ended ? nil : newValue } }
+    }
+
+    /// Feeds the path and viability handlers from the tunnel's path updates while either is set.
+    private func watchPathIfNeeded() {
+        let updates = group.pathUpdates
+        pathObservers.withLockedValue { observers in
+            guard observers.watch == nil, !observers.ended, observers.path != nil || observers.viability != nil else { return }
+            observers.watch = Task { [weak self] in
+                var reportedViable = false
+                for await path in updates {
+                    guard let self else { return }
+                    let (pathHandler, viabilityHandler) = self.pathObservers.withLockedValue { ($0.path, $0.viability) }
+                    if let pathHandler { self.observable.callback { pathHandler(path) } }
+                    if !reportedViable, path.status == .satisfied, let viabilityHandler {
+                        reportedViable = true
+                        self.observable.callback { viabilityHandler(true) }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The connection has ended: its path handlers go, as its state handler does.
+    private func endPathObservers() {
+        let watch = pathObservers.withLockedValue { observers -> Task<Void, Never>? in
+            defer { observers = PathObservers(ended: true) }
+            return observers.watch
+        }
+        watch?.cancel()
+    }
 
     /// The remote endpoint of the stream's tunnel, matching Apple's `endpoint`.
     public var endpoint: NWEndpoint { group.descriptor.members[0] }
@@ -375,7 +448,13 @@ public final class NWConnection: @unchecked Sendable {
 
     private func callback(_ body: @escaping @Sendable () -> Void) { observable.callback(body) }
 
-    private func setState(_ new: State) { observable.update(new) }
+    private func setState(_ new: State) {
+        observable.update(new)
+        switch new {
+        case .failed, .cancelled: endPathObservers()
+        default: break
+        }
+    }
 
     /// For a connection that owns its tunnel: the tunnel's failure is the connection's.
     private func tunnelStateChanged(_ state: NWConnectionGroup.State) {

@@ -15,6 +15,8 @@ extension NWConnectionGroup {
         public let remoteEndpoint: NWEndpoint?
         /// The local address a received message arrived at; nil for messages you send.
         public let localEndpoint: NWEndpoint?
+        /// The path a received message arrived over, as Apple's `path`; nil for messages you send.
+        public let path: NWPath?
 
         /// A message to send, with Network.framework's send properties.
         override public init(
@@ -28,6 +30,7 @@ extension NWConnectionGroup {
             self.group = nil
             self.remoteEndpoint = nil
             self.localEndpoint = nil
+            self.path = nil
             super.init(
                 identifier: identifier, expiration: expiration, priority: priority, isFinal: isFinal,
                 antecedent: antecedent, metadata: metadata
@@ -39,6 +42,7 @@ extension NWConnectionGroup {
             self.group = group
             self.remoteEndpoint = path.map { NWEndpoint(address: $0.remote) }
             self.localEndpoint = path.map { NWEndpoint(address: $0.local) }
+            self.path = path.map { NWPath(satisfied: $0) }
             super.init(identifier: "datagram", isFinal: true, metadata: group.metadata(definition: NWProtocolQUIC.definition).map { [$0] })
         }
 

@@ -59,6 +59,12 @@ public final class NWConnectionGroup: @unchecked Sendable {
     private var receiveLimit = Int.max
     private var streamContinuations: [AsyncStream<NWConnection>.Continuation] = []
     private var datagramContinuations: [AsyncStream<Data>.Continuation] = []
+    private var _currentPath: NWPath?
+    /// Observers of `pathUpdates`, by a number of their own so each can leave when it stops.
+    private var pathContinuations: [Int: AsyncStream<NWPath>.Continuation] = [:]
+    private var nextPathObserver = 0
+    /// Set when the tunnel has ended: later path observers finish at once.
+    private var pathsEnded = false
     /// What the tunnel's QUIC metadata reports, shared with its streams' metadata.
     let tunnelMetadata: NWProtocolQUIC.TunnelMetadata
     /// The tunnel's metadata object, the one `metadata(definition:)` returns.
@@ -444,6 +450,7 @@ public final class NWConnectionGroup: @unchecked Sendable {
             case .handshakeCompleted:
                 applyMetadataSettings()
                 refreshMetadata()
+                if let driver { publishPath(NWPath(satisfied: driver.core.path)) }
                 if started { setState(.ready) }
                 onEstablished?()
                 onEstablished = nil
@@ -467,6 +474,8 @@ public final class NWConnectionGroup: @unchecked Sendable {
             case .closed(let reason):
                 if let driver, !driver.core.isHandshakeCompleted { onHandshakeFailure?(reason) }
                 finish(reason)
+            case .pathValidated(let path, succeeded: true):
+                publishPath(NWPath(satisfied: path))
             case .connectionIDIssued, .connectionIDRetired, .handshakeConfirmed, .pathValidated, .earlyDataRejected:
                 break
             }
@@ -488,17 +497,54 @@ public final class NWConnectionGroup: @unchecked Sendable {
         finishObservers()
     }
 
-    /// Ends the `inboundStreams` and `datagrams` sequences.
+    /// Ends the `inboundStreams`, `datagrams` and `pathUpdates` sequences.
     private func finishObservers() {
-        let (streamObservers, datagramObservers) = lock.withLock {
+        let (streamObservers, datagramObservers, pathObservers) = lock.withLock {
             defer {
                 streamContinuations.removeAll()
                 datagramContinuations.removeAll()
+                pathContinuations.removeAll()
+                pathsEnded = true
             }
-            return (streamContinuations, datagramContinuations)
+            return (streamContinuations, datagramContinuations, Array(pathContinuations.values))
         }
         for continuation in streamObservers { continuation.finish() }
         for continuation in datagramObservers { continuation.finish() }
+        for continuation in pathObservers { continuation.finish() }
+    }
+
+    // MARK: Path
+
+    /// The path the tunnel uses now; nil until its handshake completes.
+    public var currentPath: NWPath? { lock.withLock { _currentPath } }
+
+    /// The tunnel's path, if it has one yet, then each new one: after the handshake and after
+    /// each validated migration (RFC 9000 §9). Ends with the tunnel. An addition: Apple reports
+    /// paths on connections (`NWConnection.pathUpdateHandler`), which use this.
+    public var pathUpdates: AsyncStream<NWPath> {
+        AsyncStream { continuation in
+            let observer = lock.withLock { () -> Int? in
+                if let path = _currentPath { continuation.yield(path) }
+                guard !pathsEnded else { return nil }
+                nextPathObserver += 1
+                pathContinuations[nextPathObserver] = continuation
+                return nextPathObserver
+            }
+            guard let observer else { return continuation.finish() }
+            continuation.onTermination = { [weak self] _ in
+                guard let self else { return }
+                self.lock.withLock { self.pathContinuations[observer] = nil }
+            }
+        }
+    }
+
+    private func publishPath(_ path: NWPath) {
+        let observers = lock.withLock { () -> [AsyncStream<NWPath>.Continuation] in
+            guard _currentPath != path else { return [] }
+            _currentPath = path
+            return Array(pathContinuations.values)
+        }
+        for continuation in observers { continuation.yield(path) }
     }
 
     /// The connection is over and its driver has stopped: lets go of everything that could keep

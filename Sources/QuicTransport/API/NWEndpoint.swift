@@ -57,15 +57,6 @@ extension NWEndpoint {
     }
 }
 
-/// A network interface by name; accepted for source compatibility, not used for routing.
-public struct NWInterface: Hashable, Sendable {
-    /// The interface's name, for example `eth0`.
-    public let name: String
-    /// An interface by name. Our addition: Apple's interfaces come from the system, not an
-    /// initialiser.
-    public init(name: String) { self.name = name }
-}
-
 /// Describes what a connection group connects to, as in Network.framework. QUIC's is
 /// `NWMultiplexGroup`; Apple's multicast groups have no counterpart here.
 public protocol NWGroupDescriptor: Sendable {

@@ -88,6 +88,43 @@ public final class NetworkConnection<ApplicationProtocol: Sendable>: @unchecked 
         return self
     }
 
+    /// The path the tunnel uses now; nil until its handshake completes.
+    public var currentPath: NWPath? { group.currentPath }
+
+    /// Calls `handler` with the tunnel's path once its handshake completes and with each new one
+    /// after a validated migration (RFC 9000 §9), as Network.framework's `onPathUpdate`, until
+    /// the tunnel ends; returns the connection, so calls chain.
+    @discardableResult
+    public func onPathUpdate(_ handler: @escaping @Sendable (NetworkConnection, NWPath) -> Void) -> Self {
+        let paths = group.pathUpdates
+        Task { for await path in paths { handler(self, path) } }
+        return self
+    }
+
+    /// Calls `handler` with `true` once the tunnel has a path to send and receive on, as
+    /// Network.framework's `onViabilityUpdate`. Linux reports no loss of route to a tunnel (a
+    /// path that stops working ends in the idle timeout and `.failed`), so it is not called with
+    /// `false`. Returns the connection, so calls chain.
+    @discardableResult
+    public func onViabilityUpdate(_ handler: @escaping @Sendable (NetworkConnection, Bool) -> Void) -> Self {
+        let paths = group.pathUpdates
+        Task {
+            for await path in paths where path.status == .satisfied {
+                handler(self, true)
+                return
+            }
+        }
+        return self
+    }
+
+    /// Network.framework's `onBetterPathUpdate`, kept so code that calls it compiles: Linux has
+    /// no preference among interfaces, so there is never a better path and `handler` is not
+    /// called. Returns the connection, so calls chain.
+    @discardableResult
+    public func onBetterPathUpdate(_ handler: @escaping @Sendable (NetworkConnection, Bool) -> Void) -> Self {
+        self
+    }
+
     private static func state(of groupState: NWConnectionGroup.State, started: Bool) -> State {
         switch groupState {
         case .setup: return started ? .preparing : .setup
