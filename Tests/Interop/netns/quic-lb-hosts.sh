@@ -58,6 +58,10 @@ EOF
 
 MODE=real BALANCER=both NAT=stateless SID_LEN=2 SID1="" SID2="" CID_LEN=18 CONFIG_ID=0
 BIN_DIR="${BIN_DIR:-$REPO_ROOT/.build/debug}" CONNECTIONS=100 BLOB_SIZE=262144
+# Time bounds stretch as the Swift tests' do (QUIC_TEST_TIME_SCALE; scripts/test sets it for
+# sanitizer runs, whose binaries are several times slower).
+TIME_SCALE="${QUIC_TEST_TIME_SCALE:-1}"
+scaled() { awk -v s="$1" -v k="$TIME_SCALE" 'BEGIN { v = s * k; printf "%d\n", (v == int(v)) ? v : int(v) + 1 }'; }
 PORT=4433 SERVER_ID_FLAG=1
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -247,8 +251,8 @@ load_balancer() {  # load_balancer cid|4tuple [hosts...]
   log "balancer: $mode ($NAT) for $*"
 }
 
-wait_for_udp() {  # wait_for_udp NS PORT SECONDS
-  local deadline=$(( SECONDS + $3 ))
+wait_for_udp() {  # wait_for_udp NS PORT SECONDS (scaled)
+  local deadline=$(( SECONDS + $(scaled "$3") ))
   until in_ns "$1" ss -Hlun "sport = :$2" | grep -q .; do
     (( SECONDS < deadline )) || die "nothing listens on UDP port $2 in $1 after $3 s"
     sleep 0.1
@@ -383,7 +387,7 @@ h3get_start() {
   local dir="$WORK/$name" args=() i
   mkdir -p "$dir"
   for i in $(seq 1 "$n"); do args+=(-o "$i" "${prefix/\{i\}/$i}"); done
-  ip netns exec "$NS_C" timeout "${H3GET_TIMEOUT:-15}" "$BIN_DIR/h3get" --http3-only --cacert "$WORK/cert.pem" \
+  ip netns exec "$NS_C" timeout "$(scaled "${H3GET_TIMEOUT:-15}")" "$BIN_DIR/h3get" --http3-only --cacert "$WORK/cert.pem" \
     --output-dir "$dir" "$@" "${args[@]}" >"$WORK/$name.out" 2>"$WORK/$name.err" &
   H3GET_PID=$!
   PIDS+=($!)
@@ -405,7 +409,7 @@ gtls_start() {
   mkdir -p "$WORK/$name"
   for i in $(seq 1 "$g"); do
     mkdir -p "$WORK/$name/d$i"
-    ip netns exec "$NS_C" timeout 10 gtlsclient --exit-on-all-streams-close --no-quic-dump --no-http-dump \
+    ip netns exec "$NS_C" timeout "$(scaled 10)" gtlsclient --exit-on-all-streams-close --no-quic-dump --no-http-dump \
       --timeout=5s --change-local-addr=10ms --download="$WORK/$name/d$i" \
       "$VIP" "$PORT" "https://lb.test:$PORT/blob" >"$WORK/$name/$i.log" 2>&1 &
     GTLS_PIDS+=($!)
@@ -443,8 +447,8 @@ all_started() {  # all_started DIR N: every body has begun, so each names its ho
   for i in $(seq 1 "$2"); do [[ -s $1/$i ]] || return 1; done
 }
 
-wait_until() {  # wait_until SECONDS COMMAND...: polls every 0.1 s; fails at the deadline
-  local deadline=$(( SECONDS + $1 )); shift
+wait_until() {  # wait_until SECONDS COMMAND...: polls every 0.1 s; fails at the (scaled) deadline
+  local deadline=$(( SECONDS + $(scaled "$1") )); shift
   until "$@"; do (( SECONDS < deadline )) || return 1; sleep 0.1; done
 }
 
