@@ -248,22 +248,27 @@ public final class NWConnection: @unchecked Sendable {
 
     /// Feeds the path and viability handlers from the tunnel's path updates while either is set.
     private func watchPathIfNeeded() {
+        let wanted = pathObservers.withLockedValue { $0.watch == nil && !$0.ended && ($0.path != nil || $0.viability != nil) }
+        guard wanted else { return }
         let updates = group.pathUpdates
-        pathObservers.withLockedValue { observers in
-            guard observers.watch == nil, !observers.ended, observers.path != nil || observers.viability != nil else { return }
-            observers.watch = Task { [weak self] in
-                var reportedViable = false
-                for await path in updates {
-                    guard let self else { return }
-                    let (pathHandler, viabilityHandler) = self.pathObservers.withLockedValue { ($0.path, $0.viability) }
-                    if let pathHandler { self.observable.callback { pathHandler(path) } }
-                    if !reportedViable, path.status == .satisfied, let viabilityHandler {
-                        reportedViable = true
-                        self.observable.callback { viabilityHandler(true) }
-                    }
+        let watch = Task { [weak self] in
+            var reportedViable = false
+            for await path in updates {
+                guard let self else { return }
+                let (pathHandler, viabilityHandler) = self.pathObservers.withLockedValue { ($0.path, $0.viability) }
+                if let pathHandler { self.observable.callback { pathHandler(path) } }
+                if !reportedViable, path.status == .satisfied, let viabilityHandler {
+                    reportedViable = true
+                    self.observable.callback { viabilityHandler(true) }
                 }
             }
         }
+        let kept = pathObservers.withLockedValue { observers -> Bool in
+            guard observers.watch == nil, !observers.ended else { return false }
+            observers.watch = watch
+            return true
+        }
+        if !kept { watch.cancel() }
     }
 
     /// The connection has ended: its path handlers go, as its state handler does.
