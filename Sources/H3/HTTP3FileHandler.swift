@@ -89,24 +89,44 @@ public struct HTTP3FileHandler: Sendable {
     /// One pass over the UTF-8 bytes finds all that a plain path needs (the delimiters are
     /// ASCII; walking Characters would run grapheme breaking over every path).
     static func relativeName(of path: String) -> String? {
+        var path = path
+        path.makeContiguousUTF8()
+        switch path.utf8.withContiguousStorageIfAvailable(scanPath) ?? .escaped {
+        case .plain(let name): return name
+        case .invalid: return nil
+        case .escaped: break
+        }
+        // Escapes can hide slashes and NULs, so the decoded path is scanned again.
         let utf8 = path.utf8
-        var start: String.Index?
-        var end = utf8.endIndex
-        var escaped = false
-        scan: for index in utf8.indices {
-            switch utf8[index] {
+        let end = utf8.firstIndex(of: UInt8(ascii: "?")) ?? utf8.endIndex
+        guard let decoded = path[..<end].removingPercentEncoding, !decoded.utf8.contains(0) else { return nil }
+        return String(decoded[(decoded.utf8.firstIndex { $0 != UInt8(ascii: "/") } ?? decoded.endIndex)...])
+    }
+
+    private enum PathScan {
+        /// No escapes: the name, found in the one pass.
+        case plain(String)
+        /// Percent escapes, to decode first.
+        case escaped
+        /// A NUL before the query.
+        case invalid
+    }
+
+    private static func scanPath(_ bytes: UnsafeBufferPointer<UInt8>) -> PathScan {
+        var start: Int?
+        var end = bytes.count
+        scan: for index in bytes.indices {
+            switch bytes[index] {
             case UInt8(ascii: "?"): end = index; break scan
-            case UInt8(ascii: "%"): escaped = true
-            case 0: return nil
+            case UInt8(ascii: "%"): return .escaped
+            case 0: return .invalid
             case UInt8(ascii: "/"): continue
             default: break
             }
             if start == nil { start = index }
         }
-        guard escaped else { return String(path[(start ?? end)..<end]) }
-        // Escapes can hide slashes and NULs, so the decoded path is scanned again.
-        guard let decoded = path[..<end].removingPercentEncoding, !decoded.utf8.contains(0) else { return nil }
-        return String(decoded[(decoded.utf8.firstIndex { $0 != UInt8(ascii: "/") } ?? decoded.endIndex)...])
+        // The bounds are ASCII bytes, so the slice is whole UTF-8.
+        return .plain(String(decoding: UnsafeBufferPointer(rebasing: bytes[(start ?? end)..<end]), as: UTF8.self))
     }
 
     enum RangeOutcome: Equatable {
