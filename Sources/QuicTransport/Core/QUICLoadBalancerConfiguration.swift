@@ -242,7 +242,8 @@ public struct QUICLoadBalancerConfigurationError: Error, Sendable, Equatable, Cu
 }
 
 /// AES-128 on one block, that is AES-128-ECB, which QUIC-LB's single-pass algorithm uses
-/// (draft-ietf-quic-load-balancers-21 §5.4.1), as do `QUICConnectionIDFactory`'s ID tags.
+/// (draft-ietf-quic-load-balancers-21 §5.4.1), as do `QUICConnectionIDFactory`'s ID tags; and
+/// the CBC-MAC of a few blocks, for its stateless reset tokens.
 ///
 /// GnuTLS 3.7 has no ECB cipher; CBC with a zero IV on a single block is the same function, as
 /// ngtcp2's GnuTLS backend does for header protection. Each call sets up a fresh GnuTLS cipher,
@@ -261,11 +262,13 @@ struct AES128Block: Sendable {
     }
 
     func encrypt(_ block: [UInt8]) -> [UInt8] {
+        precondition(block.count == Self.length, "one AES block")
         guard let out = Self.apply(key: key, to: block, encrypt: true) else { preconditionFailure("AES-128 failed after it worked") }
         return out
     }
 
     func decrypt(_ block: [UInt8]) -> [UInt8] {
+        precondition(block.count == Self.length, "one AES block")
         guard let out = Self.apply(key: key, to: block, encrypt: false) else { preconditionFailure("AES-128 failed after it worked") }
         return out
     }
@@ -278,12 +281,13 @@ struct AES128Block: Sendable {
         return Array(out.suffix(Self.length))
     }
 
-    private static func apply(key: [UInt8], to block: [UInt8], encrypt: Bool) -> [UInt8]? {
-        precondition(!block.isEmpty && block.count % length == 0, "whole AES blocks")
-        let length = block.count
+    /// CBC under a zero IV over `blocks`, a whole number of blocks.
+    private static func apply(key: [UInt8], to blocks: [UInt8], encrypt: Bool) -> [UInt8]? {
+        precondition(!blocks.isEmpty && blocks.count % length == 0, "whole AES blocks")
+        let count = blocks.count
         var key = key
-        var iv = [UInt8](repeating: 0, count: Self.length)
-        var out = [UInt8](repeating: 0, count: length)
+        var iv = [UInt8](repeating: 0, count: length)
+        var out = [UInt8](repeating: 0, count: count)
         return key.withUnsafeMutableBufferPointer { key in
             iv.withUnsafeMutableBufferPointer { iv in
                 var keyDatum = gnutls_datum_t(data: key.baseAddress, size: UInt32(key.count))
@@ -293,8 +297,8 @@ struct AES128Block: Sendable {
                 defer { gnutls_cipher_deinit(handle) }
                 let rv =
                     encrypt
-                    ? gnutls_cipher_encrypt2(handle, block, length, &out, length)
-                    : gnutls_cipher_decrypt2(handle, block, length, &out, length)
+                    ? gnutls_cipher_encrypt2(handle, blocks, count, &out, count)
+                    : gnutls_cipher_decrypt2(handle, blocks, count, &out, count)
                 return rv == 0 ? out : nil
             }
         }
