@@ -16,7 +16,9 @@ extension NWConnectionGroup {
         /// The local address a received message arrived at; nil for messages you send.
         public let localEndpoint: NWEndpoint?
         /// The path a received message arrived over, as Apple's `path`; nil for messages you send.
-        public let path: NWPath?
+        /// Made when read, so datagrams nobody asks about cost no interface lookup.
+        public var path: NWPath? { receivedPath.map(NWPath.init(satisfied:)) }
+        private let receivedPath: QUICPath?
 
         /// A message to send, with Network.framework's send properties.
         override public init(
@@ -30,7 +32,7 @@ extension NWConnectionGroup {
             self.group = nil
             self.remoteEndpoint = nil
             self.localEndpoint = nil
-            self.path = nil
+            self.receivedPath = nil
             super.init(
                 identifier: identifier, expiration: expiration, priority: priority, isFinal: isFinal,
                 antecedent: antecedent, metadata: metadata
@@ -42,7 +44,7 @@ extension NWConnectionGroup {
             self.group = group
             self.remoteEndpoint = path.map { NWEndpoint(address: $0.remote) }
             self.localEndpoint = path.map { NWEndpoint(address: $0.local) }
-            self.path = path.map { NWPath(satisfied: $0) }
+            self.receivedPath = path
             super.init(identifier: "datagram", isFinal: true, metadata: group.metadata(definition: NWProtocolQUIC.definition).map { [$0] })
         }
 

@@ -59,7 +59,9 @@ public final class NWConnectionGroup: @unchecked Sendable {
     private var receiveLimit = Int.max
     private var streamContinuations: [AsyncStream<NWConnection>.Continuation] = []
     private var datagramContinuations: [AsyncStream<Data>.Continuation] = []
-    private var _currentPath: NWPath?
+    /// The tunnel's path as the core reports it; an `NWPath` (whose interface takes a
+    /// `getifaddrs`) is made from it only when someone asks or listens.
+    private var _currentPath: QUICPath?
     /// Observers of `pathUpdates`, by a number of their own so each can leave when it stops.
     private var pathContinuations: [Int: AsyncStream<NWPath>.Continuation] = [:]
     private var nextPathObserver = 0
@@ -450,7 +452,7 @@ public final class NWConnectionGroup: @unchecked Sendable {
             case .handshakeCompleted:
                 applyMetadataSettings()
                 refreshMetadata()
-                if let driver { publishPath(NWPath(satisfied: driver.core.path)) }
+                if let driver { publishPath(driver.core.path) }
                 if started { setState(.ready) }
                 onEstablished?()
                 onEstablished = nil
@@ -475,7 +477,7 @@ public final class NWConnectionGroup: @unchecked Sendable {
                 if let driver, !driver.core.isHandshakeCompleted { onHandshakeFailure?(reason) }
                 finish(reason)
             case .pathValidated(let path, succeeded: true):
-                publishPath(NWPath(satisfied: path))
+                publishPath(path)
             case .connectionIDIssued, .connectionIDRetired, .handshakeConfirmed, .pathValidated, .earlyDataRejected:
                 break
             }
@@ -516,7 +518,7 @@ public final class NWConnectionGroup: @unchecked Sendable {
     // MARK: Path
 
     /// The path the tunnel uses now; nil until its handshake completes.
-    public var currentPath: NWPath? { lock.withLock { _currentPath } }
+    public var currentPath: NWPath? { lock.withLock { _currentPath }.map(NWPath.init(satisfied:)) }
 
     /// The tunnel's path, if it has one yet, then each new one: after the handshake and after
     /// each validated migration (RFC 9000 §9). Ends with the tunnel. An addition: Apple reports
@@ -524,7 +526,7 @@ public final class NWConnectionGroup: @unchecked Sendable {
     public var pathUpdates: AsyncStream<NWPath> {
         AsyncStream { continuation in
             let observer = lock.withLock { () -> Int? in
-                if let path = _currentPath { continuation.yield(path) }
+                if let path = _currentPath { continuation.yield(NWPath(satisfied: path)) }
                 guard !pathsEnded else { return nil }
                 nextPathObserver += 1
                 pathContinuations[nextPathObserver] = continuation
@@ -538,13 +540,15 @@ public final class NWConnectionGroup: @unchecked Sendable {
         }
     }
 
-    private func publishPath(_ path: NWPath) {
+    private func publishPath(_ path: QUICPath) {
         let observers = lock.withLock { () -> [AsyncStream<NWPath>.Continuation] in
             guard _currentPath != path else { return [] }
             _currentPath = path
             return Array(pathContinuations.values)
         }
-        for continuation in observers { continuation.yield(path) }
+        guard !observers.isEmpty else { return }
+        let published = NWPath(satisfied: path)
+        for continuation in observers { continuation.yield(published) }
     }
 
     /// The connection is over and its driver has stopped: lets go of everything that could keep
