@@ -10,7 +10,7 @@ public struct HTTP3FileHandler: Sendable {
     /// The served directory, standardized and with symlinks resolved.
     public let root: URL
     /// Fields every response carries, such as `alt-svc` (RFC 7838 §3).
-    public let additionalFields: HTTPFields
+    public var additionalFields: HTTPFields { directory.additionalFields }
     private let directory: HTTP3RootDirectory
 
     /// A handler that serves the files beneath `root`, and nothing outside it.
@@ -25,7 +25,6 @@ public struct HTTP3FileHandler: Sendable {
     ///     into each opened file's fields once, so a response copies nothing to carry them.
     public init(root: String, openFileReuse: Duration = .seconds(1), additionalFields: HTTPFields = [:]) {
         self.root = URL(fileURLWithPath: root).standardizedFileURL.resolvingSymlinksInPath()
-        self.additionalFields = additionalFields
         self.directory = HTTP3RootDirectory(path: self.root.path, reuse: openFileReuse, additionalFields: additionalFields)
     }
 
@@ -205,7 +204,8 @@ final class HTTP3RootDirectory: Sendable {
     /// The canonical path with a trailing slash, for the fallback's prefix check.
     private let canonicalPath: String
     private let kernelResolves: Bool
-    private let additionalFields: HTTPFields
+    /// Built into every file's fields when it is opened.
+    let additionalFields: HTTPFields
 
     /// An entry found by a recent lookup, and when it stops being trusted.
     private struct RecentEntry: Sendable {

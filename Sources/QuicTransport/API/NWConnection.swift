@@ -257,7 +257,8 @@ public final class NWConnection: @unchecked Sendable {
                 guard let self else { return }
                 let (pathHandler, viabilityHandler) = self.pathObservers.withLockedValue { ($0.path, $0.viability) }
                 if let pathHandler { self.observable.callback { pathHandler(path) } }
-                if !reportedViable, path.status == .satisfied, let viabilityHandler {
+                // A tunnel publishes a path only while it can use it.
+                if !reportedViable, let viabilityHandler {
                     reportedViable = true
                     self.observable.callback { viabilityHandler(true) }
                 }

@@ -108,8 +108,9 @@ public final class NetworkConnection<ApplicationProtocol: Sendable>: @unchecked 
     @discardableResult
     public func onViabilityUpdate(_ handler: @escaping @Sendable (NetworkConnection, Bool) -> Void) -> Self {
         let paths = group.pathUpdates
+        // A tunnel publishes a path only while it can use it: the first one makes it viable.
         Task {
-            for await path in paths where path.status == .satisfied {
+            for await _ in paths {
                 handler(self, true)
                 return
             }
