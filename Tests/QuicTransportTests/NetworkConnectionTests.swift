@@ -356,7 +356,9 @@ struct NetworkConnectionTests {
         let server = try await Self.echoServer(.quicEcho)
         defer { server.process.stop() }
         try await withNetworkConnection(to: .hostPort(host: "localhost", port: NWEndpoint.Port(rawValue: server.port)!)) {
-            Self.stack(server.authentication).idleTimeout(2_000)
+            // Long enough that a loaded machine's stall before the kill cannot end the tunnel
+            // early (2 s did, with the whole suite starting its servers at once).
+            Self.stack(server.authentication).idleTimeout(Int(TestEnvironment.scaled(5) * 1000))
         } _: { connection in
             let stream = try await connection.openStream()
             try await stream.send(Data("half".utf8))
