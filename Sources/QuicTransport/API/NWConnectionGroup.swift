@@ -395,10 +395,12 @@ public final class NWConnectionGroup: @unchecked Sendable {
 
     func setState(_ new: State) { observable.update(new) }
 
-    /// The options lowered for the core, with `allowFastOpen` from the parameters.
+    /// The options lowered for the core, with `allowFastOpen` and the IP and UDP options from
+    /// the parameters.
     private var clientConfiguration: QUICConfiguration {
         var configuration = options.configuration
         configuration.attemptsEarlyData = parameters.allowFastOpen
+        configuration.socket = parameters.socketOptions
         return configuration
     }
 

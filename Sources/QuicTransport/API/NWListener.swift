@@ -187,14 +187,16 @@ public final class NWListener: @unchecked Sendable {
     }
 
     /// Binds the port and starts accepting, matching Apple's `start(queue:)`; handlers run on
-    /// `queue`. It binds `requiredLocalEndpoint`'s host, or else `0.0.0.0` (IPv4 only), with
-    /// `workers` sockets, and is `.ready` once bound.
+    /// `queue`. It binds `requiredLocalEndpoint`'s host, or else `0.0.0.0` (IPv4 only; `::`
+    /// when the IP options require IPv6), with `workers` sockets, and is `.ready` once bound.
     public func start(queue: DispatchQueue) {
         observable.setQueue(queue)
-        var boundHost = "0.0.0.0"
+        let socketOptions = parameters.socketOptions
+        var boundHost = socketOptions.ipVersion == .v6 ? "::" : "0.0.0.0"
         if case .hostPort(let requiredHost, _) = parameters.requiredLocalEndpoint { boundHost = requiredHost.stringValue }
         let host = boundHost
         var configuration = QUICEndpointCore.Configuration(quic: options.configuration, credentials: credentials)
+        configuration.quic.socket = socketOptions
         configuration.requiresRetry = options.requiresAddressValidation
         configuration.retryThreshold = max(0, options.addressValidationThreshold)
         configuration.acceptsEarlyData = options.acceptsEarlyData
@@ -231,8 +233,12 @@ public final class NWListener: @unchecked Sendable {
                 setState(.ready)
             } catch {
                 logger.error("cannot bind", metadata: ["host": "\(host)", "port": "\(requestedPort)", "error": "\(error)"])
-                let code = (error as? IOError).flatMap { POSIXErrorCode(rawValue: $0.errnoCode) } ?? .EADDRNOTAVAIL
-                setState(.failed(.posix(code)))
+                if let socketError = error as? QUICSocketError {
+                    setState(.failed(.quic(.invalid(socketError.description))))
+                } else {
+                    let code = (error as? IOError).flatMap { POSIXErrorCode(rawValue: $0.errnoCode) } ?? .EADDRNOTAVAIL
+                    setState(.failed(.posix(code)))
+                }
             }
         }
     }

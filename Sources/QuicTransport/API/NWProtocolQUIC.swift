@@ -220,12 +220,23 @@ public final class NWProtocolQUIC: @unchecked Sendable {
 /// Parameters for a connection, group or listener: the protocol stack and local endpoint.
 // @unchecked Sendable: filled in before use, as in Network.framework; read once at start.
 public final class NWParameters: @unchecked Sendable {
-    /// The application protocols of the stack; QUIC's options are the first.
+    /// The protocols of the stack: QUIC's options among the application protocols, UDP's and
+    /// IP's below them.
     public final class ProtocolStack: @unchecked Sendable {
         /// The stack's application protocol options, matching Apple's `applicationProtocols`;
         /// `quicOptions` is the first `NWProtocolQUIC.Options` among them.
         public var applicationProtocols: [NWProtocolOptions]
-        init(applicationProtocols: [NWProtocolOptions]) { self.applicationProtocols = applicationProtocols }
+        /// UDP's options (`NWProtocolUDP.Options`), matching Apple's `transportProtocol`.
+        public var transportProtocol: NWProtocolOptions?
+        /// IP's options (`NWProtocolIP.Options`), matching Apple's `internetProtocol`: change
+        /// the object's properties, as on Apple platforms.
+        public let internetProtocol: NWProtocolOptions?
+
+        init(applicationProtocols: [NWProtocolOptions]) {
+            self.applicationProtocols = applicationProtocols
+            transportProtocol = NWProtocolUDP.Options()
+            internetProtocol = NWProtocolIP.Options()
+        }
     }
 
     /// The protocol stack, matching Apple's `defaultProtocolStack`; `init(quic:)` puts the QUIC

@@ -56,6 +56,8 @@ package struct QUICConfiguration: Sendable {
     package var initialMaxStreamsUnidirectional: UInt64 = 100
     /// The largest UDP payload this endpoint will send (RFC 9000 §14).
     package var maxUDPPayloadSize: Int = 1452
+    /// What the sockets under the connection ask of IP and UDP: DF, hop limit, IP version.
+    package var socket = QUICSocketOptions()
     /// `max_datagram_frame_size` (RFC 9221 §3); 0 means datagrams are not offered.
     package var maxDatagramFrameSize: UInt64 = 0
     /// Upper bounds for ngtcp2's flow-control window auto-tuning.

@@ -84,7 +84,14 @@ package final class QUICClientConnector: @unchecked Sendable {
             try QUICHostResolver.resolve(host: host, port: port)
         }.whenComplete { result in
             switch result {
-            case .success(let addresses): self.attempt(addresses[...], lastFailure: nil)
+            case .success(let addresses):
+                let allowed = addresses.filter { self.configuration.socket.allows(isIPv6: $0.protocol == .inet6) }
+                guard !allowed.isEmpty else {
+                    let version = self.configuration.socket.ipVersion == .v4 ? "IPv4" : "IPv6"
+                    self.fail(.setup("\(host) has no \(version) address, and the IP version is restricted to \(version)"))
+                    return
+                }
+                self.attempt(allowed[...], lastFailure: nil)
             case .failure(let error):
                 self.logger.debug("resolution failed", metadata: ["error": "\(error)"])
                 let code = (error as? QUICHostResolver.ResolutionError)?.code ?? -2
@@ -111,7 +118,7 @@ package final class QUICClientConnector: @unchecked Sendable {
             return
         }
         let remaining = addresses.dropFirst()
-        QUICDatagramSocket.connect(to: address, eventLoop: eventLoop, logger: logger).whenComplete { result in
+        QUICDatagramSocket.connect(to: address, options: configuration.socket, eventLoop: eventLoop, logger: logger).whenComplete { result in
             switch result {
             case .failure(let error):
                 self.logger.debug("cannot open socket", metadata: ["address": "\(address)", "error": "\(error)"])
@@ -149,6 +156,9 @@ package final class QUICClientConnector: @unchecked Sendable {
         guard !configuration.alpn.isEmpty else { throw Failure.setup("at least one ALPN protocol is required") }
         var configuration = self.configuration
         configuration.ngtcp2DebugLogging = logger.logLevel <= .trace
+        configuration.maxUDPPayloadSize = configuration.socket.maximumUDPPayload(
+            configuration.maxUDPPayloadSize, isIPv6: remote.protocol == .inet6
+        )
         let core = try QUICConnectionCore(
             clientWith: configuration,
             tls: tls,
@@ -224,7 +234,9 @@ package final class QUICClientConnector: @unchecked Sendable {
         guard migration == nil else { return eventLoop.makeFailedFuture(NWError.posix(.EALREADY)) }
         let promise = eventLoop.makePromise(of: QUICPath.self)
         whenHandshakeConfirmed().flatMap {
-            QUICDatagramSocket.connect(to: driver.core.path.remote.nioAddress, eventLoop: self.eventLoop, logger: self.logger)
+            QUICDatagramSocket.connect(
+                to: driver.core.path.remote.nioAddress, options: self.configuration.socket, eventLoop: self.eventLoop, logger: self.logger
+            )
         }.whenComplete { result in
             switch result {
             case .failure(let error): promise.fail(error)

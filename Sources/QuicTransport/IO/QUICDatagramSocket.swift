@@ -51,13 +51,16 @@ final class QUICDatagramSocket {
         var ecn: UInt32
     }
 
-    private init(channel: any Channel, sink: QUICDatagramSink, logger: Logger) throws {
+    private init(channel: any Channel, sink: QUICDatagramSink, options: QUICSocketOptions, logger: Logger) throws {
         self.channel = channel
         self.sink = sink
         self.logger = logger
         guard let address = channel.localAddress else { throw QUICSocketError.notBound }
         self.localAddress = QUICSocketAddress(nio: address)
-        self.gsoEnabled = System.supportsUDPSegmentationOffload
+        // The kernel refuses UDP_SEGMENT on a socket without checksums (SO_NO_CHECK), and NIO
+        // closes the channel on that error: such a socket sends datagram by datagram.
+        let omitsChecksums = options.omitsChecksum && address.protocol == .inet
+        self.gsoEnabled = System.supportsUDPSegmentationOffload && !omitsChecksums
         self.scratch = channel.allocator.buffer(capacity: Self.scratchSize)
     }
 
@@ -80,14 +83,36 @@ final class QUICDatagramSocket {
     }
 
     /// Takes over a socket that is already bound (a member of a reuseport group) on `eventLoop`.
-    static func adopt(_ descriptor: CInt, eventLoop: any EventLoop, logger: Logger) -> EventLoopFuture<QUICDatagramSocket> {
-        open(on: eventLoop, reads: .server, logger: logger) { $0.withBoundSocket(descriptor) }
+    /// `options` are the ones the socket was made with (`QUICReuseportGroup.bind`).
+    static func adopt(
+        _ descriptor: CInt,
+        options: QUICSocketOptions,
+        eventLoop: any EventLoop,
+        logger: Logger
+    ) -> EventLoopFuture<QUICDatagramSocket> {
+        open(on: eventLoop, reads: .server, options: options, logger: logger) { $0.withBoundSocket(descriptor) }
     }
 
     /// A client socket on an ephemeral port, connected to `remote` so that ICMP errors
-    /// (port unreachable) surface at once instead of after a handshake timeout.
-    static func connect(to remote: SocketAddress, eventLoop: any EventLoop, logger: Logger) -> EventLoopFuture<QUICDatagramSocket> {
-        open(on: eventLoop, reads: .client, logger: logger) { $0.connect(to: remote) }
+    /// (port unreachable) surface at once instead of after a handshake timeout. `options` are
+    /// set before it connects.
+    static func connect(
+        to remote: SocketAddress,
+        options: QUICSocketOptions,
+        eventLoop: any EventLoop,
+        logger: Logger
+    ) -> EventLoopFuture<QUICDatagramSocket> {
+        let settings = options.settings(isIPv6: remote.protocol == .inet6)
+        return open(on: eventLoop, reads: .client, options: options, logger: logger) { bootstrap in
+            var bootstrap = bootstrap
+            for setting in settings {
+                bootstrap = bootstrap.channelOption(
+                    ChannelOptions.Types.SocketOption(level: SocketOptionLevel(setting.level), name: SocketOptionName(setting.name)),
+                    value: SocketOptionValue(setting.value)
+                )
+            }
+            return bootstrap.connect(to: remote)
+        }
     }
 
     /// How much one read pass (`recvmmsg`) takes in. A server's socket carries every
@@ -112,13 +137,14 @@ final class QUICDatagramSocket {
     private static func open(
         on eventLoop: any EventLoop,
         reads: ReadBatch,
+        options: QUICSocketOptions,
         logger: Logger,
         _ how: @escaping @Sendable (DatagramBootstrap) -> EventLoopFuture<any Channel>
     ) -> EventLoopFuture<QUICDatagramSocket> {
         eventLoop.flatSubmit {
             let sink = NIOLoopBound(QUICDatagramSink(), eventLoop: eventLoop)
             return how(bootstrap(eventLoop: eventLoop, reads: reads, sink: sink))
-                .flatMapThrowing { channel in try QUICDatagramSocket(channel: channel, sink: sink.value, logger: logger) }
+                .flatMapThrowing { channel in try QUICDatagramSocket(channel: channel, sink: sink.value, options: options, logger: logger) }
         }
     }
 
@@ -280,9 +306,11 @@ final class QUICDatagramSocket {
 
     private func writeFailed(_ error: any Error) {
         if gsoEnabled, let ioError = error as? IOError, ioError.errnoCode == EIO || ioError.errnoCode == EINVAL {
-            // Some interfaces refuse UDP_SEGMENT at send time; QUIC recovers the lost batch.
+            // The kernel refuses UDP_SEGMENT where it cannot offload checksums (an IPsec route,
+            // SO_NO_CHECK). NIO's datagram writes tolerate only EMSGSIZE and EHOSTUNREACH, so the
+            // channel closes after this error and the connections on it end.
             gsoEnabled = false
-            logger.info("UDP GSO refused by the kernel; sending datagrams one by one")
+            logger.warning("UDP GSO refused by the kernel; the socket closes", metadata: ["error": "\(error)"])
             return
         }
         logger.debug("UDP send failed", metadata: ["error": "\(error)"])
@@ -298,7 +326,15 @@ final class QUICDatagramSocket {
 
 enum QUICSocketError: Error, CustomStringConvertible {
     case notBound
-    var description: String { "the UDP socket has no local address" }
+    /// A listener's address is of the IP version its stack excludes (`IP().version(_:)`).
+    case ipVersionExcluded(address: String)
+
+    var description: String {
+        switch self {
+        case .notBound: return "the UDP socket has no local address"
+        case .ipVersionExcluded(let address): return "cannot bind \(address): the protocol stack excludes its IP version"
+        }
+    }
 }
 
 /// Where the pipeline's reads go; lives on the channel's loop.

@@ -34,7 +34,8 @@ package enum QUICReuseportGroup {
     /// A port that another socket holds fails with `EADDRINUSE`, even when that socket set
     /// `SO_REUSEPORT` too: the kernel would let a second server of the same user join the group
     /// and take part of the first one's traffic, so a plain socket binds there first to ask.
-    package static func bind(_ address: SocketAddress, count: Int) throws -> [CInt] {
+    /// `options` are set on each socket before it binds.
+    package static func bind(_ address: SocketAddress, count: Int, options: QUICSocketOptions = QUICSocketOptions()) throws -> [CInt] {
         let sharesPort = count > 1
         if sharesPort, address.port != 0 { try checkPortIsFree(address) }
         var sockets: [CInt] = []
@@ -44,6 +45,7 @@ package enum QUICReuseportGroup {
                 let fd = socket(CInt(address.protocol.rawValue), CInt(SOCK_DGRAM.rawValue) | CInt(SOCK_NONBLOCK.rawValue) | CInt(SOCK_CLOEXEC.rawValue), 0)
                 guard fd >= 0 else { throw IOError(errnoCode: errno, reason: "socket") }
                 sockets.append(fd)
+                try options.apply(to: fd, isIPv6: address.protocol == .inet6)
                 var one: CInt = 1
                 guard !sharesPort || setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, socklen_t(MemoryLayout<CInt>.size)) == 0 else {
                     throw IOError(errnoCode: errno, reason: "setsockopt(SO_REUSEPORT)")

@@ -81,9 +81,13 @@ package final class QUICServerWorkerGroup: Sendable {
         let (loops, ownedLoops) = eventLoops(count: workerCount)
         let program = QUICReuseportGroup.steeringProgram(connectionIDLength: factory.idLength, steering: factory.steering)
         var steered = kernelSteering && workerCount > 1
+        let socketOptions = configuration.quic.socket
         func bindGroup(_ host: String, _ port: Int) throws -> [CInt] {
             let address = try SocketAddress.makeAddressResolvingHost(host, port: port)
-            let descriptors = try QUICReuseportGroup.bind(address, count: workerCount)
+            guard socketOptions.allows(isIPv6: address.protocol == .inet6) else {
+                throw QUICSocketError.ipVersionExcluded(address: "\(address)")
+            }
+            let descriptors = try QUICReuseportGroup.bind(address, count: workerCount, options: socketOptions)
             if steered {
                 do {
                     try QUICReuseportGroup.attach(program, to: descriptors[0])
@@ -106,11 +110,11 @@ package final class QUICServerWorkerGroup: Sendable {
         // Each worker adopts its sockets and makes its endpoint on its own loop.
         let endpoints = (0..<workerCount).map { index in
             let loop = loops[index]
-            let adopted = QUICDatagramSocket.adopt(main[index], eventLoop: loop, logger: logger).map {
+            let adopted = QUICDatagramSocket.adopt(main[index], options: socketOptions, eventLoop: loop, logger: logger).map {
                 NIOLoopBound($0, eventLoop: loop)
             }
             let adoptedPreferred = second.map {
-                QUICDatagramSocket.adopt($0[index], eventLoop: loop, logger: logger).map { Optional(NIOLoopBound($0, eventLoop: loop)) }
+                QUICDatagramSocket.adopt($0[index], options: socketOptions, eventLoop: loop, logger: logger).map { Optional(NIOLoopBound($0, eventLoop: loop)) }
             } ?? loop.makeSucceededFuture(nil)
             return adopted.and(adoptedPreferred)
         }
@@ -134,6 +138,8 @@ package final class QUICServerWorkerGroup: Sendable {
         let advertisedAddress = try await loops[0].submit { sockets[0].1?.value.localAddress }.get()
         var advertised = configuration
         advertised.quic.preferredAddress = advertisedAddress
+        let mainIsIPv6 = try await loops[0].submit { sockets[0].0.value.localAddress.nioAddress.protocol == .inet6 }.get()
+        advertised.quic.maxUDPPayloadSize = socketOptions.maximumUDPPayload(advertised.quic.maxUDPPayloadSize, isIPv6: mainIsIPv6)
         let workerConfiguration = advertised
         var workers: [Worker] = []
         var port: UInt16 = 0

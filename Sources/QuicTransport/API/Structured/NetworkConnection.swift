@@ -169,7 +169,7 @@ extension NetworkConnection where ApplicationProtocol == QUIC {
     /// `NetworkConnection(to: endpoint) { QUIC(alpn: ["echo"]) }`. It starts on first use.
     public convenience init(to endpoint: NWEndpoint, @ProtocolStackBuilder<QUIC> using stack: () -> QUIC) {
         let quic = stack()
-        let group = NWConnectionGroup(with: NWMultiplexGroup(to: endpoint), using: NWParameters(quic: quic.options))
+        let group = NWConnectionGroup(with: NWMultiplexGroup(to: endpoint), using: quic.parameters)
         self.init(group: group, stack: quic)
     }
 

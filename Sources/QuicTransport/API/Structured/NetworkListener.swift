@@ -71,7 +71,7 @@ extension NetworkListener where ApplicationProtocol == QUIC {
     /// - Throws: `TLSError` when the certificate or key cannot be loaded.
     public convenience init(for endpoint: NWEndpoint? = nil, @ProtocolStackBuilder<QUIC> using stack: () -> QUIC) throws {
         let quic = stack()
-        let parameters = NWParameters(quic: quic.options)
+        let parameters = quic.parameters
         parameters.requiredLocalEndpoint = endpoint
         self.init(listener: try NWListener(using: parameters), stack: quic)
     }

@@ -12,10 +12,20 @@ public struct QUIC: Sendable {
     /// The TLS 1.3 handshake's settings (RFC 9001): identity, peer authentication, ciphers.
     public private(set) var tlsSettings: QuicTransport.TLS
 
+    /// The UDP (and IP) settings below QUIC.
+    private let udp: UDP
+
     /// QUIC offering these ALPN protocol IDs, in order of preference (RFC 9001 §8.1).
     public init(alpn: [String]) {
+        self.init(alpn: alpn) { UDP() }
+    }
+
+    /// QUIC over `builder`'s UDP, as Apple's `init(alpn:_:)`:
+    /// `QUIC(alpn: ["x"]) { UDP { IP().version(.v6).hopLimit(16) } }`.
+    public init(alpn: [String], @ProtocolStackBuilder<UDP> _ builder: () -> UDP) {
         storage = NWProtocolQUIC.Options(alpn: alpn)
         tlsSettings = QuicTransport.TLS()
+        udp = builder()
     }
 
     /// The TLS handshake's modifiers, each returning the changed `QUIC`, as on Apple platforms:
@@ -33,6 +43,13 @@ public struct QUIC: Sendable {
         let options = storage.copy()
         tlsSettings.apply(to: &options.tls)
         return options
+    }
+
+    /// Classic parameters for this stack: the QUIC options, and the UDP and IP options below.
+    package var parameters: NWParameters {
+        let parameters = NWParameters(quic: options)
+        parameters.socketOptions = udp.socketOptions
+        return parameters
     }
 
     private func with(_ change: (NWProtocolQUIC.Options) -> Void) -> QUIC {

@@ -1,0 +1,146 @@
+import Foundation
+
+/// IP below QUIC: the options of Network.framework's `NWProtocolIP`, which a QUIC stack carries
+/// in `NWParameters.defaultProtocolStack.internetProtocol`.
+// @unchecked Sendable: a namespace with no stored instance state, as Apple's class is.
+public final class NWProtocolIP: @unchecked Sendable {
+    /// IP's definition, matching Apple's `NWProtocolIP.definition`.
+    public static let definition = NWProtocolDefinition(name: "ip")
+
+    /// IP options, set before a group, connection or listener is made from the parameters.
+    ///
+    /// Apple's `shouldCalculateReceiveTime` is not offered: nothing here reports receive times.
+    // @unchecked Sendable: a configuration object filled in on one thread before use, as
+    // Network.framework's; groups and listeners read it once when they are made.
+    public final class Options: NWProtocolOptions, @unchecked Sendable {
+        /// The IP versions a connection may use, matching Apple's `NWProtocolIP.Options.Version`.
+        public enum Version: Hashable, Sendable {
+            /// Either version; a client tries the resolver's addresses in order.
+            case any
+            /// IPv4 only: a client skips IPv6 addresses, and a listener without a required
+            /// local endpoint binds `0.0.0.0`.
+            case v4
+            /// IPv6 only: a client skips IPv4 addresses, and a listener without a required
+            /// local endpoint binds `::`.
+            case v6
+        }
+
+        /// Which kind of IPv6 source address to prefer, matching Apple's
+        /// `NWProtocolIP.Options.AddressPreference`.
+        public enum AddressPreference: Hashable, Sendable {
+            /// The system's choice.
+            case `default`
+            /// Temporary (privacy) addresses (RFC 8981); `IPV6_PREFER_SRC_TMP` (RFC 5014).
+            case temporary
+            /// Stable addresses; `IPV6_PREFER_SRC_PUBLIC` (RFC 5014).
+            case stable
+        }
+
+        /// A required IP version that excludes the other.
+        public var version: Version {
+            get { Version(socket.ipVersion) }
+            set { socket.ipVersion = newValue.socketVersion }
+        }
+        /// The IPv4 TTL or IPv6 hop limit of sent packets (`IP_TTL`, `IPV6_UNICAST_HOPS`); 0
+        /// keeps the system's default.
+        public var hopLimit: UInt8 {
+            get { socket.hopLimit ?? 0 }
+            set { socket.hopLimit = newValue == 0 ? nil : newValue }
+        }
+        /// IPv6 paths send no datagram larger than 1280 bytes, the IPv6 minimum MTU
+        /// (RFC 8200 §5); no effect on IPv4.
+        public var useMinimumMTU: Bool {
+            get { socket.usesMinimumMTU }
+            set { socket.usesMinimumMTU = newValue }
+        }
+        /// Sets the Don't Fragment bit on IPv4 and never fragments locally on IPv6. On by
+        /// default, unlike Apple's generic IP options: RFC 9000 §14 requires it of QUIC wherever
+        /// possible, and QUIC's path MTU discovery (RFC 9000 §14.3) depends on it.
+        public var disableFragmentation: Bool {
+            get { socket.disablesFragmentation }
+            set { socket.disablesFragmentation = newValue }
+        }
+        /// Which kind of IPv6 source address to prefer.
+        public var localAddressPreference: AddressPreference {
+            get { AddressPreference(socket.addressPreference) }
+            set { socket.addressPreference = newValue.socketPreference }
+        }
+
+        /// The settings as the sockets take them (UDP's checksum setting aside).
+        var socket = QUICSocketOptions()
+
+        /// Default IP options: either version, system hop limit, Don't Fragment set.
+        override public init() {}
+    }
+}
+
+extension NWProtocolIP.Options.Version {
+    init(_ version: QUICSocketOptions.IPVersion) {
+        switch version {
+        case .any: self = .any
+        case .v4: self = .v4
+        case .v6: self = .v6
+        }
+    }
+
+    var socketVersion: QUICSocketOptions.IPVersion {
+        switch self {
+        case .any: return .any
+        case .v4: return .v4
+        case .v6: return .v6
+        }
+    }
+}
+
+extension NWProtocolIP.Options.AddressPreference {
+    init(_ preference: QUICSocketOptions.AddressPreference) {
+        switch preference {
+        case .default: self = .default
+        case .temporary: self = .temporary
+        case .stable: self = .stable
+        }
+    }
+
+    var socketPreference: QUICSocketOptions.AddressPreference {
+        switch self {
+        case .default: return .default
+        case .temporary: return .temporary
+        case .stable: return .stable
+        }
+    }
+}
+
+/// UDP below QUIC: the options of Network.framework's `NWProtocolUDP`, which a QUIC stack
+/// carries in `NWParameters.defaultProtocolStack.transportProtocol`.
+// @unchecked Sendable: a namespace with no stored instance state, as Apple's class is.
+public final class NWProtocolUDP: @unchecked Sendable {
+    /// UDP's definition, matching Apple's `NWProtocolUDP.definition`.
+    public static let definition = NWProtocolDefinition(name: "udp")
+
+    /// UDP options, set before a group, connection or listener is made from the parameters.
+    // @unchecked Sendable: a configuration object filled in on one thread before use.
+    public final class Options: NWProtocolOptions, @unchecked Sendable {
+        /// IPv4 datagrams go without a UDP checksum (`SO_NO_CHECK`; RFC 768 lets the sender omit
+        /// it). QUIC's AEAD still protects every packet. No effect on IPv6, where the checksum is
+        /// mandatory (RFC 8200 §8.1).
+        public var preferNoChecksum = false
+
+        /// Default UDP options: checksums on.
+        override public init() {}
+    }
+}
+
+extension NWParameters {
+    /// What the stack's IP and UDP options ask of the sockets.
+    var socketOptions: QUICSocketOptions {
+        get {
+            var socket = (defaultProtocolStack.internetProtocol as? NWProtocolIP.Options)?.socket ?? QUICSocketOptions()
+            socket.omitsChecksum = (defaultProtocolStack.transportProtocol as? NWProtocolUDP.Options)?.preferNoChecksum ?? false
+            return socket
+        }
+        set {
+            (defaultProtocolStack.internetProtocol as? NWProtocolIP.Options)?.socket = newValue
+            (defaultProtocolStack.transportProtocol as? NWProtocolUDP.Options)?.preferNoChecksum = newValue.omitsChecksum
+        }
+    }
+}

@@ -1,0 +1,54 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+import NIOCore
+
+extension QUICSocketOptions {
+    /// One socket option: `setsockopt(fd, level, name, &value, sizeof(CInt))`.
+    package struct Setting: Equatable {
+        package var level: CInt
+        package var name: CInt
+        package var value: CInt
+    }
+
+    /// `IPV6_ADDR_PREFERENCES` and its flags (`linux/in6.h`, RFC 5014), which Glibc does not export.
+    private static let ipv6AddressPreferences: CInt = 72
+    private static let ipv6PreferTemporary: CInt = 0x0001
+    private static let ipv6PreferPublic: CInt = 0x0002
+
+    /// The socket options these settings come to on a socket of this family, set before it
+    /// binds or connects.
+    package func settings(isIPv6: Bool) -> [Setting] {
+        var settings: [Setting] = []
+        if isIPv6 {
+            let level = CInt(IPPROTO_IPV6)
+            if let hopLimit { settings.append(Setting(level: level, name: IPV6_UNICAST_HOPS, value: CInt(hopLimit))) }
+            // PROBE: never fragment locally, and leave the path MTU to QUIC's own discovery
+            // instead of the kernel's cached ICMP figure.
+            settings.append(Setting(level: level, name: IPV6_MTU_DISCOVER, value: disablesFragmentation ? IPV6_PMTUDISC_PROBE : IPV6_PMTUDISC_DONT))
+            switch addressPreference {
+            case .default: break
+            case .temporary: settings.append(Setting(level: level, name: Self.ipv6AddressPreferences, value: Self.ipv6PreferTemporary))
+            case .stable: settings.append(Setting(level: level, name: Self.ipv6AddressPreferences, value: Self.ipv6PreferPublic))
+            }
+        } else {
+            let level = CInt(IPPROTO_IP)
+            if let hopLimit { settings.append(Setting(level: level, name: IP_TTL, value: CInt(hopLimit))) }
+            settings.append(Setting(level: level, name: IP_MTU_DISCOVER, value: disablesFragmentation ? IP_PMTUDISC_PROBE : IP_PMTUDISC_DONT))
+            if omitsChecksum { settings.append(Setting(level: SOL_SOCKET, name: SO_NO_CHECK, value: 1)) }
+        }
+        return settings
+    }
+
+    /// Sets them on a socket the caller made.
+    package func apply(to descriptor: CInt, isIPv6: Bool) throws {
+        for setting in settings(isIPv6: isIPv6) {
+            var value = setting.value
+            guard setsockopt(descriptor, setting.level, setting.name, &value, socklen_t(MemoryLayout<CInt>.size)) == 0 else {
+                throw IOError(errnoCode: errno, reason: "setsockopt(level \(setting.level), option \(setting.name), \(setting.value))")
+            }
+        }
+    }
+}
