@@ -218,6 +218,34 @@ struct NetworkConnectionTests {
         }
     }
 
+    /// Apple's `NetworkChannel`: connections, streams and datagram channels share a base class,
+    /// with an identity that keys sets and the tunnel's parameters.
+    @Test func channelsShareTheBaseClassAndAreIdentifiedByTheirEntity() async throws {
+        let listener = try NetworkListener(for: .hostPort(host: "127.0.0.1", port: .any)) { QUIC(alpn: ["test"]) }
+        let serving = Task { try await listener.run { connection in try await connection.inboundStreams { _ in } } }
+        defer { serving.cancel() }
+        let port = try #require(try await within(10) { () -> NWEndpoint.Port? in
+            for await state in listener.states where state == .ready { return listener.port }
+            return nil
+        })
+        let fingerprint = try #require(listener.generatedCertificate).sha256Fingerprint
+        let stack = QUIC(alpn: ["test"]).maxDatagramFrameSize(1200).tls.peerAuthentication(.pinnedSHA256(fingerprint))
+        let other = NetworkConnection(to: .hostPort(host: "127.0.0.1", port: port)) { stack }
+        try await withNetworkConnection(to: .hostPort(host: "127.0.0.1", port: port)) { stack } _: { connection in
+            let first = try await connection.openStream()
+            let second = try await connection.openStream()
+            let channels: [NetworkChannel<QUICStream>] = [first, second, first]
+            #expect(Set(channels).count == 2)
+            #expect(first.id == "\(connection.id)/stream/\(first.streamID)")
+            #expect(first.parameters === connection.parameters)
+            #expect(connection.id != other.id, "tunnels are unique")
+            #expect(connection.parameters.quicOptions.alpn == ["test"])
+            let datagrams: NetworkChannel<QUICDatagram> = try await connection.datagrams
+            #expect(datagrams.id == "\(connection.id)/datagrams")
+            #expect(connection.debugDescription.contains(connection.id))
+        }
+    }
+
     /// Flow control as backpressure: a listener that does not read holds a fast writer at its
     /// window; once it reads, everything arrives.
     @Test func aSlowReaderHoldsAFastWriterBack() async throws {

@@ -23,7 +23,7 @@ extension QUIC {
     /// drops older ones, so a peer cannot fill our memory with datagrams we do not read.
     // @unchecked Sendable: `parent` is Sendable; `unread` is touched only by the one receive
     // that `receiveTurn` lets through at a time.
-    public final class Datagrams<ApplicationProtocol: OneToOneProtocol>: @unchecked Sendable {
+    public final class Datagrams<ApplicationProtocol: OneToOneProtocol>: NetworkChannel<ApplicationProtocol>, @unchecked Sendable {
         /// How many received datagrams wait unread before the oldest are dropped.
         public static var unreadLimit: Int { 256 }
 
@@ -35,6 +35,7 @@ extension QUIC {
         init(parent: NetworkConnection<QUIC>, inbox: AsyncStream<Data>) {
             self.parent = parent
             self.unread = inbox.makeAsyncIterator()
+            super.init(id: "\(parent.id)/datagrams", parameters: parent.parameters)
         }
 
         /// The largest datagram payload the peer accepts now (RFC 9221 §3), as Apple's

@@ -18,7 +18,7 @@ import NIOConcurrencyHelpers
 /// the tunnel starts it. `withNetworkConnection(to:using:_:)` scopes one to a closure.
 // @unchecked Sendable: `group`, `stack` and `datagramInbox` are Sendable; `inboundTaken`,
 // `started` and `datagramChannelStorage` are guarded by `lock`.
-public final class NetworkConnection<ApplicationProtocol: Sendable>: @unchecked Sendable {
+public final class NetworkConnection<ApplicationProtocol: Sendable>: NetworkChannel<ApplicationProtocol>, @unchecked Sendable {
     /// A connection's life cycle, Network.framework's channel states, which are a classic
     /// stream's: `.setup` until first use, `.preparing` while it connects and handshakes,
     /// `.ready` once the handshake completes (RFC 9001 §4.1.1), and the final `.failed` (the
@@ -50,6 +50,7 @@ public final class NetworkConnection<ApplicationProtocol: Sendable>: @unchecked 
         let datagramsEnabled = (stack as? QUIC)?.datagramsEnabled ?? false
         self.datagramInbox = datagramsEnabled ? group.datagrams(buffering: .bufferingNewest(QUIC.Datagrams<QUICDatagram>.unreadLimit)) : nil
         self.queue = DispatchQueue(label: "quic.network-connection")
+        super.init(id: "quic-\(UUID().uuidString.lowercased())", parameters: group.parameters)
     }
 
     /// Starts the tunnel unless it started already; every operation that needs it calls this.

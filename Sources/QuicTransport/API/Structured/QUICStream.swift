@@ -50,7 +50,7 @@ extension QUIC {
     // @unchecked Sendable: `connection` is Sendable; `messageBuffer` is touched only by the one
     // message receive that `receiveTurn` lets through at a time, so messages come off the
     // stream whole and in order.
-    public final class Stream<ApplicationProtocol: OneToOneProtocol>: @unchecked Sendable {
+    public final class Stream<ApplicationProtocol: OneToOneProtocol>: NetworkChannel<ApplicationProtocol>, @unchecked Sendable {
         /// The classic stream underneath: both faces share the engine.
         let connection: NWConnection
         /// The tunnel the stream belongs to; the stream ends with it.
@@ -69,6 +69,7 @@ extension QUIC {
             self.parent = parent
             self.streamID = streamID
             self.applicationProtocol = applicationProtocol
+            super.init(id: "\(parent.id)/stream/\(streamID)", parameters: parent.parameters)
         }
 
         deinit { connection.cancel() }
