@@ -576,7 +576,7 @@ final class HTTP3Exchange: Sendable {
         }
         if (100..<200).contains(code) { return }  // Interim responses (RFC 9114 §4.1) carry no body.
         var response = HTTPResponse(status: .init(code: code))
-        response.headerFields = HTTPFields(pairs: fields.filter { !$0.name.hasPrefix(":") })
+        response.headerFields = HTTPFields(pairs: fields)
         resolveHead(.success(response))
     }
 

@@ -14,10 +14,13 @@ extension HTTPFields {
         return all
     }
 
-    /// Fields from name and value pairs; names that are not valid field names are dropped.
+    /// Fields from name and value pairs, with room for all of them made once; names that are
+    /// not valid field names are dropped, and so are pseudo-header fields (RFC 9114 §4.3), which
+    /// belong to the head.
     init(pairs: [(name: String, value: String)]) {
         self.init()
-        for (name, value) in pairs {
+        reserveCapacity(pairs.count)
+        for (name, value) in pairs where name.utf8.first != UInt8(ascii: ":") {
             if let fieldName = HTTPField.Name(name) { append(HTTPField(name: fieldName, value: value)) }
         }
     }
