@@ -52,7 +52,7 @@ struct ConnectionLifetimeTests {
         for _ in 0..<2 {
             let client = try ChildProcess(try TestEnvironment.executable("quic-echo"), [
                 "connect", "127.0.0.1", "\(server.port)", "--pin-sha256", server.certificate.sha256FingerprintHex,
-                "--streams", "3", "--datagrams", "2", "--data", "hello",
+                "--streams", "3", "--datagrams", "2", "--data", "hello", "--timeout", "\(TestEnvironment.scaled(10))",
             ])
             #expect(try await client.waitForExit() == 0, "quic-echo connect: \(client.standardError)")
         }
