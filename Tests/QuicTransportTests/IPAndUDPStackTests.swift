@@ -17,21 +17,13 @@ struct IPAndUDPStackTests {
         return value
     }
 
-    /// A listener with the generated certificate, serving one echo per stream.
-    static func echoListener(host: String, _ stack: QUIC) async throws -> (NetworkListener<QUIC>, Task<Void, any Error>, NWEndpoint.Port) {
-        let listener = try NetworkListener(for: .hostPort(host: NWEndpoint.Host(host), port: .any)) { stack }
-        let serving = Task {
-            try await listener.run { connection in
-                try await connection.inboundStreams { stream in
-                    try await stream.send(try await NetworkConnectionTests.readAll(stream), endOfStream: true)
-                }
+    /// A listener with the generated certificate, echoing each stream back to its FIN.
+    static func echoListener(host: String, _ stack: QUIC) async throws -> (serving: Task<Void, any Error>, port: NWEndpoint.Port, fingerprint: [UInt8]) {
+        try await NetworkConnectionTests.runListener(host: host, stack) { connection in
+            try await connection.inboundStreams { stream in
+                try await stream.send(try await NetworkConnectionTests.readAll(stream), endOfStream: true)
             }
         }
-        let port = try #require(try await within(10) { () -> NWEndpoint.Port? in
-            for await state in listener.states where state == .ready { return listener.port }
-            return nil
-        })
-        return (listener, serving, port)
     }
 
     static func echo(_ text: String, to host: String, port: NWEndpoint.Port, _ stack: QUIC) async throws -> String {
@@ -92,9 +84,8 @@ struct IPAndUDPStackTests {
     /// hop limit, DF and no UDP checksum (which the kernel's GSO refuses, so such a socket
     /// sends datagram by datagram), and over IPv6 with the minimum MTU.
     @Test func connectionsRunWithEveryModifier() async throws {
-        let (listener, serving, port) = try await Self.echoListener(host: "127.0.0.1", QUIC(alpn: ["test"]) { UDP { IP().hopLimit(8) } })
+        let (serving, port, pin) = try await Self.echoListener(host: "127.0.0.1", QUIC(alpn: ["test"]) { UDP { IP().hopLimit(8) } })
         defer { serving.cancel() }
-        let pin = try #require(listener.generatedCertificate).sha256Fingerprint
         let v4 = QUIC(alpn: ["test"]) {
             UDP { IP().version(.v4).hopLimit(3).fragmentationDisabled(true) }.noChecksumPreferred(true)
         }.tls.peerAuthentication(.pinnedSHA256(pin))
@@ -102,9 +93,8 @@ struct IPAndUDPStackTests {
         let bulk = String(repeating: "over IPv4 ", count: 20_000)
         #expect(try await within(20) { try await Self.echo(bulk, to: "localhost", port: port, v4) } == bulk)
 
-        let (listener6, serving6, port6) = try await Self.echoListener(host: "::1", QUIC(alpn: ["test"]) { UDP { IP().version(.v6) } })
+        let (serving6, port6, pin6) = try await Self.echoListener(host: "::1", QUIC(alpn: ["test"]) { UDP { IP().version(.v6) } })
         defer { serving6.cancel() }
-        let pin6 = try #require(listener6.generatedCertificate).sha256Fingerprint
         let v6 = QUIC(alpn: ["test"]) {
             UDP { IP().version(.v6).minimumMTU(true).localAddressPreference(.stable) }
         }.tls.peerAuthentication(.pinnedSHA256(pin6))

@@ -31,6 +31,22 @@ struct NetworkConnectionTests {
         QUIC(alpn: ["quic-echo"]).maxDatagramFrameSize(65_535).tls.peerAuthentication(authentication)
     }
 
+    /// A listener on `host` with `stack` and a generated certificate, running `handler` for
+    /// each tunnel; returns once it is ready, with its port and certificate pin.
+    static func runListener(
+        host: String = "127.0.0.1",
+        _ stack: QUIC,
+        handler: @escaping @Sendable (NetworkConnection<QUIC>) async throws -> Void
+    ) async throws -> (serving: Task<Void, any Error>, port: NWEndpoint.Port, fingerprint: [UInt8]) {
+        let listener = try NetworkListener(for: .hostPort(host: NWEndpoint.Host(host), port: .any)) { stack }
+        let serving = Task { try await listener.run(handler) }
+        let port = try #require(try await within(10) { () -> NWEndpoint.Port? in
+            for await state in listener.states where state == .ready { return listener.port }
+            return nil
+        })
+        return (serving, port, try #require(listener.generatedCertificate).sha256Fingerprint)
+    }
+
     /// Reads a stream to its FIN.
     static func readAll(_ stream: QUIC.Stream<QUICStream>) async throws -> Data {
         var received = Data()
@@ -193,14 +209,10 @@ struct NetworkConnectionTests {
 
     /// Apple's `onPathUpdate` and `onViabilityUpdate`: the path arrives once the tunnel is up.
     @Test func pathAndViabilityHandlersSeeTheTunnelsPath() async throws {
-        let listener = try NetworkListener(for: .hostPort(host: "127.0.0.1", port: .any)) { QUIC(alpn: ["test"]) }
-        let serving = Task { try await listener.run { connection in try await connection.inboundStreams { _ in } } }
+        let (serving, port, fingerprint) = try await Self.runListener(QUIC(alpn: ["test"])) { connection in
+            try await connection.inboundStreams { _ in }
+        }
         defer { serving.cancel() }
-        let port = try #require(try await within(10) { () -> NWEndpoint.Port? in
-            for await state in listener.states where state == .ready { return listener.port }
-            return nil
-        })
-        let fingerprint = try #require(listener.generatedCertificate).sha256Fingerprint
         let paths = Recorder<NWPath>()
         let viability = Recorder<Bool>()
         try await withNetworkConnection(to: .hostPort(host: "127.0.0.1", port: port)) {
@@ -221,14 +233,10 @@ struct NetworkConnectionTests {
     /// Apple's `NetworkChannel`: connections, streams and datagram channels share a base class,
     /// with an identity that keys sets and the tunnel's parameters.
     @Test func channelsShareTheBaseClassAndAreIdentifiedByTheirEntity() async throws {
-        let listener = try NetworkListener(for: .hostPort(host: "127.0.0.1", port: .any)) { QUIC(alpn: ["test"]) }
-        let serving = Task { try await listener.run { connection in try await connection.inboundStreams { _ in } } }
+        let (serving, port, fingerprint) = try await Self.runListener(QUIC(alpn: ["test"])) { connection in
+            try await connection.inboundStreams { _ in }
+        }
         defer { serving.cancel() }
-        let port = try #require(try await within(10) { () -> NWEndpoint.Port? in
-            for await state in listener.states where state == .ready { return listener.port }
-            return nil
-        })
-        let fingerprint = try #require(listener.generatedCertificate).sha256Fingerprint
         let stack = QUIC(alpn: ["test"]).maxDatagramFrameSize(1200).tls.peerAuthentication(.pinnedSHA256(fingerprint))
         let other = NetworkConnection(to: .hostPort(host: "127.0.0.1", port: port)) { stack }
         try await withNetworkConnection(to: .hostPort(host: "127.0.0.1", port: port)) { stack } _: { connection in
