@@ -37,75 +37,38 @@ public final class NWProtocolIP: @unchecked Sendable {
         }
 
         /// A required IP version that excludes the other.
-        public var version: Version {
-            get { Version(socket.ipVersion) }
-            set { socket.ipVersion = newValue.socketVersion }
-        }
+        public var version: Version = .any
         /// The IPv4 TTL or IPv6 hop limit of sent packets (`IP_TTL`, `IPV6_UNICAST_HOPS`); 0
         /// keeps the system's default.
-        public var hopLimit: UInt8 {
-            get { socket.hopLimit ?? 0 }
-            set { socket.hopLimit = newValue == 0 ? nil : newValue }
-        }
+        public var hopLimit: UInt8 = 0
         /// IPv6 paths send no datagram larger than 1280 bytes, the IPv6 minimum MTU
         /// (RFC 8200 §5); no effect on IPv4.
-        public var useMinimumMTU: Bool {
-            get { socket.usesMinimumMTU }
-            set { socket.usesMinimumMTU = newValue }
-        }
+        public var useMinimumMTU = false
         /// Sets the Don't Fragment bit on IPv4 and never fragments locally on IPv6. On by
         /// default, unlike Apple's generic IP options: RFC 9000 §14 requires it of QUIC wherever
         /// possible, and QUIC's path MTU discovery (RFC 9000 §14.3) depends on it.
-        public var disableFragmentation: Bool {
-            get { socket.disablesFragmentation }
-            set { socket.disablesFragmentation = newValue }
-        }
+        public var disableFragmentation = true
         /// Which kind of IPv6 source address to prefer.
-        public var localAddressPreference: AddressPreference {
-            get { AddressPreference(socket.addressPreference) }
-            set { socket.addressPreference = newValue.socketPreference }
-        }
-
-        /// The settings as the sockets take them (UDP's checksum setting aside).
-        var socket = QUICSocketOptions()
+        public var localAddressPreference: AddressPreference = .default
 
         /// Default IP options: either version, system hop limit, Don't Fragment set.
         override public init() {}
-    }
-}
 
-extension NWProtocolIP.Options.Version {
-    init(_ version: QUICSocketOptions.IPVersion) {
-        switch version {
-        case .any: self = .any
-        case .v4: self = .v4
-        case .v6: self = .v6
-        }
-    }
-
-    var socketVersion: QUICSocketOptions.IPVersion {
-        switch self {
-        case .any: return .any
-        case .v4: return .v4
-        case .v6: return .v6
-        }
-    }
-}
-
-extension NWProtocolIP.Options.AddressPreference {
-    init(_ preference: QUICSocketOptions.AddressPreference) {
-        switch preference {
-        case .default: self = .default
-        case .temporary: self = .temporary
-        case .stable: self = .stable
-        }
-    }
-
-    var socketPreference: QUICSocketOptions.AddressPreference {
-        switch self {
-        case .default: return .default
-        case .temporary: return .temporary
-        case .stable: return .stable
+        /// Writes these settings into the sockets' options (UDP's checksum setting aside).
+        func apply(to socket: inout QUICSocketOptions) {
+            switch version {
+            case .any: socket.ipVersion = .any
+            case .v4: socket.ipVersion = .v4
+            case .v6: socket.ipVersion = .v6
+            }
+            socket.hopLimit = hopLimit == 0 ? nil : hopLimit
+            socket.usesMinimumMTU = useMinimumMTU
+            socket.disablesFragmentation = disableFragmentation
+            switch localAddressPreference {
+            case .default: socket.addressPreference = .default
+            case .temporary: socket.addressPreference = .temporary
+            case .stable: socket.addressPreference = .stable
+            }
         }
     }
 }
@@ -133,14 +96,9 @@ public final class NWProtocolUDP: @unchecked Sendable {
 extension NWParameters {
     /// What the stack's IP and UDP options ask of the sockets.
     var socketOptions: QUICSocketOptions {
-        get {
-            var socket = (defaultProtocolStack.internetProtocol as? NWProtocolIP.Options)?.socket ?? QUICSocketOptions()
-            socket.omitsChecksum = (defaultProtocolStack.transportProtocol as? NWProtocolUDP.Options)?.preferNoChecksum ?? false
-            return socket
-        }
-        set {
-            (defaultProtocolStack.internetProtocol as? NWProtocolIP.Options)?.socket = newValue
-            (defaultProtocolStack.transportProtocol as? NWProtocolUDP.Options)?.preferNoChecksum = newValue.omitsChecksum
-        }
+        var socket = QUICSocketOptions()
+        (defaultProtocolStack.internetProtocol as? NWProtocolIP.Options)?.apply(to: &socket)
+        socket.omitsChecksum = (defaultProtocolStack.transportProtocol as? NWProtocolUDP.Options)?.preferNoChecksum ?? false
+        return socket
     }
 }

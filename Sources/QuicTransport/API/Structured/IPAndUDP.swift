@@ -21,11 +21,10 @@ public struct UDP: Sendable {
         return copy
     }
 
-    /// What these settings ask of the sockets.
-    var socketOptions: QUICSocketOptions {
-        var options = ip.socketOptions
-        options.omitsChecksum = omitsChecksum
-        return options
+    /// Writes these settings, and IP's, into a classic protocol stack.
+    func apply(to stack: NWParameters.ProtocolStack) {
+        if let options = stack.internetProtocol as? NWProtocolIP.Options { ip.apply(to: options) }
+        (stack.transportProtocol as? NWProtocolUDP.Options)?.preferNoChecksum = omitsChecksum
     }
 }
 
@@ -34,40 +33,48 @@ public struct UDP: Sendable {
 ///
 /// Apple's `receiveTimeCalculated(_:)` is not offered: nothing here reports receive times.
 public struct IP: Sendable {
-    private var options = QUICSocketOptions()
+    private var version: NWProtocolIP.Options.Version = .any
+    private var hopLimit: UInt8 = 0
+    private var useMinimumMTU = false
+    private var disableFragmentation = true
+    private var localAddressPreference: NWProtocolIP.Options.AddressPreference = .default
 
     /// IP with the defaults: either version, the system's hop limit, Don't Fragment set.
     public init() {}
 
     /// Requires one IP version: a client skips addresses of the other, and a listener without a
     /// local endpoint binds this version's wildcard address.
-    public func version(_ version: NWProtocolIP.Options.Version) -> IP {
-        with { $0.ipVersion = version.socketVersion }
-    }
+    public func version(_ version: NWProtocolIP.Options.Version) -> IP { with { $0.version = version } }
 
     /// The IPv4 TTL or IPv6 hop limit of sent packets (`IP_TTL`, `IPV6_UNICAST_HOPS`); 0 keeps
     /// the system's default.
-    public func hopLimit(_ limit: UInt8) -> IP { with { $0.hopLimit = limit == 0 ? nil : limit } }
+    public func hopLimit(_ limit: UInt8) -> IP { with { $0.hopLimit = limit } }
 
     /// On IPv6, sends no datagram larger than the minimum MTU, 1280 bytes (RFC 8200 §5); QUIC
     /// payloads stop at 1232. No effect on IPv4.
-    public func minimumMTU(_ useMinimumMTU: Bool) -> IP { with { $0.usesMinimumMTU = useMinimumMTU } }
+    public func minimumMTU(_ useMinimumMTU: Bool) -> IP { with { $0.useMinimumMTU = useMinimumMTU } }
 
     /// Sets Don't Fragment on IPv4 and never fragments locally on IPv6. On by default for QUIC,
     /// which RFC 9000 §14 requires wherever possible; `false` lets the kernel fragment.
-    public func fragmentationDisabled(_ dontFragment: Bool) -> IP { with { $0.disablesFragmentation = dontFragment } }
+    public func fragmentationDisabled(_ dontFragment: Bool) -> IP { with { $0.disableFragmentation = dontFragment } }
 
     /// Which kind of IPv6 source address to prefer (RFC 5014).
     public func localAddressPreference(_ preference: NWProtocolIP.Options.AddressPreference) -> IP {
-        with { $0.addressPreference = preference.socketPreference }
+        with { $0.localAddressPreference = preference }
     }
 
-    /// What these settings ask of the sockets.
-    var socketOptions: QUICSocketOptions { options }
+    /// Writes these settings into the classic options, which lower them for the sockets.
+    func apply(to options: NWProtocolIP.Options) {
+        options.version = version
+        options.hopLimit = hopLimit
+        options.useMinimumMTU = useMinimumMTU
+        options.disableFragmentation = disableFragmentation
+        options.localAddressPreference = localAddressPreference
+    }
 
-    private func with(_ change: (inout QUICSocketOptions) -> Void) -> IP {
+    private func with(_ change: (inout IP) -> Void) -> IP {
         var copy = self
-        change(&copy.options)
+        change(&copy)
         return copy
     }
 }

@@ -48,7 +48,7 @@ public struct QUIC: Sendable {
     /// Classic parameters for this stack: the QUIC options, and the UDP and IP options below.
     package var parameters: NWParameters {
         let parameters = NWParameters(quic: options)
-        parameters.socketOptions = udp.socketOptions
+        udp.apply(to: parameters.defaultProtocolStack)
         return parameters
     }
 
