@@ -28,7 +28,7 @@ final class QUICDatagramSocket {
 
     let channel: any Channel
     let localAddress: QUICSocketAddress
-    private var gsoEnabled: Bool
+    private let gsoEnabled: Bool
     private var scratch: ByteBuffer
     /// Where the scratch's bytes start while `withScratch` runs; nil otherwise.
     /// The scratch area while `withScratch` runs.
@@ -309,7 +309,6 @@ final class QUICDatagramSocket {
             // The kernel refuses UDP_SEGMENT where it cannot offload checksums (an IPsec route,
             // SO_NO_CHECK). NIO's datagram writes tolerate only EMSGSIZE and EHOSTUNREACH, so the
             // channel closes after this error and the connections on it end.
-            gsoEnabled = false
             logger.warning("UDP GSO refused by the kernel; the socket closes", metadata: ["error": "\(error)"])
             return
         }

@@ -82,8 +82,7 @@ package final class QUICServerWorkerGroup: Sendable {
         let program = QUICReuseportGroup.steeringProgram(connectionIDLength: factory.idLength, steering: factory.steering)
         var steered = kernelSteering && workerCount > 1
         let socketOptions = configuration.quic.socket
-        func bindGroup(_ host: String, _ port: Int) throws -> [CInt] {
-            let address = try SocketAddress.makeAddressResolvingHost(host, port: port)
+        func bindGroup(_ address: SocketAddress) throws -> [CInt] {
             guard socketOptions.allows(isIPv6: address.protocol == .inet6) else {
                 throw QUICSocketError.ipVersionExcluded(address: "\(address)")
             }
@@ -98,10 +97,11 @@ package final class QUICServerWorkerGroup: Sendable {
             }
             return descriptors
         }
-        let main = try bindGroup(host, port)
+        let mainAddress = try SocketAddress.makeAddressResolvingHost(host, port: port)
+        let main = try bindGroup(mainAddress)
         let second: [CInt]?
         do {
-            second = try preferred.map { try bindGroup($0.host, $0.port) }
+            second = try preferred.map { try bindGroup(try SocketAddress.makeAddressResolvingHost($0.host, port: $0.port)) }
         } catch {
             for descriptor in main { _ = Glibc.close(descriptor) }
             throw error
@@ -138,8 +138,9 @@ package final class QUICServerWorkerGroup: Sendable {
         let advertisedAddress = try await loops[0].submit { sockets[0].1?.value.localAddress }.get()
         var advertised = configuration
         advertised.quic.preferredAddress = advertisedAddress
-        let mainIsIPv6 = try await loops[0].submit { sockets[0].0.value.localAddress.nioAddress.protocol == .inet6 }.get()
-        advertised.quic.maxUDPPayloadSize = socketOptions.maximumUDPPayload(advertised.quic.maxUDPPayloadSize, isIPv6: mainIsIPv6)
+        advertised.quic.maxUDPPayloadSize = socketOptions.maximumUDPPayload(
+            advertised.quic.maxUDPPayloadSize, isIPv6: mainAddress.protocol == .inet6
+        )
         let workerConfiguration = advertised
         var workers: [Worker] = []
         var port: UInt16 = 0
