@@ -15,6 +15,11 @@ package final class EventLoopTaskExecutor: TaskExecutor {
 
     package func enqueue(_ job: consuming ExecutorJob) {
         let job = UnownedJob(job)
+        if let loop = eventLoop as? QUICEventLoop {
+            // A server worker's loop that has shut down passes the job on, so the task ends.
+            loop.enqueueOrRunElsewhere(job, executor: asUnownedTaskExecutor())
+            return
+        }
         eventLoop.execute { job.runSynchronously(on: self.asUnownedTaskExecutor()) }
     }
 }

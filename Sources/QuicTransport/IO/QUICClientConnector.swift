@@ -53,7 +53,7 @@ package final class QUICClientConnector: @unchecked Sendable {
     private var isHandshakeConfirmed = false
     private var confirmationWaiters: [EventLoopPromise<Void>] = []
     /// The migration under way: its new socket and who waits for the outcome.
-    private var migration: (socket: QUICDatagramSocket, promise: EventLoopPromise<QUICPath>)?
+    private var migration: (socket: any QUICDatagramSocket, promise: EventLoopPromise<QUICPath>)?
 
     package init(
         host: String,
@@ -118,7 +118,7 @@ package final class QUICClientConnector: @unchecked Sendable {
             return
         }
         let remaining = addresses.dropFirst()
-        QUICDatagramSocket.connect(to: address, options: configuration.socket, eventLoop: eventLoop, logger: logger).whenComplete { result in
+        QUICNIODatagramSocket.connect(to: address, options: configuration.socket, eventLoop: eventLoop, logger: logger).whenComplete { result in
             switch result {
             case .failure(let error):
                 self.logger.debug("cannot open socket", metadata: ["address": "\(address)", "error": "\(error)"])
@@ -139,7 +139,7 @@ package final class QUICClientConnector: @unchecked Sendable {
         }
     }
 
-    private func start(on socket: QUICDatagramSocket, remote: SocketAddress, fallback: ArraySlice<SocketAddress>) throws {
+    private func start(on socket: any QUICDatagramSocket, remote: SocketAddress, fallback: ArraySlice<SocketAddress>) throws {
         let isIPLiteral = QUICSocketAddress(ip: host, port: 0) != nil
         // RFC 6066 §3: SNI carries host names only; an IP address (given as the host or as the
         // name to verify) is checked against the certificate but never sent (GnuTLS servers
@@ -174,9 +174,9 @@ package final class QUICClientConnector: @unchecked Sendable {
         self.driver = driver
         var heardFromPeer = false
         let path = core.path
-        socket.onDatagram = { envelope in
+        socket.onDatagram = { datagram, _, ecn in
             heardFromPeer = true
-            driver.receive(envelope.data, path: path, ecn: envelope.ecnCodepoint)
+            driver.receive(datagram, path: path, ecn: ecn)
         }
         socket.onReadComplete = { driver.afterInput() }
         socket.onError = { error in
@@ -234,7 +234,7 @@ package final class QUICClientConnector: @unchecked Sendable {
         guard migration == nil else { return eventLoop.makeFailedFuture(NWError.posix(.EALREADY)) }
         let promise = eventLoop.makePromise(of: QUICPath.self)
         whenHandshakeConfirmed().flatMap {
-            QUICDatagramSocket.connect(
+            QUICNIODatagramSocket.connect(
                 to: driver.core.path.remote.nioAddress, options: self.configuration.socket, eventLoop: self.eventLoop, logger: self.logger
             )
         }.whenComplete { result in
@@ -246,7 +246,7 @@ package final class QUICClientConnector: @unchecked Sendable {
         return promise.futureResult
     }
 
-    private func startMigration(of driver: QUICConnectionDriver, to socket: QUICDatagramSocket, promise: EventLoopPromise<QUICPath>) {
+    private func startMigration(of driver: QUICConnectionDriver, to socket: any QUICDatagramSocket, promise: EventLoopPromise<QUICPath>) {
         guard self.driver === driver, migration == nil, driver.core.closeReason == nil else {
             socket.close()
             promise.fail(NWError.posix(.ENOTCONN))
@@ -260,7 +260,7 @@ package final class QUICClientConnector: @unchecked Sendable {
             return
         }
         let path = QUICPath(local: socket.localAddress, remote: driver.core.path.remote)
-        socket.onDatagram = { envelope in driver.receive(envelope.data, path: path, ecn: envelope.ecnCodepoint) }
+        socket.onDatagram = { datagram, _, ecn in driver.receive(datagram, path: path, ecn: ecn) }
         socket.onReadComplete = { driver.afterInput() }
         migration = (socket, promise)
         driver.addSocket(socket)
@@ -324,7 +324,7 @@ package final class QUICClientConnector: @unchecked Sendable {
         }
     }
 
-    private func abandon(_ driver: QUICConnectionDriver, socket: QUICDatagramSocket) {
+    private func abandon(_ driver: QUICConnectionDriver, socket: any QUICDatagramSocket) {
         driver.eventHandler = nil
         driver.onFinished = nil
         socket.detachAndClose()

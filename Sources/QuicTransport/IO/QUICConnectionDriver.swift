@@ -12,7 +12,7 @@ package final class QUICConnectionDriver: @unchecked Sendable {
     package let core: QUICConnectionCore
     /// The sockets packets leave from: one, or two while a client migrates (RFC 9000 §9.2).
     /// The first is the default; a packet goes out of the one bound at its path's local address.
-    private(set) var sockets: [QUICDatagramSocket]
+    private(set) var sockets: [any QUICDatagramSocket]
     private var timer: Scheduled<Void>?
     private var timerDeadline: UInt64 = .max
     /// A pass is queued on the loop (`schedulePass`), so another request for one is redundant.
@@ -28,7 +28,7 @@ package final class QUICConnectionDriver: @unchecked Sendable {
     /// work that needs another pass (new requests, consumed data).
     package var afterPass: (() -> Bool)?
 
-    init(core: QUICConnectionCore, socket: QUICDatagramSocket, eventLoop: any EventLoop) {
+    init(core: QUICConnectionCore, socket: any QUICDatagramSocket, eventLoop: any EventLoop) {
         self.core = core
         self.sockets = [socket]
         self.eventLoop = eventLoop
@@ -38,9 +38,9 @@ package final class QUICConnectionDriver: @unchecked Sendable {
     package static func now() -> UInt64 { NIODeadline.now().uptimeNanoseconds }
 
     /// Feeds one datagram that the client socket received.
-    func receive(_ datagram: ByteBuffer, path: QUICPath, ecn: UInt32) {
+    func receive(_ datagram: UnsafeRawBufferPointer, path: QUICPath, ecn: UInt32) {
         eventLoop.assertInEventLoop()
-        datagram.withUnsafeReadableBytes { core.receive(datagram: $0, path: path, ecn: ecn, now: Self.now()) }
+        core.receive(datagram: datagram, path: path, ecn: ecn, now: Self.now())
     }
 
     /// After any input: write what is ready, report events, re-arm the timer.
@@ -110,12 +110,12 @@ package final class QUICConnectionDriver: @unchecked Sendable {
     }
 
     /// Adds a socket for a path being validated; its packets leave from it.
-    func addSocket(_ socket: QUICDatagramSocket) {
+    func addSocket(_ socket: any QUICDatagramSocket) {
         sockets.append(socket)
     }
 
     /// Stops sending from `socket` (its path was abandoned or replaced); the caller closes it.
-    func removeSocket(_ socket: QUICDatagramSocket) {
+    func removeSocket(_ socket: any QUICDatagramSocket) {
         sockets.removeAll { $0 === socket }
     }
 

@@ -8,6 +8,37 @@ import Logging
 import NIOCore
 import NIOPosix
 
+/// Where a connection's packets leave and its datagrams arrive: a bound UDP socket, on one
+/// event loop. A client's is a `QUICNIODatagramSocket`; a server worker's is a `QUICUDPSocket`
+/// on the worker's own `QUICEventLoop`.
+///
+/// Cores write packets into the socket's scratch area (`withScratch`) and `send` them from
+/// there. Everything here happens on `eventLoop`.
+protocol QUICDatagramSocket: AnyObject {
+    var localAddress: QUICSocketAddress { get }
+    var eventLoop: any EventLoop { get }
+    /// What the socket does with each received datagram; set once, on the loop, before the first read.
+    var onDatagram: QUICDatagramHandler? { get set }
+    /// Runs after each batch of reads, the moment to flush the connections that received data.
+    var onReadComplete: (() -> Void)? { get set }
+    var onError: ((any Error) -> Void)? { get set }
+    /// Runs `body` with the area that cores write packets into; the bytes `send` takes may lie in it.
+    func withScratch<R>(_ body: (UnsafeMutableRawBufferPointer) -> R) -> R
+    /// Sends one packet, or `bytes.count / segmentSize` equal packets (the last may be shorter),
+    /// marked with ngtcp2's ECN codepoint `ecn` (`NGTCP2_ECN_*`, RFC 9000 §13.4).
+    func send(_ bytes: UnsafeRawBufferPointer, segmentSize: Int, to remote: QUICSocketAddress, ecn: UInt32)
+    func sendNow(_ bytes: UnsafeRawBufferPointer, to remote: QUICSocketAddress)
+    /// Pushes out what `send` has queued.
+    func flush()
+    func close()
+    /// Drops the handlers, which keep their owners alive, and closes the socket.
+    func detachAndClose()
+}
+
+/// One received datagram: its bytes (valid only during the call), its sender, and its IP ECN
+/// field as ngtcp2's codepoint.
+package typealias QUICDatagramHandler = (_ datagram: UnsafeRawBufferPointer, _ remote: QUICSocketAddress, _ ecn: UInt32) -> Void
+
 /// A bound UDP socket on SwiftNIO, tuned for QUIC: batched reads (`recvmmsg`), GRO (`UDP_GRO`,
 /// coalesced reads split back into datagrams here), 4 MiB socket buffers, GSO sends
 /// (`UDP_SEGMENT`) when the kernel offers them, each with a per-datagram fallback, and ECN
@@ -17,8 +48,9 @@ import NIOPosix
 /// batch (a bulk transfer's send quantum) is not copied: the scratch buffer itself goes to NIO's
 /// writes, each batch a slice of it, and the socket takes a fresh one. Small batches
 /// (acknowledgements, a response or two) are copied into buffers of their own size, and the
-/// scratch stays. Lives on its channel's event loop.
-final class QUICDatagramSocket {
+/// scratch stays. Lives on its channel's event loop. Clients use it: a client socket carries
+/// one connection, and NIO's costs per datagram matter little there.
+final class QUICNIODatagramSocket: QUICDatagramSocket {
     static let socketBufferSize = 4 << 20
     /// Room for a send quantum (64 KiB, ngtcp2) and then some; NIO rounds the capacity up to a
     /// power of two, so the area the cores get is 128 KiB.
@@ -64,33 +96,21 @@ final class QUICDatagramSocket {
         self.scratch = channel.allocator.buffer(capacity: Self.scratchSize)
     }
 
-    /// What the socket does with received datagrams; set once, on the loop, before the first read.
-    var onDatagram: ((AddressedEnvelope<ByteBuffer>) -> Void)? {
+    var eventLoop: any EventLoop { channel.eventLoop }
+
+    var onDatagram: QUICDatagramHandler? {
         get { sink.onDatagram }
         set { sink.onDatagram = newValue }
     }
-    /// Runs after each batch of reads, the moment to flush the connections that received data.
     var onReadComplete: (() -> Void)? {
         get { sink.onReadComplete }
         set { sink.onReadComplete = newValue }
     }
     private let sink: QUICDatagramSink
 
-    /// Socket errors such as ECONNREFUSED from ICMP (connected sockets only).
     var onError: ((any Error) -> Void)? {
         get { sink.onError }
         set { sink.onError = newValue }
-    }
-
-    /// Takes over a socket that is already bound (a member of a reuseport group) on `eventLoop`.
-    /// `options` are the ones the socket was made with (`QUICReuseportGroup.bind`).
-    static func adopt(
-        _ descriptor: CInt,
-        options: QUICSocketOptions,
-        eventLoop: any EventLoop,
-        logger: Logger
-    ) -> EventLoopFuture<QUICDatagramSocket> {
-        open(on: eventLoop, reads: .server, options: options, logger: logger) { $0.withBoundSocket(descriptor) }
     }
 
     /// A client socket on an ephemeral port, connected to `remote` so that ICMP errors
@@ -101,9 +121,9 @@ final class QUICDatagramSocket {
         options: QUICSocketOptions,
         eventLoop: any EventLoop,
         logger: Logger
-    ) -> EventLoopFuture<QUICDatagramSocket> {
+    ) -> EventLoopFuture<QUICNIODatagramSocket> {
         let settings = options.settings(isIPv6: remote.protocol == .inet6)
-        return open(on: eventLoop, reads: .client, options: options, logger: logger) { bootstrap in
+        return open(on: eventLoop, options: options, logger: logger) { bootstrap in
             var bootstrap = bootstrap
             for setting in settings {
                 bootstrap = bootstrap.channelOption(
@@ -115,43 +135,30 @@ final class QUICDatagramSocket {
         }
     }
 
-    /// How much one read pass (`recvmmsg`) takes in. A server's socket carries every
-    /// connection of its worker and keeps a large batch; a client's carries one connection, and
-    /// each socket keeps its read buffer for its lifetime, so a client holding many
-    /// connections would otherwise pay half a megabyte for each.
-    enum ReadBatch {
-        case server, client
-
-        /// Slots per read: with GRO one slot holds up to 64 KiB of same-size datagrams.
-        var slots: Int {
-            switch self {
-            case .server: return System.supportsUDPReceiveOffload ? 8 : 32
-            case .client: return System.supportsUDPReceiveOffload ? 2 : 8
-            }
-        }
-
-        var slotSize: Int { System.supportsUDPReceiveOffload ? 65_536 : 2_048 }
-    }
+    /// Slots per read pass (`recvmmsg`): with GRO one slot holds up to 64 KiB of same-size
+    /// datagrams. A client's socket carries one connection and keeps its read buffer for its
+    /// lifetime, so a client holding many connections would otherwise pay much for each.
+    private static let readSlots = System.supportsUDPReceiveOffload ? 2 : 8
+    private static let readSlotSize = System.supportsUDPReceiveOffload ? 65_536 : 2_048
 
     /// Opens a channel with the tuned bootstrap on `eventLoop`, as `how` says, and wraps it.
     private static func open(
         on eventLoop: any EventLoop,
-        reads: ReadBatch,
         options: QUICSocketOptions,
         logger: Logger,
         _ how: @escaping @Sendable (DatagramBootstrap) -> EventLoopFuture<any Channel>
-    ) -> EventLoopFuture<QUICDatagramSocket> {
+    ) -> EventLoopFuture<QUICNIODatagramSocket> {
         eventLoop.flatSubmit {
             let sink = NIOLoopBound(QUICDatagramSink(), eventLoop: eventLoop)
-            return how(bootstrap(eventLoop: eventLoop, reads: reads, sink: sink))
-                .flatMapThrowing { channel in try QUICDatagramSocket(channel: channel, sink: sink.value, options: options, logger: logger) }
+            return how(bootstrap(eventLoop: eventLoop, sink: sink))
+                .flatMapThrowing { channel in try QUICNIODatagramSocket(channel: channel, sink: sink.value, options: options, logger: logger) }
         }
     }
 
-    private static func bootstrap(eventLoop: any EventLoop, reads: ReadBatch, sink: NIOLoopBound<QUICDatagramSink>) -> DatagramBootstrap {
+    private static func bootstrap(eventLoop: any EventLoop, sink: NIOLoopBound<QUICDatagramSink>) -> DatagramBootstrap {
         let gro = System.supportsUDPReceiveOffload
-        let slots = reads.slots
-        let slotSize = reads.slotSize
+        let slots = readSlots
+        let slotSize = readSlotSize
         var bootstrap = DatagramBootstrap(group: eventLoop)
             .channelOption(.socketOption(.so_rcvbuf), value: SocketOptionValue(socketBufferSize))
             .channelOption(.socketOption(.so_sndbuf), value: SocketOptionValue(socketBufferSize))
@@ -175,7 +182,6 @@ final class QUICDatagramSocket {
         channel.close(promise: nil)
     }
 
-    /// Drops the handlers, which keep their owners alive, and closes the socket.
     func detachAndClose() {
         onDatagram = nil
         onError = nil
@@ -183,7 +189,7 @@ final class QUICDatagramSocket {
         close()
     }
 
-    /// Runs `body` with the scratch area that cores write packets into. A batch of at least
+    /// A batch of at least
     /// `sliceThreshold` bytes sent from it, and every batch after it, waits until `body`
     /// returns and then leaves as a slice of the scratch buffer, which is replaced; smaller
     /// batches are copied and leave at once. The caller must not change bytes it has sent from
@@ -224,8 +230,6 @@ final class QUICDatagramSocket {
         scratch = channel.allocator.buffer(capacity: Self.scratchSize)
     }
 
-    /// Queues a batch: one packet, or `bytes.count / segmentSize` equal packets (the last may be shorter).
-    /// `ecn` is ngtcp2's codepoint for the batch (`NGTCP2_ECN_*`).
     func send(_ bytes: UnsafeRawBufferPointer, segmentSize: Int, to remote: QUICSocketAddress, ecn: UInt32 = 0) {
         let destination = nioAddress(for: remote)
         if let scratchArea, let base = scratchArea.baseAddress, let start = bytes.baseAddress,
@@ -280,7 +284,6 @@ final class QUICDatagramSocket {
         }
     }
 
-    /// Sends one stateless packet (Version Negotiation, Retry, reset) immediately.
     func sendNow(_ bytes: UnsafeRawBufferPointer, to remote: QUICSocketAddress) {
         send(bytes, segmentSize: bytes.count, to: remote)
         flush()
@@ -338,7 +341,7 @@ enum QUICSocketError: Error, CustomStringConvertible {
 
 /// Where the pipeline's reads go; lives on the channel's loop.
 final class QUICDatagramSink {
-    var onDatagram: ((AddressedEnvelope<ByteBuffer>) -> Void)?
+    var onDatagram: QUICDatagramHandler?
     var onReadComplete: (() -> Void)?
     var onError: ((any Error) -> Void)?
 }
@@ -352,23 +355,13 @@ private final class QUICDatagramInboundHandler: ChannelInboundHandler {
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         let envelope = unwrapInboundIn(data)
-        guard let segmentSize = envelope.metadata?.segmentSize, segmentSize > 0,
-            envelope.data.readableBytes > segmentSize
-        else {
-            sink.onDatagram?(envelope)
-            return
-        }
-        // GRO joined several datagrams of one size (the last may be shorter): hand them over one by one.
-        var offset = envelope.data.readerIndex
-        let end = envelope.data.writerIndex
-        while offset < end {
-            let length = min(segmentSize, end - offset)
-            let datagram = envelope.data.getSlice(at: offset, length: length)!
-            sink.onDatagram?(AddressedEnvelope(
-                remoteAddress: envelope.remoteAddress, data: datagram,
-                metadata: envelope.metadata.map { .init(ecnState: $0.ecnState) }
-            ))
-            offset += length
+        guard let onDatagram = sink.onDatagram else { return }
+        let remote = QUICSocketAddress(nio: envelope.remoteAddress)
+        let ecn = envelope.metadata?.ecnState.ngtcp2 ?? UInt32(NGTCP2_ECN_NOT_ECT)
+        let segmentSize = envelope.metadata?.segmentSize ?? 0
+        envelope.data.withUnsafeReadableBytes { bytes in
+            // GRO joins several datagrams of one size (the last may be shorter): one call each.
+            forEachDatagram(in: bytes, segmentSize: segmentSize) { onDatagram($0, remote, ecn) }
         }
     }
 
@@ -425,7 +418,17 @@ extension NIOExplicitCongestionNotificationState {
     }
 }
 
-extension AddressedEnvelope<ByteBuffer> {
-    /// The received datagram's ECN codepoint for ngtcp2 (not-ECT when the kernel gave none).
-    var ecnCodepoint: UInt32 { metadata?.ecnState.ngtcp2 ?? UInt32(NGTCP2_ECN_NOT_ECT) }
+/// Calls `body` for each datagram of a read: the whole read, or with GRO (`segmentSize` > 0)
+/// each `segmentSize` bytes of it (the last may be shorter).
+func forEachDatagram(in bytes: UnsafeRawBufferPointer, segmentSize: Int, _ body: (UnsafeRawBufferPointer) -> Void) {
+    guard segmentSize > 0, bytes.count > segmentSize else {
+        body(bytes)
+        return
+    }
+    var offset = 0
+    while offset < bytes.count {
+        let length = min(segmentSize, bytes.count - offset)
+        body(UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + length]))
+        offset += length
+    }
 }

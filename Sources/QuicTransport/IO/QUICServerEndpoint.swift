@@ -10,10 +10,10 @@ import NIOCore
 /// event loop. `QUICServerWorkerGroup` binds the workers of an address. The state touched per
 /// datagram skips the run-time exclusivity check (`@exclusivity(unchecked)`) for that reason.
 package final class QUICServerEndpoint {
-    let socket: QUICDatagramSocket
+    let socket: QUICUDPSocket
     /// A second socket at the address advertised as `preferred_address` (RFC 9000 §9.6), where
     /// clients may move once their handshake is confirmed.
-    let preferredSocket: QUICDatagramSocket?
+    let preferredSocket: QUICUDPSocket?
     package let core: QUICEndpointCore
     @exclusivity(unchecked) private var drivers: [ObjectIdentifier: QUICConnectionDriver] = [:]
     @exclusivity(unchecked) private var touched: [QUICConnectionDriver] = []
@@ -26,7 +26,7 @@ package final class QUICServerEndpoint {
     /// Passes a datagram for another worker's connection to that worker; set by the group.
     var handOver: ((_ worker: Int, _ datagram: ByteBuffer, _ path: QUICPath, _ ecn: UInt32) -> Void)?
 
-    private var listeningSockets: [QUICDatagramSocket] { [socket] + (preferredSocket.map { [$0] } ?? []) }
+    private var listeningSockets: [QUICUDPSocket] { [socket] + (preferredSocket.map { [$0] } ?? []) }
 
     /// The bound port.
     package var port: UInt16 { socket.localAddress.port }
@@ -34,8 +34,8 @@ package final class QUICServerEndpoint {
     package var preferredAddress: QUICSocketAddress? { preferredSocket?.localAddress }
 
     init(
-        socket: QUICDatagramSocket,
-        preferredSocket: QUICDatagramSocket? = nil,
+        socket: QUICUDPSocket,
+        preferredSocket: QUICUDPSocket? = nil,
         configuration: QUICEndpointCore.Configuration,
         idFactory: QUICConnectionIDFactory,
         shared: QUICEndpointSharedState,
@@ -47,7 +47,7 @@ package final class QUICServerEndpoint {
         self.logger = logger
         // The sockets keep the endpoint alive until `close()` breaks the cycle.
         for listening in listeningSockets {
-            listening.onDatagram = { envelope in self.receive(envelope, on: listening) }
+            listening.onDatagram = { datagram, remote, ecn in self.receive(datagram, from: remote, ecn: ecn, on: listening) }
             listening.onReadComplete = { self.serviceTouched() }
         }
     }
@@ -58,7 +58,7 @@ package final class QUICServerEndpoint {
     /// (connections still open then are closed). The group has already set the shared flag that
     /// refuses new clients.
     func closeWhenDrained(timeout: TimeAmount) -> EventLoopFuture<Void> {
-        let eventLoop = socket.channel.eventLoop
+        let eventLoop = socket.eventLoop
         let closed = eventLoop.makePromise(of: Void.self)
         let deadline = NIODeadline.now() + timeout
         func check() {
@@ -98,7 +98,7 @@ package final class QUICServerEndpoint {
     private func scheduleMemoryTrim() {
         guard !memoryTrimScheduled else { return }
         memoryTrimScheduled = true
-        socket.channel.eventLoop.assumeIsolated().scheduleTask(in: Self.memoryTrimDelay) { [weak self] in
+        socket.eventLoop.assumeIsolated().scheduleTask(in: Self.memoryTrimDelay) { [weak self] in
             self?.memoryTrimScheduled = false
             malloc_trim(0)
         }
@@ -106,30 +106,27 @@ package final class QUICServerEndpoint {
 
     static let memoryTrimDelay = TimeAmount.seconds(2)
 
-    private func receive(_ envelope: AddressedEnvelope<ByteBuffer>, on listening: QUICDatagramSocket) {
-        let path = QUICPath(local: listening.localAddress, remote: QUICSocketAddress(nio: envelope.remoteAddress))
+    private func receive(_ datagram: UnsafeRawBufferPointer, from remote: QUICSocketAddress, ecn: UInt32, on listening: QUICUDPSocket) {
         datagramsReceived += 1
-        receive(envelope.data, path: path, ecn: envelope.ecnCodepoint, on: listening, mayHandOver: true)
+        receive(datagram, path: QUICPath(local: listening.localAddress, remote: remote), ecn: ecn, on: listening, mayHandOver: true)
     }
 
     /// Takes a datagram that another worker received for one of this worker's connections.
     func receiveHandedOver(_ datagram: ByteBuffer, path: QUICPath, ecn: UInt32) {
         let listening = preferredSocket.flatMap { $0.localAddress == path.local ? $0 : nil } ?? socket
-        receive(datagram, path: path, ecn: ecn, on: listening, mayHandOver: false)
+        datagram.withUnsafeReadableBytes { receive($0, path: path, ecn: ecn, on: listening, mayHandOver: false) }
         serviceTouched()  // Each touched driver's pass flushes its sockets.
     }
 
-    private func receive(_ datagram: ByteBuffer, path: QUICPath, ecn: UInt32, on listening: QUICDatagramSocket, mayHandOver: Bool) {
-        let disposition = datagram.withUnsafeReadableBytes { datagram in
-            core.receive(datagram: datagram, path: path, ecn: ecn, now: QUICConnectionDriver.now(), mayHandOver: mayHandOver) { reply in
-                listening.sendNow(reply, to: path.remote)
-            }
+    private func receive(_ datagram: UnsafeRawBufferPointer, path: QUICPath, ecn: UInt32, on listening: QUICUDPSocket, mayHandOver: Bool) {
+        let disposition = core.receive(datagram: datagram, path: path, ecn: ecn, now: QUICConnectionDriver.now(), mayHandOver: mayHandOver) { reply in
+            listening.sendNow(reply, to: path.remote)
         }
         switch disposition {
         case .delivered(let connection, let isNew):
             let driver: QUICConnectionDriver
             if isNew {
-                driver = QUICConnectionDriver(core: connection, socket: socket, eventLoop: socket.channel.eventLoop)
+                driver = QUICConnectionDriver(core: connection, socket: socket, eventLoop: socket.eventLoop)
                 if let preferredSocket { driver.addSocket(preferredSocket) }
                 driver.takeEvents = { [weak self] in self?.core.takeEvents(of: $0) ?? $0.takeEvents() }
                 driver.onFinished = { [weak self] finished in
@@ -147,7 +144,8 @@ package final class QUICServerEndpoint {
             }
             if !touched.contains(where: { $0 === driver }) { touched.append(driver) }
         case .handOver(let worker):
-            handOver?(worker, datagram, path, ecn)
+            // The read area is reused after this call: the other worker gets a copy.
+            handOver?(worker, ByteBuffer(bytes: datagram), path, ecn)
         case .answered(let what):
             logger.debug("answered statelessly", metadata: ["what": "\(what)", "peer": "\(path.remote)"])
         case .dropped(let why):

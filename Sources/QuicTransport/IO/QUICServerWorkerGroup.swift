@@ -7,7 +7,9 @@ import NIOCore
 import NIOPosix
 
 /// The workers serving one address: one event loop, one UDP socket and one `QUICServerEndpoint`
-/// each, so a server uses as many cores as it has workers.
+/// each, so a server uses as many cores as it has workers. Each worker's loop is a
+/// `QUICEventLoop` of the group's own, reading and writing its sockets with system calls
+/// (`QUICUDPSocket`); a loop's thread ends once its sockets are closed and nothing refers to it.
 ///
 /// With more than one worker the sockets form a `SO_REUSEPORT` group and the kernel steers
 /// each packet to the worker that owns its connection (`QUICReuseportGroup`). A packet that
@@ -32,19 +34,16 @@ package final class QUICServerWorkerGroup: Sendable {
     package let preferredAddress: QUICSocketAddress?
     /// Whether the kernel steers packets by connection ID; without it only hand-overs do.
     package let isSteeredByKernel: Bool
-    /// A group of loops made for workers beyond the shared group's threads; shut down at close.
-    private let ownedLoops: MultiThreadedEventLoopGroup?
 
     private init(
         workers: [Worker], port: UInt16, preferredAddress: QUICSocketAddress?, shared: QUICEndpointSharedState,
-        isSteeredByKernel: Bool, ownedLoops: MultiThreadedEventLoopGroup?
+        isSteeredByKernel: Bool
     ) {
         self.workers = workers
         self.shared = shared
         self.port = port
         self.preferredAddress = preferredAddress
         self.isSteeredByKernel = isSteeredByKernel
-        self.ownedLoops = ownedLoops
         let loops = workers.map(\.eventLoop)
         let endpoints = workers.map(\.endpoint)
         for (loop, endpoint) in zip(loops, endpoints) {
@@ -78,7 +77,7 @@ package final class QUICServerWorkerGroup: Sendable {
         let shared = QUICEndpointSharedState(workerCount: workerCount)
         // One secret and one QUIC-LB configuration for every worker; each has its worker byte.
         let factory = QUICConnectionIDFactory(loadBalancer: configuration.loadBalancer)
-        let (loops, ownedLoops) = eventLoops(count: workerCount)
+        let loops = try (0..<workerCount).map { try QUICEventLoop(name: "quic-worker-\($0)") }
         let program = QUICReuseportGroup.steeringProgram(connectionIDLength: factory.idLength, steering: factory.steering)
         var steered = kernelSteering && workerCount > 1
         let socketOptions = configuration.quic.socket
@@ -110,19 +109,22 @@ package final class QUICServerWorkerGroup: Sendable {
         // Each worker adopts its sockets and makes its endpoint on its own loop.
         let endpoints = (0..<workerCount).map { index in
             let loop = loops[index]
-            let adopted = QUICDatagramSocket.adopt(main[index], options: socketOptions, eventLoop: loop, logger: logger).map {
-                NIOLoopBound($0, eventLoop: loop)
+            return loop.submit {
+                let socket = try QUICUDPSocket(adopting: main[index], options: socketOptions, loop: loop, logger: logger)
+                do {
+                    let preferredSocket = try second.map { try QUICUDPSocket(adopting: $0[index], options: socketOptions, loop: loop, logger: logger) }
+                    return (NIOLoopBound(socket, eventLoop: loop), preferredSocket.map { NIOLoopBound($0, eventLoop: loop) })
+                } catch {
+                    socket.close()
+                    throw error
+                }
             }
-            let adoptedPreferred = second.map {
-                QUICDatagramSocket.adopt($0[index], options: socketOptions, eventLoop: loop, logger: logger).map { Optional(NIOLoopBound($0, eventLoop: loop)) }
-            } ?? loop.makeSucceededFuture(nil)
-            return adopted.and(adoptedPreferred)
         }
-        let sockets: [(NIOLoopBound<QUICDatagramSocket>, NIOLoopBound<QUICDatagramSocket>?)]
+        let sockets: [(NIOLoopBound<QUICUDPSocket>, NIOLoopBound<QUICUDPSocket>?)]
         do {
             sockets = try await EventLoopFuture.whenAllSucceed(endpoints, on: loops[0]).get()
         } catch {
-            // Close what was adopted; descriptors not adopted yet are closed here.
+            // Close what was adopted; descriptors not adopted are closed here.
             let results = (try? await EventLoopFuture.whenAllComplete(endpoints, on: loops[0]).get()) ?? []
             for (index, result) in results.enumerated() {
                 switch result {
@@ -164,19 +166,8 @@ package final class QUICServerWorkerGroup: Sendable {
         }
         return QUICServerWorkerGroup(
             workers: workers, port: port, preferredAddress: preferredAddress, shared: shared,
-            isSteeredByKernel: steered, ownedLoops: ownedLoops
+            isSteeredByKernel: steered
         )
-    }
-
-    /// `count` distinct event loops: the shared group's while it has enough threads, otherwise a
-    /// group of their own.
-    private static func eventLoops(count: Int) -> ([any EventLoop], MultiThreadedEventLoopGroup?) {
-        let sharedGroup = MultiThreadedEventLoopGroup.singleton
-        if count == 1 { return ([sharedGroup.next()], nil) }
-        let sharedLoops = Array(sharedGroup.makeIterator())
-        if sharedLoops.count >= count { return (Array(sharedLoops.prefix(count)), nil) }
-        let owned = MultiThreadedEventLoopGroup(numberOfThreads: count)
-        return (Array(owned.makeIterator()), owned)
     }
 
     /// Datagrams handed from one worker to another so far.
@@ -209,10 +200,9 @@ package final class QUICServerWorkerGroup: Sendable {
 
     /// Closes every connection with NO_ERROR (RFC 9000 §10.2), then the sockets.
     package func close() {
-        let closed = workers.map { worker in
-            worker.eventLoop.submit { worker.endpoint.value.close() }
+        for worker in workers {
+            worker.eventLoop.execute { worker.endpoint.value.close() }
         }
-        shutDownOwnedLoops(after: closed)
     }
 
     /// Refuses new clients at once (on every worker: the flag is shared), closes each worker's
@@ -222,16 +212,7 @@ package final class QUICServerWorkerGroup: Sendable {
         let closed = workers.map { worker in
             worker.eventLoop.flatSubmit { worker.endpoint.value.closeWhenDrained(timeout: timeout) }
         }
-        shutDownOwnedLoops(after: closed)
         return EventLoopFuture.andAllComplete(closed, on: workers[0].eventLoop)
-    }
-
-    private func shutDownOwnedLoops(after futures: [EventLoopFuture<Void>]) {
-        guard let ownedLoops else { return }
-        // Not from one of the group's own loops: shutting down waits for them.
-        EventLoopFuture.andAllComplete(futures, on: futures[0].eventLoop).whenComplete { _ in
-            DispatchQueue.global().async { ownedLoops.shutdownGracefully { _ in } }
-        }
     }
 }
 

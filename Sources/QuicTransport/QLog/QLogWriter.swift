@@ -1,3 +1,4 @@
+import CQuicShims
 import Foundation
 import Glibc
 import Logging

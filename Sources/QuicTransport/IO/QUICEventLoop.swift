@@ -1,0 +1,443 @@
+import CQuicShims
+import Dispatch
+#if canImport(Glibc)
+import Glibc
+#endif
+import NIOConcurrencyHelpers
+import NIOCore
+
+/// A server worker's event loop: one thread, `epoll` over the worker's UDP sockets, a timer
+/// heap, and a task queue. It is a NIO `EventLoop`, so futures, `NIOLoopBound`, scheduled tasks
+/// and `EventLoopTaskExecutor` work on it as on NIO's own loops.
+///
+/// It exists because NIO's datagram channel costs a server more than the protocol does. For each
+/// datagram NIO builds a `SocketAddress` (with `inet_ntop` and its `sprintf`) and an
+/// `AddressedEnvelope`, and it closes the channel, and with it every connection of the worker,
+/// on any send error but EMSGSIZE and EHOSTUNREACH. A `QUICUDPSocket` registered here reads
+/// straight into QUIC's own address type and treats each send error as that one datagram's.
+///
+/// **Lifetime.** The thread runs as long as anything can still give the loop work: whatever
+/// queues a task, schedules a timer or waits on a future holds this object, and each queued
+/// task and pending timer holds it too. When the last reference goes, the thread ends. A
+/// group that closes therefore never strands a future or a task on a loop that has stopped.
+/// `shutdownGracefully` (for `EventLoopGroup`) stops it sooner: pending timers fail
+/// (`EventLoopError.shutdown`), queued tasks run, and a task offered later is dropped, as NIO
+/// drops it; a Swift job offered later (`enqueueOrRunElsewhere`) runs on the global executor.
+package final class QUICEventLoop: EventLoop, Sendable {
+    private let core: LoopCore
+
+    /// Starts the loop's thread, named `name` (at most 15 bytes reach the kernel).
+    package init(name: String) throws {
+        core = try LoopCore(name: name)
+    }
+
+    deinit {
+        // Nothing can queue work any more.
+        core.stop(callback: nil)
+    }
+
+    package var inEventLoop: Bool { core.isCurrent }
+
+    package func execute(_ task: @escaping @Sendable () -> Void) {
+        _ = core.enqueue(task)
+    }
+
+    package func _executeIsolatedUnsafeUnchecked(_ task: @escaping () -> Void) {
+        _ = core.enqueue(task)
+    }
+
+    /// Runs `job` on the loop, or, once the loop has shut down, on the global executor.
+    package func enqueueOrRunElsewhere(_ job: UnownedJob, executor: UnownedTaskExecutor) {
+        let accepted = core.enqueue { job.runSynchronously(on: executor) }
+        if !accepted { globalConcurrentExecutor.enqueue(job) }
+    }
+
+    package func scheduleTask<T>(deadline: NIODeadline, _ task: @escaping @Sendable () throws -> T) -> Scheduled<T> {
+        schedule(deadline: deadline, task)
+    }
+
+    package func scheduleTask<T>(in delay: TimeAmount, _ task: @escaping @Sendable () throws -> T) -> Scheduled<T> {
+        schedule(deadline: .now() + delay, task)
+    }
+
+    package func _scheduleTaskIsolatedUnsafeUnchecked<T>(deadline: NIODeadline, _ task: @escaping () throws -> T) -> Scheduled<T> {
+        schedule(deadline: deadline, task)
+    }
+
+    package func _scheduleTaskIsolatedUnsafeUnchecked<T>(in delay: TimeAmount, _ task: @escaping () throws -> T) -> Scheduled<T> {
+        schedule(deadline: .now() + delay, task)
+    }
+
+    private func schedule<T>(deadline: NIODeadline, _ task: @escaping () throws -> T) -> Scheduled<T> {
+        let promise = makePromise(of: T.self)
+        let timer = LoopTimer(
+            // Timers fire on the loop, where the promise belongs.
+            body: { do { promise.assumeIsolatedUnsafeUnchecked().succeed(try task()) } catch { promise.fail(error) } },
+            onShutdown: { promise.fail(EventLoopError.shutdown) }
+        )
+        guard core.schedule(timer, deadline: deadline.uptimeNanoseconds) else {
+            promise.fail(EventLoopError.shutdown)
+            return Scheduled(promise: promise) {}
+        }
+        let core = self.core
+        return Scheduled(promise: promise) { core.cancel(timer) }
+    }
+
+    package func preconditionInEventLoop(file: StaticString, line: UInt) {
+        precondition(inEventLoop, "not on the QUIC event loop", file: file, line: line)
+    }
+
+    package func preconditionNotInEventLoop(file: StaticString, line: UInt) {
+        precondition(!inEventLoop, "on the QUIC event loop", file: file, line: line)
+    }
+
+    package func shutdownGracefully(queue: DispatchQueue, _ callback: @escaping @Sendable ((any Error)?) -> Void) {
+        core.stop(callback: (queue, callback))
+    }
+
+    package func next() -> any EventLoop { self }
+    package func any() -> any EventLoop { self }
+    package func makeIterator() -> EventLoopIterator { EventLoopIterator([self]) }
+
+    /// Watches `descriptor` for reads (and for writes while `setWritable` asks), calling `source`
+    /// on the loop. Call on the loop.
+    func register(_ descriptor: CInt, source: any QUICEventLoopSource) throws {
+        preconditionInEventLoop(file: #fileID, line: #line)
+        try core.register(descriptor, source: source)
+    }
+
+    /// Asks for (or stops asking for) a call when `descriptor` can be written again. Call on the loop.
+    func setWritable(_ descriptor: CInt, interested: Bool) {
+        core.setWritable(descriptor, interested: interested)
+    }
+
+    /// Stops watching `descriptor`; call before closing it, on the loop.
+    func deregister(_ descriptor: CInt) {
+        core.deregister(descriptor)
+    }
+}
+
+/// The thread, its `epoll` set, its timers and its queue. It knows nothing of the
+/// `QUICEventLoop` in front of it, so the tasks and timers it holds keep that alive, not itself.
+// @unchecked Sendable: `queue`, `timers`, `wakeupPending`, `state` and `shutdownCallbacks` are
+// guarded by `lock`; `sources` is touched only on the loop's thread; `thread` is written once,
+// before `init` returns.
+private final class LoopCore: @unchecked Sendable {
+    private let epoll: CInt
+    private let wakeupDescriptor: CInt
+    private let lock = NIOLock()
+    private var queue: [() -> Void] = []
+    private var timers = TimerHeap()
+    private var wakeupPending = false
+    private var state = State.running
+    private var shutdownCallbacks: [(DispatchQueue, @Sendable ((any Error)?) -> Void)] = []
+    private var thread = pthread_t()
+    /// The descriptors registered for readiness, and who handles them (a loop holds one or two).
+    private var sources: [(descriptor: CInt, source: any QUICEventLoopSource)] = []
+
+    private enum State { case running, stopping, stopped }
+
+    init(name: String) throws {
+        epoll = epoll_create1(CInt(EPOLL_CLOEXEC))
+        guard epoll >= 0 else { throw IOError(errnoCode: errno, reason: "epoll_create1") }
+        wakeupDescriptor = eventfd(0, CInt(EFD_CLOEXEC | EFD_NONBLOCK))
+        guard wakeupDescriptor >= 0 else {
+            let code = errno
+            Glibc.close(epoll)
+            throw IOError(errnoCode: code, reason: "eventfd")
+        }
+        var event = epoll_event()
+        event.events = EPOLLIN.rawValue
+        event.data.fd = wakeupDescriptor
+        guard epoll_ctl(epoll, EPOLL_CTL_ADD, wakeupDescriptor, &event) == 0 else {
+            let code = errno
+            Glibc.close(epoll)
+            Glibc.close(wakeupDescriptor)
+            throw IOError(errnoCode: code, reason: "epoll_ctl")
+        }
+        let started = DispatchSemaphore(value: 0)
+        let context = Unmanaged.passRetained(StartContext(loop: self, started: started))
+        let created = pthread_create(&thread, nil, { raw in
+            let context = Unmanaged<StartContext>.fromOpaque(raw!).takeRetainedValue()
+            context.started.wait()
+            context.loop.run()
+            return nil
+        }, context.toOpaque())
+        guard created == 0 else {
+            context.release()
+            Glibc.close(epoll)
+            Glibc.close(wakeupDescriptor)
+            throw IOError(errnoCode: created, reason: "pthread_create")
+        }
+        pthread_detach(thread)
+        _ = cqs_set_thread_name(thread, String(name.utf8.prefix(15))!)
+        // `thread` is set now; the loop may begin.
+        started.signal()
+    }
+
+    private final class StartContext {
+        let loop: LoopCore
+        let started: DispatchSemaphore
+        init(loop: LoopCore, started: DispatchSemaphore) {
+            self.loop = loop
+            self.started = started
+        }
+    }
+
+    var isCurrent: Bool { pthread_equal(pthread_self(), thread) != 0 }
+
+    /// Queues `task`; false when the loop has stopped and the task is dropped.
+    func enqueue(_ task: @escaping () -> Void) -> Bool {
+        let onLoop = isCurrent
+        let (accepted, wake): (Bool, Bool) = lock.withLock {
+            guard state != .stopped else { return (false, false) }
+            queue.append(task)
+            return (true, wakeIfNeeded(onLoop: onLoop))
+        }
+        if wake { signalWakeup() }
+        return accepted
+    }
+
+    /// Called with `lock` held: whether the loop must be woken to see new work.
+    private func wakeIfNeeded(onLoop: Bool) -> Bool {
+        guard !onLoop, !wakeupPending else { return false }
+        wakeupPending = true
+        return true
+    }
+
+    private func signalWakeup() {
+        var one: UInt64 = 1
+        _ = Glibc.write(wakeupDescriptor, &one, 8)
+    }
+
+    /// Adds `timer`; false when the loop has stopped.
+    func schedule(_ timer: LoopTimer, deadline: UInt64) -> Bool {
+        let onLoop = isCurrent
+        let (accepted, wake): (Bool, Bool) = lock.withLock {
+            guard state != .stopped else { return (false, false) }
+            timers.push(timer, deadline: deadline)
+            return (true, wakeIfNeeded(onLoop: onLoop))
+        }
+        if wake { signalWakeup() }
+        return accepted
+    }
+
+    func cancel(_ timer: LoopTimer) {
+        lock.withLock { timers.remove(timer) }
+    }
+
+    /// Ends the loop once its queue is empty; `callback` runs when it has.
+    func stop(callback: (DispatchQueue, @Sendable ((any Error)?) -> Void)?) {
+        let onLoop = isCurrent
+        let (alreadyStopped, wake): (Bool, Bool) = lock.withLock {
+            if state == .stopped { return (true, false) }
+            state = .stopping
+            if let callback { shutdownCallbacks.append(callback) }
+            return (false, wakeIfNeeded(onLoop: onLoop))
+        }
+        if wake { signalWakeup() }
+        if alreadyStopped, let (callbackQueue, callback) = callback { callbackQueue.async { callback(nil) } }
+    }
+
+    func register(_ descriptor: CInt, source: any QUICEventLoopSource) throws {
+        var event = epoll_event()
+        event.events = EPOLLIN.rawValue
+        event.data.fd = descriptor
+        guard epoll_ctl(epoll, EPOLL_CTL_ADD, descriptor, &event) == 0 else {
+            throw IOError(errnoCode: errno, reason: "epoll_ctl(EPOLL_CTL_ADD)")
+        }
+        sources.append((descriptor, source))
+    }
+
+    func setWritable(_ descriptor: CInt, interested: Bool) {
+        var event = epoll_event()
+        event.events = EPOLLIN.rawValue | (interested ? EPOLLOUT.rawValue : 0)
+        event.data.fd = descriptor
+        _ = epoll_ctl(epoll, EPOLL_CTL_MOD, descriptor, &event)
+    }
+
+    func deregister(_ descriptor: CInt) {
+        _ = epoll_ctl(epoll, EPOLL_CTL_DEL, descriptor, nil)
+        sources.removeAll { $0.descriptor == descriptor }
+    }
+
+    fileprivate func run() {
+        var events = [epoll_event](repeating: epoll_event(), count: 64)
+        var running: [() -> Void] = []
+        var due: [() -> Void] = []
+        while true {
+            // How long to sleep: not at all with tasks queued, else until the next timer.
+            let (hasTasks, nextDeadline, stopping): (Bool, UInt64?, Bool) = lock.withLock {
+                (!queue.isEmpty, timers.nextDeadline, state == .stopping)
+            }
+            if stopping && !hasTasks { break }
+            let timeout: UInt64? = (hasTasks || stopping) ? 0 : nextDeadline.map { deadline in
+                let now = NIODeadline.now().uptimeNanoseconds
+                return deadline > now ? deadline - now : 0
+            }
+            let count = events.withUnsafeMutableBufferPointer { wait(for: $0, timeout: timeout) }
+            for index in 0..<count {
+                let event = events[index]
+                let descriptor = event.data.fd
+                if descriptor == wakeupDescriptor {
+                    var value: UInt64 = 0
+                    _ = Glibc.read(wakeupDescriptor, &value, 8)
+                    continue
+                }
+                guard let source = sources.first(where: { $0.descriptor == descriptor })?.source else { continue }
+                if event.events & (EPOLLOUT.rawValue) != 0 { source.writable() }
+                if event.events & (EPOLLIN.rawValue | EPOLLERR.rawValue | EPOLLHUP.rawValue) != 0 { source.readable() }
+            }
+            // Timers that are due, then the tasks queued so far (not those they queue: reads
+            // come in between).
+            let now = NIODeadline.now().uptimeNanoseconds
+            lock.withLock {
+                timers.popDue(before: now) { due.append($0.body) }
+                swap(&queue, &running)
+                wakeupPending = false
+            }
+            for body in due { body() }
+            due.removeAll(keepingCapacity: true)
+            for task in running { task() }
+            running.removeAll(keepingCapacity: true)
+        }
+        finish()
+    }
+
+    /// Whether the kernel has `epoll_pwait2` (5.11 and later; valgrind 3.19 lacks it too).
+    private var hasPreciseWait = true
+
+    /// Waits for readiness at most `timeout` nanoseconds (nil: until something happens).
+    /// Without `epoll_pwait2` the wait is `epoll_wait`'s, rounded up to whole milliseconds.
+    private func wait(for events: UnsafeMutableBufferPointer<epoll_event>, timeout: UInt64?) -> Int {
+        if hasPreciseWait {
+            let count: CInt
+            if let timeout {
+                var interval = timespec(tv_sec: Int(timeout / 1_000_000_000), tv_nsec: Int(timeout % 1_000_000_000))
+                count = cqs_epoll_pwait2(epoll, events.baseAddress, CInt(events.count), &interval)
+            } else {
+                count = cqs_epoll_pwait2(epoll, events.baseAddress, CInt(events.count), nil)
+            }
+            if count >= 0 { return Int(count) }
+            guard errno == ENOSYS else { return 0 }
+            hasPreciseWait = false
+        }
+        let milliseconds = timeout.map { CInt(clamping: ($0 + 999_999) / 1_000_000) } ?? -1
+        return Int(max(epoll_wait(epoll, events.baseAddress, CInt(events.count), milliseconds), 0))
+    }
+
+    /// Fails the timers left, runs what that queues, and lets the shutdown callers know.
+    private func finish() {
+        var left: [() -> Void] = []
+        lock.withLock { timers.popDue(before: .max) { left.append($0.onShutdown) } }
+        for fail in left { fail() }
+        var callbacks: [(DispatchQueue, @Sendable ((any Error)?) -> Void)] = []
+        while true {
+            let tasks: [() -> Void] = lock.withLock {
+                let tasks = queue
+                queue.removeAll()
+                if tasks.isEmpty {
+                    state = .stopped
+                    callbacks = shutdownCallbacks
+                    shutdownCallbacks.removeAll()
+                }
+                return tasks
+            }
+            if tasks.isEmpty { break }
+            for task in tasks { task() }
+        }
+        sources.removeAll()
+        Glibc.close(epoll)
+        Glibc.close(wakeupDescriptor)
+        for (callbackQueue, callback) in callbacks { callbackQueue.async { callback(nil) } }
+    }
+}
+
+/// What a `QUICEventLoop` calls when a registered descriptor is ready.
+protocol QUICEventLoopSource: AnyObject {
+    func readable()
+    func writable()
+}
+
+/// A scheduled task.
+// @unchecked Sendable: `deadline` and `sequence` are read and written only under
+// the loop's lock (`TimerHeap` lives behind it); `body` and `onShutdown` never change.
+private final class LoopTimer: @unchecked Sendable {
+    let body: () -> Void
+    /// Fails the task's promise when the loop shuts down first.
+    let onShutdown: () -> Void
+    var deadline: UInt64 = 0
+    var sequence: UInt64 = 0
+
+    init(body: @escaping () -> Void, onShutdown: @escaping () -> Void) {
+        self.body = body
+        self.onShutdown = onShutdown
+    }
+}
+
+/// Timers by deadline, and by the order they were scheduled for equal deadlines.
+private struct TimerHeap {
+    private var heap: [LoopTimer] = []
+    private var nextSequence: UInt64 = 0
+
+    var nextDeadline: UInt64? { heap.first?.deadline }
+
+    mutating func push(_ timer: LoopTimer, deadline: UInt64) {
+        timer.deadline = deadline
+        timer.sequence = nextSequence
+        nextSequence += 1
+        heap.append(timer)
+        siftUp(heap.count - 1)
+    }
+
+    /// Takes `timer` out, if it is still in; it holds its task and the loop until then. A
+    /// linear search, as NIO's: a worker re-arms a connection's timer only when its deadline
+    /// comes earlier, so cancellations are few.
+    mutating func remove(_ timer: LoopTimer) {
+        guard let index = heap.firstIndex(where: { $0 === timer }) else { return }
+        let last = heap.removeLast()
+        guard index < heap.count else { return }
+        heap[index] = last
+        siftDown(index)
+        siftUp(index)
+    }
+
+    /// Removes every timer due at `now`, earliest first, passing each to `take`.
+    mutating func popDue(before now: UInt64, _ take: (LoopTimer) -> Void) {
+        while let first = heap.first, first.deadline <= now {
+            let last = heap.removeLast()
+            if !heap.isEmpty {
+                heap[0] = last
+                siftDown(0)
+            }
+            take(first)
+        }
+    }
+
+    private func precedes(_ a: LoopTimer, _ b: LoopTimer) -> Bool {
+        a.deadline < b.deadline || (a.deadline == b.deadline && a.sequence < b.sequence)
+    }
+
+    private mutating func siftUp(_ start: Int) {
+        var child = start
+        while child > 0 {
+            let parent = (child - 1) / 2
+            guard precedes(heap[child], heap[parent]) else { return }
+            heap.swapAt(child, parent)
+            child = parent
+        }
+    }
+
+    private mutating func siftDown(_ start: Int) {
+        var parent = start
+        while true {
+            let left = 2 * parent + 1
+            guard left < heap.count else { return }
+            var smallest = left
+            if left + 1 < heap.count, precedes(heap[left + 1], heap[left]) { smallest = left + 1 }
+            guard precedes(heap[smallest], heap[parent]) else { return }
+            heap.swapAt(smallest, parent)
+            parent = smallest
+        }
+    }
+}

@@ -1,0 +1,341 @@
+import CQuicShims
+#if canImport(Glibc)
+import Glibc
+#endif
+import Logging
+import NIOCore
+
+/// A server worker's UDP socket, read and written with system calls on the worker's
+/// `QUICEventLoop`: `recvmmsg` batches with GRO, the sender's address read straight into a
+/// `QUICSocketAddress`, and each batch of packets sent at once from the cores' scratch area with
+/// one `sendmsg` (one GSO send, `UDP_SEGMENT`, when it holds several packets). ECN (RFC 9000
+/// §13.4) rides in control messages both ways: `IP_TOS`/`IPV6_TCLASS`.
+///
+/// **A send error is that batch's alone.** The batch is dropped, as the network may drop any
+/// packet, and QUIC's loss recovery resends what mattered; the socket and the worker's other
+/// connections carry on. A batch the kernel has no room for (`EAGAIN`) waits, copied, until the
+/// socket is writable again, up to `backlogLimit` bytes. A refused GSO send (`EIO`, `EINVAL`:
+/// an IPsec route, a device without checksum offload) turns GSO off for this socket and goes
+/// out datagram by datagram.
+///
+/// Loop-confined: made, used and closed on its loop's thread.
+package final class QUICUDPSocket: QUICDatagramSocket, QUICEventLoopSource {
+    let descriptor: CInt
+    package let localAddress: QUICSocketAddress
+    private let loop: QUICEventLoop
+    var eventLoop: any EventLoop { loop }
+    package var onDatagram: QUICDatagramHandler?
+    var onReadComplete: (() -> Void)?
+    /// Unused: a server's socket is not connected, so the kernel reports no ICMP errors to it.
+    var onError: ((any Error) -> Void)?
+    private let logger: Logger
+    private var gsoEnabled: Bool
+    private var isClosed = false
+
+    /// Slots per `recvmmsg`: with GRO one slot holds up to 64 KiB of same-size datagrams.
+    private static let readSlots = System.supportsUDPReceiveOffload ? 8 : 32
+    private static let readSlotSize = System.supportsUDPReceiveOffload ? 65_536 : 2_048
+    /// Read passes per readiness report; a socket still readable after them is reported again,
+    /// after the loop's timers and tasks have had their turn.
+    private static let readPassesPerWakeup = 4
+    /// Room for a send quantum (64 KiB, ngtcp2) and then some.
+    private static let scratchSize = 96 << 10
+    /// Bytes that may wait for the socket to become writable; later batches are dropped.
+    static let backlogLimit = 4 << 20
+    /// Room for one control message of an `int` and one of a `uint16_t`.
+    private static let controlSize = 64
+
+    private let readArea: UnsafeMutableRawBufferPointer
+    private let messages: UnsafeMutablePointer<cqs_mmsghdr>
+    private let vectors: UnsafeMutablePointer<iovec>
+    private let names: UnsafeMutablePointer<sockaddr_storage>
+    private let controls: UnsafeMutableRawBufferPointer
+    private let scratch: UnsafeMutableRawBufferPointer
+    private let sendControl: UnsafeMutableRawBufferPointer
+
+    /// Batches that met a full send buffer, in order, and their total size.
+    private var backlog: [Backlogged] = []
+    private var backlogBytes = 0
+
+    private struct Backlogged {
+        var bytes: [UInt8]
+        var segmentSize: Int
+        var remote: QUICSocketAddress
+        var ecn: UInt32
+    }
+
+    /// Send and receive errors met so far (counted, logged at debug level).
+    package private(set) var sendErrors = 0
+
+    /// Takes over `descriptor`, a bound non-blocking UDP socket (a member of a reuseport group),
+    /// on `loop`, and starts reading. `options` are the ones the socket was made with. Call on the loop.
+    package init(adopting descriptor: CInt, options: QUICSocketOptions, loop: QUICEventLoop, logger: Logger) throws {
+        loop.preconditionInEventLoop(file: #fileID, line: #line)
+        self.descriptor = descriptor
+        self.loop = loop
+        self.logger = logger
+        self.localAddress = try QUICReuseportGroup.boundAddress(of: descriptor)
+        let isIPv6 = localAddress.family == AF_INET6
+        // The kernel refuses UDP_SEGMENT on a socket without checksums (SO_NO_CHECK).
+        self.gsoEnabled = System.supportsUDPSegmentationOffload && !(options.omitsChecksum && !isIPv6)
+
+        readArea = .allocate(byteCount: Self.readSlots * Self.readSlotSize, alignment: 16)
+        messages = .allocate(capacity: Self.readSlots)
+        vectors = .allocate(capacity: Self.readSlots)
+        names = .allocate(capacity: Self.readSlots)
+        controls = .allocate(byteCount: Self.readSlots * Self.controlSize, alignment: 16)
+        scratch = .allocate(byteCount: Self.scratchSize, alignment: 16)
+        sendControl = .allocate(byteCount: Self.controlSize, alignment: 16)
+        for slot in 0..<Self.readSlots {
+            vectors[slot] = iovec(iov_base: readArea.baseAddress! + slot * Self.readSlotSize, iov_len: Self.readSlotSize)
+        }
+
+        try Self.setOption(descriptor, SOL_SOCKET, SO_RCVBUF, CInt(QUICNIODatagramSocket.socketBufferSize), "SO_RCVBUF")
+        try Self.setOption(descriptor, SOL_SOCKET, SO_SNDBUF, CInt(QUICNIODatagramSocket.socketBufferSize), "SO_SNDBUF")
+        if isIPv6 {
+            try Self.setOption(descriptor, CInt(IPPROTO_IPV6), IPV6_RECVTCLASS, 1, "IPV6_RECVTCLASS")
+            // A dual-stack socket's IPv4 packets report their ECN bits as IP_TOS.
+            try? Self.setOption(descriptor, CInt(IPPROTO_IP), IP_RECVTOS, 1, "IP_RECVTOS")
+        } else {
+            try Self.setOption(descriptor, CInt(IPPROTO_IP), IP_RECVTOS, 1, "IP_RECVTOS")
+        }
+        if System.supportsUDPReceiveOffload {
+            try Self.setOption(descriptor, CInt(IPPROTO_UDP), CInt(UDP_GRO), 1, "UDP_GRO")
+        }
+        try loop.register(descriptor, source: self)
+    }
+
+    deinit {
+        readArea.deallocate()
+        messages.deallocate()
+        vectors.deallocate()
+        names.deallocate()
+        controls.deallocate()
+        scratch.deallocate()
+        sendControl.deallocate()
+    }
+
+    private static func setOption(_ descriptor: CInt, _ level: CInt, _ name: CInt, _ value: CInt, _ label: String) throws {
+        var value = value
+        guard setsockopt(descriptor, level, name, &value, socklen_t(MemoryLayout<CInt>.size)) == 0 else {
+            throw IOError(errnoCode: errno, reason: "setsockopt(\(label))")
+        }
+    }
+
+    // MARK: Reading
+
+    func readable() {
+        guard !isClosed else { return }
+        for _ in 0..<Self.readPassesPerWakeup {
+            for slot in 0..<Self.readSlots {
+                messages[slot].msg_hdr = msghdr(
+                    msg_name: UnsafeMutableRawPointer(names + slot),
+                    msg_namelen: socklen_t(MemoryLayout<sockaddr_storage>.size),
+                    msg_iov: vectors + slot,
+                    msg_iovlen: 1,
+                    msg_control: controls.baseAddress! + slot * Self.controlSize,
+                    msg_controllen: Self.controlSize,
+                    msg_flags: 0
+                )
+                messages[slot].msg_len = 0
+            }
+            let count = cqs_recvmmsg(descriptor, messages, CUnsignedInt(Self.readSlots), CInt(MSG_DONTWAIT))
+            if count < 0 {
+                let code = errno
+                if code != EAGAIN && code != EWOULDBLOCK && code != EINTR {
+                    sendErrors += 1
+                    logger.debug("UDP receive failed", metadata: ["errno": "\(code)"])
+                }
+                break
+            }
+            for slot in 0..<Int(count) { deliver(slot) }
+            if Int(count) < Self.readSlots { break }
+            // A handler may have closed the socket.
+            if isClosed { return }
+        }
+        onReadComplete?()
+    }
+
+    /// Hands one read slot's datagrams to `onDatagram`.
+    private func deliver(_ slot: Int) {
+        var header = messages[slot].msg_hdr
+        guard header.msg_flags & CInt(MSG_TRUNC) == 0 else { return }
+        var ecn: UInt32 = 0
+        var segmentSize = 0
+        var control = cqs_cmsg_firsthdr(&header)
+        while let message = control {
+            let data = UnsafeRawPointer(cqs_cmsg_data(message)!)
+            switch (message.pointee.cmsg_level, message.pointee.cmsg_type) {
+            case (CInt(IPPROTO_IP), IP_TOS):
+                ecn = UInt32(data.load(as: UInt8.self) & 0x3)
+            case (CInt(IPPROTO_IPV6), IPV6_TCLASS):
+                ecn = UInt32(data.loadUnaligned(as: CInt.self) & 0x3)
+            case (CInt(IPPROTO_UDP), CInt(UDP_GRO)):
+                segmentSize = Int(data.loadUnaligned(as: CInt.self))
+            default:
+                break
+            }
+            control = cqs_cmsg_nxthdr(&header, message)
+        }
+        // The IP ECN field's values are ngtcp2's codepoints (NGTCP2_ECN_*).
+        let remote = QUICSocketAddress(storage: names[slot], length: header.msg_namelen)
+        let bytes = UnsafeRawBufferPointer(start: vectors[slot].iov_base, count: Int(messages[slot].msg_len))
+        guard let onDatagram else { return }
+        forEachDatagram(in: bytes, segmentSize: segmentSize) { onDatagram($0, remote, ecn) }
+    }
+
+    // MARK: Sending
+
+    func withScratch<R>(_ body: (UnsafeMutableRawBufferPointer) -> R) -> R {
+        body(scratch)
+    }
+
+    package func send(_ bytes: UnsafeRawBufferPointer, segmentSize: Int, to remote: QUICSocketAddress, ecn: UInt32) {
+        guard !isClosed else { return }
+        guard backlog.isEmpty else {
+            keep(bytes, segmentSize: segmentSize, to: remote, ecn: ecn)
+            return
+        }
+        let done = transmit(bytes, segmentSize: segmentSize, to: remote, ecn: ecn)
+        if done < bytes.count {
+            keep(UnsafeRawBufferPointer(rebasing: bytes[done...]), segmentSize: segmentSize, to: remote, ecn: ecn)
+            loop.setWritable(descriptor, interested: true)
+        }
+    }
+
+    func sendNow(_ bytes: UnsafeRawBufferPointer, to remote: QUICSocketAddress) {
+        send(bytes, segmentSize: bytes.count, to: remote, ecn: 0)
+    }
+
+    /// Batches leave as `send` takes them; only a backlog waits, for `writable`.
+    func flush() {}
+
+    func writable() {
+        while !backlog.isEmpty {
+            let batch = backlog[0]
+            let done = batch.bytes.withUnsafeBytes { transmit($0, segmentSize: batch.segmentSize, to: batch.remote, ecn: batch.ecn) }
+            backlogBytes -= done
+            if done < batch.bytes.count {
+                backlog[0].bytes.removeFirst(done)
+                return
+            }
+            backlog.removeFirst()
+        }
+        loop.setWritable(descriptor, interested: false)
+    }
+
+    /// Copies a batch into the backlog, or drops it when the backlog is full.
+    private func keep(_ bytes: UnsafeRawBufferPointer, segmentSize: Int, to remote: QUICSocketAddress, ecn: UInt32) {
+        guard backlogBytes + bytes.count <= Self.backlogLimit else {
+            sendErrors += 1
+            logger.debug("UDP send buffer and backlog full; batch dropped", metadata: ["bytes": "\(bytes.count)"])
+            return
+        }
+        backlog.append(Backlogged(bytes: Array(bytes), segmentSize: segmentSize, remote: remote, ecn: ecn))
+        backlogBytes += bytes.count
+    }
+
+    /// Sends a batch: as one datagram, as one GSO send, or datagram by datagram. Returns how
+    /// many of its bytes are done with (sent, or dropped after an error); fewer than all when
+    /// the socket's buffer filled up, and the rest (whole datagrams) must wait.
+    private func transmit(_ bytes: UnsafeRawBufferPointer, segmentSize: Int, to remote: QUICSocketAddress, ecn: UInt32) -> Int {
+        if bytes.count <= segmentSize || gsoEnabled {
+            switch sendmsg(bytes, segmentSize: bytes.count > segmentSize ? segmentSize : 0, to: remote, ecn: ecn) {
+            case .sent: return bytes.count
+            case .wouldBlock: return 0
+            case .failed(let code):
+                if bytes.count > segmentSize, code == EIO || code == EINVAL {
+                    gsoEnabled = false
+                    logger.warning("UDP GSO refused by the kernel; sending datagram by datagram", metadata: ["errno": "\(code)"])
+                    return transmit(bytes, segmentSize: segmentSize, to: remote, ecn: ecn)
+                }
+                dropped(bytes.count, errno: code)
+                return bytes.count
+            }
+        }
+        var offset = 0
+        while offset < bytes.count {
+            let length = min(segmentSize, bytes.count - offset)
+            switch sendmsg(UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + length]), segmentSize: 0, to: remote, ecn: ecn) {
+            case .sent: break
+            case .wouldBlock: return offset
+            case .failed(let code): dropped(length, errno: code)
+            }
+            offset += length
+        }
+        return offset
+    }
+
+    private func dropped(_ count: Int, errno code: CInt) {
+        sendErrors += 1
+        logger.debug("UDP send failed; batch dropped", metadata: ["errno": "\(code)", "bytes": "\(count)"])
+    }
+
+    private enum SendResult {
+        case sent, wouldBlock
+        case failed(CInt)
+    }
+
+    /// One `sendmsg`: `bytes` to `remote`, with `UDP_SEGMENT` when `segmentSize` > 0 and the
+    /// ECN codepoint when it is not not-ECT.
+    private func sendmsg(_ bytes: UnsafeRawBufferPointer, segmentSize: Int, to remote: QUICSocketAddress, ecn: UInt32) -> SendResult {
+        var storage = remote.storage
+        let isIPv4 = remote.family == AF_INET
+        var vector = iovec(iov_base: UnsafeMutableRawPointer(mutating: bytes.baseAddress), iov_len: bytes.count)
+        return withUnsafeMutablePointer(to: &storage) { name in
+            withUnsafeMutablePointer(to: &vector) { vector in
+                var header = msghdr(
+                    msg_name: UnsafeMutableRawPointer(name), msg_namelen: remote.length,
+                    msg_iov: vector, msg_iovlen: 1,
+                    msg_control: sendControl.baseAddress, msg_controllen: Self.controlSize, msg_flags: 0
+                )
+                var used = 0
+                // CMSG_NXTHDR reads the length field of the slot after the current one.
+                sendControl.initializeMemory(as: UInt8.self, repeating: 0)
+                var control = cqs_cmsg_firsthdr(&header)
+                if segmentSize > 0, let message = control {
+                    message.pointee.cmsg_level = CInt(IPPROTO_UDP)
+                    message.pointee.cmsg_type = CInt(UDP_SEGMENT)
+                    message.pointee.cmsg_len = cqs_cmsg_len(MemoryLayout<UInt16>.size)
+                    UnsafeMutableRawPointer(cqs_cmsg_data(message)!).storeBytes(of: UInt16(segmentSize), as: UInt16.self)
+                    used += cqs_cmsg_space(MemoryLayout<UInt16>.size)
+                    control = cqs_cmsg_nxthdr(&header, message)
+                }
+                if ecn != 0, let message = control {
+                    message.pointee.cmsg_level = isIPv4 ? CInt(IPPROTO_IP) : CInt(IPPROTO_IPV6)
+                    message.pointee.cmsg_type = isIPv4 ? IP_TOS : IPV6_TCLASS
+                    message.pointee.cmsg_len = cqs_cmsg_len(MemoryLayout<CInt>.size)
+                    UnsafeMutableRawPointer(cqs_cmsg_data(message)!).storeBytes(of: CInt(ecn), as: CInt.self)
+                    used += cqs_cmsg_space(MemoryLayout<CInt>.size)
+                }
+                header.msg_controllen = used
+                if used == 0 { header.msg_control = nil }
+                while true {
+                    if Glibc.sendmsg(descriptor, &header, 0) >= 0 { return .sent }
+                    let code = errno
+                    if code == EINTR { continue }
+                    if code == EAGAIN || code == EWOULDBLOCK { return .wouldBlock }
+                    return .failed(code)
+                }
+            }
+        }
+    }
+
+    // MARK: Closing
+
+    package func close() {
+        guard !isClosed else { return }
+        isClosed = true
+        loop.deregister(descriptor)
+        _ = Glibc.close(descriptor)
+        backlog.removeAll()
+        backlogBytes = 0
+    }
+
+    func detachAndClose() {
+        onDatagram = nil
+        onError = nil
+        onReadComplete = nil
+        close()
+    }
+}

@@ -1,0 +1,217 @@
+import Foundation
+import Glibc
+import Logging
+import NIOConcurrencyHelpers
+import NIOCore
+import QuicTestSupport
+import CQuicShims
+import QuicTransport
+import Testing
+
+/// A server worker's own event loop (`QUICEventLoop`) and its UDP socket (`QUICUDPSocket`), on
+/// real loopback sockets: what NIO's loops promise (order, cancellation, shutdown), and what a
+/// QUIC socket must carry (sender, ECN both ways, GRO and GSO batches), with a send error
+/// costing only its own batch.
+@Suite("Worker event loop", .timeLimit(TestEnvironment.minutes(1)))
+struct WorkerEventLoopTests {
+    @Test func timersRunInDeadlineOrderAndCancelledOnesNever() async throws {
+        let loop = try QUICEventLoop(name: "test-timers")
+        let order = NIOLockedValueBox<[Int]>([])
+        let third = loop.scheduleTask(in: .milliseconds(60)) { order.withLockedValue { $0.append(3) } }
+        let first = loop.scheduleTask(in: .milliseconds(20)) { order.withLockedValue { $0.append(1) } }
+        let second = loop.scheduleTask(in: .milliseconds(40)) { order.withLockedValue { $0.append(2) } }
+        let cancelled = loop.scheduleTask(in: .milliseconds(30)) { order.withLockedValue { $0.append(99) } }
+        cancelled.cancel()
+        try await first.futureResult.get()
+        try await second.futureResult.get()
+        try await third.futureResult.get()
+        #expect(order.withLockedValue { $0 } == [1, 2, 3])
+        await #expect(throws: EventLoopError.cancelled) { try await cancelled.futureResult.get() }
+    }
+
+    @Test func tasksFromManyThreadsAllRunOnTheLoopInTheOrderEachThreadQueuedThem() async throws {
+        let loop = try QUICEventLoop(name: "test-tasks")
+        let seen = NIOLockedValueBox<[Int: [Int]]>([:])
+        let offLoop = NIOLockedValueBox(0)
+        let threads = 4
+        let perThread = 500
+        DispatchQueue.concurrentPerform(iterations: threads) { thread in
+            for index in 0..<perThread {
+                loop.execute {
+                    if !loop.inEventLoop { offLoop.withLockedValue { $0 += 1 } }
+                    seen.withLockedValue { $0[thread, default: []].append(index) }
+                }
+            }
+        }
+        try await loop.submit {}.get()
+        #expect(offLoop.withLockedValue { $0 } == 0)
+        for thread in 0..<threads {
+            #expect(seen.withLockedValue { $0[thread] } == Array(0..<perThread))
+        }
+    }
+
+    @Test func shuttingDownFailsPendingTimersAndPassesLaterJobsOn() async throws {
+        let loop = try QUICEventLoop(name: "test-shutdown")
+        let later = loop.scheduleTask(in: .hours(1)) { 1 }
+        // Waiting starts before the loop stops: a future's callbacks run on its loop.
+        let other = try QUICEventLoop(name: "test-other")
+        let outcome = later.futureResult.hop(to: other)
+        let executor = EventLoopTaskExecutor(eventLoop: loop)
+        try await loop.shutdownGracefully()
+        await #expect(throws: EventLoopError.shutdown) { try await outcome.get() }
+        // A task that prefers the stopped loop still runs to its end, elsewhere.
+        let value = await Task(executorPreference: executor) { 42 }.value
+        #expect(value == 42)
+        #expect(!loop.inEventLoop)
+    }
+
+    /// The names of this process's threads (`/proc/self/task/*/comm`).
+    static func threadNames() -> [String] {
+        let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []
+        return tasks.compactMap { try? String(contentsOfFile: "/proc/self/task/\($0)/comm", encoding: .utf8) }
+            .map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }
+    }
+
+    @Test func aLoopThatNothingRefersToEndsItsThread() async throws {
+        var loop: QUICEventLoop? = try QUICEventLoop(name: "qel-lifetime")
+        #expect(Self.threadNames().contains("qel-lifetime"))
+        // Work that holds the loop until it is done: a task and a timer.
+        try await loop!.submit {}.get()
+        try await loop!.scheduleTask(in: .milliseconds(10)) {}.futureResult.get()
+        loop!.scheduleTask(in: .hours(1)) {}.cancel()
+        loop = nil
+        let deadline = ContinuousClock.now + .seconds(10)
+        while Self.threadNames().contains("qel-lifetime"), ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        #expect(!Self.threadNames().contains("qel-lifetime"), "the loop's thread outlived every reference to it")
+    }
+
+    /// A plain blocking socket on 127.0.0.1 standing in for a peer, reading IP_TOS.
+    final class Peer {
+        let fd: CInt
+        let address: QUICSocketAddress
+
+        init() throws {
+            let fd = socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
+            self.fd = fd
+            var one: CInt = 1
+            setsockopt(fd, CInt(IPPROTO_IP), IP_RECVTOS, &one, socklen_t(MemoryLayout<CInt>.size))
+            var timeout = timeval(tv_sec: 5, tv_usec: 0)
+            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+            let local = QUICSocketAddress(ip: "127.0.0.1", port: 0)!
+            var storage = local.storage
+            let bound = withUnsafePointer(to: &storage) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, local.length) }
+            }
+            precondition(bound == 0, "bind: errno \(errno)")
+            address = try QUICReuseportGroup.boundAddress(of: fd)
+        }
+
+        deinit { close(fd) }
+
+        func send(_ bytes: [UInt8], to address: QUICSocketAddress, tos: CInt) {
+            var tos = tos
+            setsockopt(fd, CInt(IPPROTO_IP), IP_TOS, &tos, socklen_t(MemoryLayout<CInt>.size))
+            var storage = address.storage
+            let sent = withUnsafePointer(to: &storage) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { sendto(fd, bytes, bytes.count, 0, $0, address.length) }
+            }
+            precondition(sent == bytes.count, "sendto: errno \(errno)")
+        }
+
+        /// One datagram and the ECN bits of its IP_TOS; nil after the 5-second timeout.
+        func receive() -> (bytes: [UInt8], ecn: UInt8)? {
+            var buffer = [UInt8](repeating: 0, count: 2048)
+            var control = [UInt8](repeating: 0, count: 64)
+            return buffer.withUnsafeMutableBytes { bytes in
+                control.withUnsafeMutableBytes { control in
+                    var vector = iovec(iov_base: bytes.baseAddress, iov_len: bytes.count)
+                    return withUnsafeMutablePointer(to: &vector) { vector in
+                        var header = msghdr(
+                            msg_name: nil, msg_namelen: 0, msg_iov: vector, msg_iovlen: 1,
+                            msg_control: control.baseAddress, msg_controllen: control.count, msg_flags: 0
+                        )
+                        let count = recvmsg(fd, &header, 0)
+                        guard count >= 0 else { return nil }
+                        var ecn: UInt8 = 0
+                        var message = cqs_cmsg_firsthdr(&header)
+                        while let current = message {
+                            if current.pointee.cmsg_level == CInt(IPPROTO_IP), current.pointee.cmsg_type == IP_TOS {
+                                ecn = UnsafeRawPointer(cqs_cmsg_data(current)!).load(as: UInt8.self) & 0x3
+                            }
+                            message = cqs_cmsg_nxthdr(&header, current)
+                        }
+                        return (Array(bytes.prefix(count)), ecn)
+                    }
+                }
+            }
+        }
+    }
+
+    /// Received datagrams, as the socket's handler saw them.
+    final class Received: Sendable {
+        let datagrams = NIOLockedValueBox<[(bytes: [UInt8], remote: QUICSocketAddress, ecn: UInt32)]>([])
+
+        func waitFor(_ count: Int) async throws {
+            let deadline = ContinuousClock.now + .seconds(5)
+            while datagrams.withLockedValue({ $0.count }) < count, ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(5))
+            }
+        }
+    }
+
+    @Test func aWorkerSocketCarriesSenderECNAndBatchesAndOutlivesASendError() async throws {
+        let loop = try QUICEventLoop(name: "test-socket")
+        let descriptor = try #require(QUICReuseportGroup.bind(try SocketAddress(ipAddress: "127.0.0.1", port: 0), count: 1).first)
+        let received = Received()
+        let socket = try await loop.submit {
+            let socket = try QUICUDPSocket(adopting: descriptor, options: QUICSocketOptions(), loop: loop, logger: Logger(label: "test"))
+            socket.onDatagram = { bytes, remote, ecn in received.datagrams.withLockedValue { $0.append((Array(bytes), remote, ecn)) } }
+            return NIOLoopBound(socket, eventLoop: loop)
+        }.get()
+        let serverAddress = try await loop.submit { socket.value.localAddress }.get()
+        let peer = try Peer()
+
+        // In: the payload, who sent it, and its ECN codepoint (ECT(0) is 0b10, RFC 3168).
+        peer.send(Array("hello".utf8), to: serverAddress, tos: 0b10)
+        peer.send(Array("marked".utf8), to: serverAddress, tos: 0b11)
+        try await received.waitFor(2)
+        let datagrams = received.datagrams.withLockedValue { $0 }
+        try #require(datagrams.count == 2)
+        #expect(datagrams[0].bytes == Array("hello".utf8))
+        #expect(datagrams[0].remote == peer.address)
+        #expect(datagrams[0].ecn == UInt32(NGTCP2_ECN_ECT_0))
+        #expect(datagrams[1].ecn == UInt32(NGTCP2_ECN_CE))
+
+        // Out: one batch of three datagrams (100, 100 and 50 bytes), marked ECT(1).
+        let batch = (0..<250).map { UInt8($0 % 251) }
+        try await loop.submit {
+            batch.withUnsafeBytes { socket.value.send($0, segmentSize: 100, to: peer.address, ecn: UInt32(NGTCP2_ECN_ECT_1)) }
+        }.get()
+        var pieces: [[UInt8]] = []
+        for _ in 0..<3 {
+            let datagram = try #require(peer.receive(), "a datagram of the batch never arrived")
+            #expect(datagram.ecn == 0b01)
+            pieces.append(datagram.bytes)
+        }
+        #expect(pieces.map(\.count) == [100, 100, 50])
+        #expect(Array(pieces.joined()) == batch)
+
+        // A send the kernel refuses (broadcast without SO_BROADCAST: EACCES) costs that batch
+        // only; NIO would close the socket here, and every connection on it with the socket.
+        let broadcast = try #require(QUICSocketAddress(ip: "255.255.255.255", port: 9))
+        let errors = try await loop.submit { () -> Int in
+            Array("lost".utf8).withUnsafeBytes { socket.value.send($0, segmentSize: 4, to: broadcast, ecn: 0) }
+            Array("after".utf8).withUnsafeBytes { socket.value.send($0, segmentSize: 5, to: peer.address, ecn: 0) }
+            return socket.value.sendErrors
+        }.get()
+        #expect(errors == 1)
+        #expect(peer.receive()?.bytes == Array("after".utf8))
+        peer.send(Array("still".utf8), to: serverAddress, tos: 0)
+        try await received.waitFor(3)
+        #expect(received.datagrams.withLockedValue { $0.last?.bytes } == Array("still".utf8))
+
+        try await loop.submit { socket.value.close() }.get()
+    }
+}
