@@ -101,9 +101,9 @@ class Server:
     def cpu_seconds(self) -> float:
         return stat_cpu_seconds(f"/proc/{self.pid}/stat")
 
-    def thread_cpu_seconds(self, prefix: str = "NIO-") -> dict[str, float]:
-        """CPU time of each thread whose name starts with `prefix` (NIO's event loops: one per
-        worker), from /proc/PID/task/TID/stat."""
+    def thread_cpu_seconds(self, prefix: str = "quic-worker-") -> dict[str, float]:
+        """CPU time of each thread whose name starts with `prefix` (the workers' event loops,
+        one thread each), from /proc/PID/task/TID/stat."""
         threads = {}
         for tid in os.listdir(f"/proc/{self.pid}/task"):
             try:

@@ -49,7 +49,7 @@ public final class HTTP3Client: Sendable {
 
     /// The configuration every connection of this client is made with.
     public let configuration: Configuration
-    private let eventLoop: any EventLoop
+    private let eventLoop: QUICEventLoop
     private let logger: Logger
     private let connections = NIOLockedValueBox([String: HTTP3ClientConnection]())
     /// The QUIC connections this client made that are still in memory, closed or not.
@@ -65,7 +65,7 @@ public final class HTTP3Client: Sendable {
     package init(configuration: Configuration, liveConnections: QUICLiveConnections) {
         self.configuration = configuration
         self.liveConnections = liveConnections
-        self.eventLoop = MultiThreadedEventLoopGroup.singleton.next()
+        self.eventLoop = QUICClientLoops.next()
         self.logger = Logger(label: "h3.client")
     }
 

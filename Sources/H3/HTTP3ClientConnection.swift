@@ -27,7 +27,7 @@ final class HTTP3ClientConnection: @unchecked Sendable {
         let exchange: HTTP3Exchange
     }
 
-    let eventLoop: any EventLoop
+    let eventLoop: QUICEventLoop
     let logger: Logger
     private(set) var state: State = .connecting
     private var connector: QUICClientConnector?
@@ -57,7 +57,7 @@ final class HTTP3ClientConnection: @unchecked Sendable {
         port: UInt16,
         configuration: HTTP3Client.Configuration,
         liveConnections: QUICLiveConnections? = nil,
-        eventLoop: any EventLoop,
+        eventLoop: QUICEventLoop,
         logger: Logger
     ) {
         self.eventLoop = eventLoop

@@ -41,7 +41,7 @@ public final class NWConnectionGroup: @unchecked Sendable {
     /// The parameters the group was made with, matching Apple's `parameters`. Its QUIC options are
     /// copied when the group is made; `allowFastOpen` is read when it is used.
     public let parameters: NWParameters
-    let eventLoop: any EventLoop
+    let eventLoop: QUICEventLoop
     let logger: Logger
     let options: NWProtocolQUIC.Options
     /// True for a tunnel a listener delivered: its handshake completed before anyone saw it.
@@ -96,7 +96,7 @@ public final class NWConnectionGroup: @unchecked Sendable {
         (tunnelMetadata, metadataObject) = Self.makeMetadata()
         self.isAccepted = false
         self.options = parameters.quicOptions.copy()
-        self.eventLoop = MultiThreadedEventLoopGroup.singleton.next()
+        self.eventLoop = QUICClientLoops.next()
         self.logger = Logger(label: "quic.group")
     }
 

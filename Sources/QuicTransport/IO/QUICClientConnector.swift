@@ -38,7 +38,7 @@ package final class QUICClientConnector: @unchecked Sendable {
     let makeCodec: (() throws -> any QUICApplicationCodec)?
     /// The owner's count of connections in memory, which every attempt's core joins.
     let liveConnections: QUICLiveConnections?
-    let eventLoop: any EventLoop
+    let eventLoop: QUICEventLoop
     let logger: Logger
 
     /// The current attempt's driver, or nil between attempts.
@@ -63,7 +63,7 @@ package final class QUICClientConnector: @unchecked Sendable {
         serverName: String?,
         makeCodec: (() throws -> any QUICApplicationCodec)? = nil,
         liveConnections: QUICLiveConnections? = nil,
-        eventLoop: any EventLoop,
+        eventLoop: QUICEventLoop,
         logger: Logger
     ) {
         self.liveConnections = liveConnections
@@ -118,24 +118,20 @@ package final class QUICClientConnector: @unchecked Sendable {
             return
         }
         let remaining = addresses.dropFirst()
-        QUICNIODatagramSocket.connect(to: address, options: configuration.socket, eventLoop: eventLoop, logger: logger).whenComplete { result in
-            switch result {
-            case .failure(let error):
-                self.logger.debug("cannot open socket", metadata: ["address": "\(address)", "error": "\(error)"])
-                self.attempt(remaining, lastFailure: .unreachable)
-            case .success(let socket):
-                // The owner may have been cancelled while the socket was opening.
-                guard self.isConnecting else {
-                    socket.close()
-                    return
-                }
-                do {
-                    try self.start(on: socket, remote: address, fallback: remaining)
-                } catch {
-                    socket.close()
-                    self.fail(.setup("\(error)"))
-                }
-            }
+        eventLoop.assertInEventLoop()
+        let socket: QUICUDPSocket
+        do {
+            socket = try QUICUDPSocket.connect(to: QUICSocketAddress(nio: address), options: configuration.socket, loop: eventLoop, logger: logger)
+        } catch {
+            logger.debug("cannot open socket", metadata: ["address": "\(address)", "error": "\(error)"])
+            attempt(remaining, lastFailure: .unreachable)
+            return
+        }
+        do {
+            try start(on: socket, remote: address, fallback: remaining)
+        } catch {
+            socket.close()
+            fail(.setup("\(error)"))
         }
     }
 
@@ -208,7 +204,7 @@ package final class QUICClientConnector: @unchecked Sendable {
         }
         if !fallback.isEmpty {
             // An address that stays silent for a second gives way to the next one.
-            eventLoop.scheduleTask(in: .seconds(1)) {
+            eventLoop.assumeIsolated().scheduleTask(in: .seconds(1)) {
                 guard !heardFromPeer, self.driver === driver, self.isConnecting else { return }
                 self.abandon(driver, socket: socket)
                 self.attempt(fallback, lastFailure: .silent)
@@ -233,14 +229,15 @@ package final class QUICClientConnector: @unchecked Sendable {
         }
         guard migration == nil else { return eventLoop.makeFailedFuture(NWError.posix(.EALREADY)) }
         let promise = eventLoop.makePromise(of: QUICPath.self)
-        whenHandshakeConfirmed().flatMap {
-            QUICNIODatagramSocket.connect(
-                to: driver.core.path.remote.nioAddress, options: self.configuration.socket, eventLoop: self.eventLoop, logger: self.logger
-            )
-        }.whenComplete { result in
-            switch result {
-            case .failure(let error): promise.fail(error)
-            case .success(let socket): self.startMigration(of: driver, to: socket, promise: promise)
+        whenHandshakeConfirmed().whenComplete { result in
+            do {
+                try result.get()
+                let socket = try QUICUDPSocket.connect(
+                    to: driver.core.path.remote, options: self.configuration.socket, loop: self.eventLoop, logger: self.logger
+                )
+                self.startMigration(of: driver, to: socket, promise: promise)
+            } catch {
+                promise.fail(error)
             }
         }
         return promise.futureResult

@@ -8,7 +8,7 @@ import NIOCore
 // @unchecked Sendable: every stored property is read and written only on `eventLoop`; the one
 // cross-thread entry point, `perform`, hops there first.
 package final class QUICConnectionDriver: @unchecked Sendable {
-    package let eventLoop: any EventLoop
+    package let eventLoop: QUICEventLoop
     package let core: QUICConnectionCore
     /// The sockets packets leave from: one, or two while a client migrates (RFC 9000 §9.2).
     /// The first is the default; a packet goes out of the one bound at its path's local address.
@@ -28,7 +28,7 @@ package final class QUICConnectionDriver: @unchecked Sendable {
     /// work that needs another pass (new requests, consumed data).
     package var afterPass: (() -> Bool)?
 
-    init(core: QUICConnectionCore, socket: any QUICDatagramSocket, eventLoop: any EventLoop) {
+    init(core: QUICConnectionCore, socket: any QUICDatagramSocket, eventLoop: QUICEventLoop) {
         self.core = core
         self.sockets = [socket]
         self.eventLoop = eventLoop

@@ -117,6 +117,28 @@ package final class QUICEventLoop: EventLoop, Sendable {
     }
 }
 
+/// The loops client connections run on: one per core, made on first use, for the life of the
+/// process (as NIO's singleton group). Each connection stays on the loop it was given.
+package enum QUICClientLoops {
+    private static let loops: [QUICEventLoop] = (0..<System.coreCount).map { index in
+        do {
+            return try QUICEventLoop(name: "quic-client-\(index)")
+        } catch {
+            fatalError("cannot start a QUIC client event loop: \(error)")
+        }
+    }
+    private static let nextIndex = NIOLockedValueBox(0)
+
+    /// The next loop, round-robin.
+    package static func next() -> QUICEventLoop {
+        let index = nextIndex.withLockedValue { index in
+            defer { index = (index + 1) % loops.count }
+            return index
+        }
+        return loops[index]
+    }
+}
+
 /// The thread, its `epoll` set, its timers and its queue. It knows nothing of the
 /// `QUICEventLoop` in front of it, so the tasks and timers it holds keep that alive, not itself.
 // @unchecked Sendable: `queue`, `timers`, `wakeupPending`, `state` and `shutdownCallbacks` are

@@ -126,7 +126,7 @@ package final class QUICServerEndpoint {
         case .delivered(let connection, let isNew):
             let driver: QUICConnectionDriver
             if isNew {
-                driver = QUICConnectionDriver(core: connection, socket: socket, eventLoop: socket.eventLoop)
+                driver = QUICConnectionDriver(core: connection, socket: socket, eventLoop: socket.loop)
                 if let preferredSocket { driver.addSocket(preferredSocket) }
                 driver.takeEvents = { [weak self] in self?.core.takeEvents(of: $0) ?? $0.takeEvents() }
                 driver.onFinished = { [weak self] finished in

@@ -5,8 +5,9 @@ import Glibc
 import Logging
 import NIOCore
 
-/// A server worker's UDP socket, read and written with system calls on the worker's
-/// `QUICEventLoop`: `recvmmsg` batches with GRO, the sender's address read straight into a
+/// A UDP socket for QUIC, read and written with system calls on a `QUICEventLoop`: a server
+/// worker's (bound, one of a reuseport group) or a client connection's (connected, so that ICMP
+/// errors reach `onError`). `recvmmsg` batches with GRO, the sender's address read straight into a
 /// `QUICSocketAddress`, and each batch of packets sent at once from the cores' scratch area with
 /// one `sendmsg` (one GSO send, `UDP_SEGMENT`, when it holds several packets). ECN (RFC 9000
 /// §13.4) rides in control messages both ways: `IP_TOS`/`IPV6_TCLASS`.
@@ -22,19 +23,25 @@ import NIOCore
 package final class QUICUDPSocket: QUICDatagramSocket, QUICEventLoopSource {
     let descriptor: CInt
     package let localAddress: QUICSocketAddress
-    private let loop: QUICEventLoop
+    package let loop: QUICEventLoop
     var eventLoop: any EventLoop { loop }
     package var onDatagram: QUICDatagramHandler?
     var onReadComplete: (() -> Void)?
-    /// Unused: a server's socket is not connected, so the kernel reports no ICMP errors to it.
     var onError: ((any Error) -> Void)?
     private let logger: Logger
+    private let isConnected: Bool
     private var gsoEnabled: Bool
     private var isClosed = false
 
-    /// Slots per `recvmmsg`: with GRO one slot holds up to 64 KiB of same-size datagrams.
-    private static let readSlots = System.supportsUDPReceiveOffload ? 8 : 32
+    static let socketBufferSize = 4 << 20
+    /// Slots per `recvmmsg`: with GRO one slot holds up to 64 KiB of same-size datagrams. A
+    /// server's socket carries every connection of its worker; a client's carries one, and
+    /// keeps its read area while it lives, so a client holding many connections would pay half
+    /// a megabyte for each with the server's batch.
+    static let serverReadSlots = System.supportsUDPReceiveOffload ? 8 : 32
+    static let clientReadSlots = System.supportsUDPReceiveOffload ? 2 : 8
     private static let readSlotSize = System.supportsUDPReceiveOffload ? 65_536 : 2_048
+    private let readSlots: Int
     /// Read passes per readiness report; a socket still readable after them is reported again,
     /// after the loop's timers and tasks have had their turn.
     private static let readPassesPerWakeup = 4
@@ -67,31 +74,41 @@ package final class QUICUDPSocket: QUICDatagramSocket, QUICEventLoopSource {
     /// Send and receive errors met so far (counted, logged at debug level).
     package private(set) var sendErrors = 0
 
-    /// Takes over `descriptor`, a bound non-blocking UDP socket (a member of a reuseport group),
-    /// on `loop`, and starts reading. `options` are the ones the socket was made with. Call on the loop.
-    package init(adopting descriptor: CInt, options: QUICSocketOptions, loop: QUICEventLoop, logger: Logger) throws {
+    /// Takes over `descriptor`, a bound non-blocking UDP socket (a member of a reuseport group,
+    /// or a connected client socket), on `loop`, and starts reading. `options` are the ones the
+    /// socket was made with. Call on the loop. On failure the caller still owns `descriptor`.
+    package init(
+        adopting descriptor: CInt,
+        options: QUICSocketOptions,
+        loop: QUICEventLoop,
+        readSlots: Int = QUICUDPSocket.serverReadSlots,
+        isConnected: Bool = false,
+        logger: Logger
+    ) throws {
         loop.preconditionInEventLoop(file: #fileID, line: #line)
         self.descriptor = descriptor
         self.loop = loop
         self.logger = logger
+        self.readSlots = readSlots
+        self.isConnected = isConnected
         self.localAddress = try QUICReuseportGroup.boundAddress(of: descriptor)
         let isIPv6 = localAddress.family == AF_INET6
         // The kernel refuses UDP_SEGMENT on a socket without checksums (SO_NO_CHECK).
         self.gsoEnabled = System.supportsUDPSegmentationOffload && !(options.omitsChecksum && !isIPv6)
 
-        readArea = .allocate(byteCount: Self.readSlots * Self.readSlotSize, alignment: 16)
-        messages = .allocate(capacity: Self.readSlots)
-        vectors = .allocate(capacity: Self.readSlots)
-        names = .allocate(capacity: Self.readSlots)
-        controls = .allocate(byteCount: Self.readSlots * Self.controlSize, alignment: 16)
+        readArea = .allocate(byteCount: readSlots * Self.readSlotSize, alignment: 16)
+        messages = .allocate(capacity: readSlots)
+        vectors = .allocate(capacity: readSlots)
+        names = .allocate(capacity: readSlots)
+        controls = .allocate(byteCount: readSlots * Self.controlSize, alignment: 16)
         scratch = .allocate(byteCount: Self.scratchSize, alignment: 16)
         sendControl = .allocate(byteCount: Self.controlSize, alignment: 16)
-        for slot in 0..<Self.readSlots {
+        for slot in 0..<readSlots {
             vectors[slot] = iovec(iov_base: readArea.baseAddress! + slot * Self.readSlotSize, iov_len: Self.readSlotSize)
         }
 
-        try Self.setOption(descriptor, SOL_SOCKET, SO_RCVBUF, CInt(QUICNIODatagramSocket.socketBufferSize), "SO_RCVBUF")
-        try Self.setOption(descriptor, SOL_SOCKET, SO_SNDBUF, CInt(QUICNIODatagramSocket.socketBufferSize), "SO_SNDBUF")
+        try Self.setOption(descriptor, SOL_SOCKET, SO_RCVBUF, CInt(Self.socketBufferSize), "SO_RCVBUF")
+        try Self.setOption(descriptor, SOL_SOCKET, SO_SNDBUF, CInt(Self.socketBufferSize), "SO_SNDBUF")
         if isIPv6 {
             try Self.setOption(descriptor, CInt(IPPROTO_IPV6), IPV6_RECVTCLASS, 1, "IPV6_RECVTCLASS")
             // A dual-stack socket's IPv4 packets report their ECN bits as IP_TOS.
@@ -115,6 +132,29 @@ package final class QUICUDPSocket: QUICDatagramSocket, QUICEventLoopSource {
         sendControl.deallocate()
     }
 
+    /// A client socket on an ephemeral port, connected to `remote`, so that ICMP errors (port
+    /// unreachable) surface at once instead of after a handshake timeout. `options` are set
+    /// before it connects. Call on `loop`.
+    static func connect(to remote: QUICSocketAddress, options: QUICSocketOptions, loop: QUICEventLoop, logger: Logger) throws -> QUICUDPSocket {
+        let isIPv6 = remote.family == AF_INET6
+        let descriptor = socket(isIPv6 ? AF_INET6 : AF_INET, CInt(SOCK_DGRAM.rawValue) | CInt(SOCK_NONBLOCK.rawValue) | CInt(SOCK_CLOEXEC.rawValue), 0)
+        guard descriptor >= 0 else { throw IOError(errnoCode: errno, reason: "socket") }
+        do {
+            try options.apply(to: descriptor, isIPv6: isIPv6)
+            var storage = remote.storage
+            let connected = withUnsafePointer(to: &storage) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(descriptor, $0, remote.length) }
+            }
+            guard connected == 0 else { throw IOError(errnoCode: errno, reason: "connect(\(remote))") }
+            return try QUICUDPSocket(
+                adopting: descriptor, options: options, loop: loop, readSlots: clientReadSlots, isConnected: true, logger: logger
+            )
+        } catch {
+            _ = Glibc.close(descriptor)
+            throw error
+        }
+    }
+
     private static func setOption(_ descriptor: CInt, _ level: CInt, _ name: CInt, _ value: CInt, _ label: String) throws {
         var value = value
         guard setsockopt(descriptor, level, name, &value, socklen_t(MemoryLayout<CInt>.size)) == 0 else {
@@ -127,7 +167,7 @@ package final class QUICUDPSocket: QUICDatagramSocket, QUICEventLoopSource {
     func readable() {
         guard !isClosed else { return }
         for _ in 0..<Self.readPassesPerWakeup {
-            for slot in 0..<Self.readSlots {
+            for slot in 0..<readSlots {
                 messages[slot].msg_hdr = msghdr(
                     msg_name: UnsafeMutableRawPointer(names + slot),
                     msg_namelen: socklen_t(MemoryLayout<sockaddr_storage>.size),
@@ -139,17 +179,18 @@ package final class QUICUDPSocket: QUICDatagramSocket, QUICEventLoopSource {
                 )
                 messages[slot].msg_len = 0
             }
-            let count = cqs_recvmmsg(descriptor, messages, CUnsignedInt(Self.readSlots), CInt(MSG_DONTWAIT))
+            let count = cqs_recvmmsg(descriptor, messages, CUnsignedInt(readSlots), CInt(MSG_DONTWAIT))
             if count < 0 {
                 let code = errno
                 if code != EAGAIN && code != EWOULDBLOCK && code != EINTR {
-                    sendErrors += 1
+                    // A connected socket's pending ICMP error (ECONNREFUSED and the like).
                     logger.debug("UDP receive failed", metadata: ["errno": "\(code)"])
+                    if isConnected { onError?(IOError(errnoCode: code, reason: "recvmmsg")) }
                 }
                 break
             }
             for slot in 0..<Int(count) { deliver(slot) }
-            if Int(count) < Self.readSlots { break }
+            if Int(count) < readSlots { break }
             // A handler may have closed the socket.
             if isClosed { return }
         }
@@ -269,6 +310,10 @@ package final class QUICUDPSocket: QUICDatagramSocket, QUICEventLoopSource {
     private func dropped(_ count: Int, errno code: CInt) {
         sendErrors += 1
         logger.debug("UDP send failed; batch dropped", metadata: ["errno": "\(code)", "bytes": "\(count)"])
+        // What the route or the peer says of a connected socket's path (ICMP), for its owner.
+        if isConnected, [ECONNREFUSED, EHOSTUNREACH, ENETUNREACH, EHOSTDOWN, ENETDOWN].contains(code) {
+            onError?(IOError(errnoCode: code, reason: "sendmsg"))
+        }
     }
 
     private enum SendResult {
