@@ -228,9 +228,10 @@ public final class NWConnection: @unchecked Sendable {
     }
 
     /// Called on the start queue with `true` once the tunnel has a path to send and receive on,
-    /// matching Apple's `viabilityUpdateHandler`. Linux reports no loss of route to a tunnel (a
-    /// path that stops working ends in the idle timeout and `.failed`), so it is not called with
-    /// `false`. Released when the connection ends.
+    /// and then each time that changes, matching Apple's `viabilityUpdateHandler`: `false` when
+    /// the kernel reports the route to the server gone (ENETUNREACH, EHOSTUNREACH), `true` when
+    /// the server is heard from again. A path that goes silent without such a report ends in the
+    /// idle timeout and `.failed`. Released when the connection ends.
     public var viabilityUpdateHandler: (@Sendable (Bool) -> Void)? {
         get { pathObservers.withLockedValue { $0.viability } }
         set {
@@ -252,15 +253,15 @@ public final class NWConnection: @unchecked Sendable {
         guard wanted else { return }
         let updates = group.pathUpdates
         let watch = Task { [weak self] in
-            var reportedViable = false
+            var reportedViability: Bool?
             for await path in updates {
                 guard let self else { return }
                 let (pathHandler, viabilityHandler) = self.pathObservers.withLockedValue { ($0.path, $0.viability) }
                 if let pathHandler { self.observable.callback { pathHandler(path) } }
-                // A tunnel publishes a path only while it can use it.
-                if !reportedViable, let viabilityHandler {
-                    reportedViable = true
-                    self.observable.callback { viabilityHandler(true) }
+                let isViable = path.status == .satisfied
+                if reportedViability != isViable, let viabilityHandler {
+                    reportedViability = isViable
+                    self.observable.callback { viabilityHandler(isViable) }
                 }
             }
         }

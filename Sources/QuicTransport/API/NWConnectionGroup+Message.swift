@@ -17,7 +17,7 @@ extension NWConnectionGroup {
         public let localEndpoint: NWEndpoint?
         /// The path a received message arrived over, as Apple's `path`; nil for messages you send.
         /// Made when read, so datagrams nobody asks about cost no interface lookup.
-        public var path: NWPath? { receivedPath.map(NWPath.init(satisfied:)) }
+        public var path: NWPath? { receivedPath.map { NWPath($0) } }
         private let receivedPath: QUICPath?
 
         /// A message to send, with Network.framework's send properties.

@@ -62,6 +62,8 @@ public final class NWConnectionGroup: @unchecked Sendable {
     /// The tunnel's path as the core reports it; an `NWPath` (whose interface takes a
     /// `getifaddrs`) is made from it only when someone asks or listens.
     private var _currentPath: QUICPath?
+    /// Whether `_currentPath` works (a client's; a server's always does).
+    private var pathIsViable = true
     /// Observers of `pathUpdates`, by a number of their own so each can leave when it stops.
     private var pathContinuations: [Int: AsyncStream<NWPath>.Continuation] = [:]
     private var nextPathObserver = 0
@@ -426,6 +428,7 @@ public final class NWConnectionGroup: @unchecked Sendable {
             self.openPendingStreams()
         }
         connector.onEvents = { events in self.handle(events) }
+        connector.onViability = { isViable in self.publishViability(isViable) }
         connector.onFailure = { failure in
             let error: NWError
             switch failure {
@@ -520,7 +523,7 @@ public final class NWConnectionGroup: @unchecked Sendable {
     // MARK: Path
 
     /// The path the tunnel uses now; nil until its handshake completes.
-    public var currentPath: NWPath? { lock.withLock { _currentPath }.map(NWPath.init(satisfied:)) }
+    public var currentPath: NWPath? { lock.withLock { _currentPath.map { NWPath($0, isSatisfied: pathIsViable) } } }
 
     /// The tunnel's path, if it has one yet, then each new one: after the handshake and after
     /// each validated migration (RFC 9000 §9). Ends with the tunnel. An addition: Apple reports
@@ -528,7 +531,7 @@ public final class NWConnectionGroup: @unchecked Sendable {
     public var pathUpdates: AsyncStream<NWPath> {
         AsyncStream { continuation in
             let observer = lock.withLock { () -> Int? in
-                if let path = _currentPath { continuation.yield(NWPath(satisfied: path)) }
+                if let path = _currentPath { continuation.yield(NWPath(path, isSatisfied: pathIsViable)) }
                 guard !pathsEnded else { return nil }
                 nextPathObserver += 1
                 pathContinuations[nextPathObserver] = continuation
@@ -543,13 +546,24 @@ public final class NWConnectionGroup: @unchecked Sendable {
     }
 
     private func publishPath(_ path: QUICPath) {
+        publishPath(path, isViable: true)
+    }
+
+    /// The client's path stopped working, or works again (`QUICClientConnector.onViability`).
+    private func publishViability(_ isViable: Bool) {
+        guard let path = lock.withLock({ _currentPath }) else { return }
+        publishPath(path, isViable: isViable)
+    }
+
+    private func publishPath(_ path: QUICPath, isViable: Bool) {
         let observers = lock.withLock { () -> [AsyncStream<NWPath>.Continuation] in
-            guard _currentPath != path else { return [] }
+            guard _currentPath != path || pathIsViable != isViable else { return [] }
             _currentPath = path
+            pathIsViable = isViable
             return Array(pathContinuations.values)
         }
         guard !observers.isEmpty else { return }
-        let published = NWPath(satisfied: path)
+        let published = NWPath(path, isSatisfied: isViable)
         for continuation in observers { continuation.yield(published) }
     }
 

@@ -9,9 +9,12 @@ import Musl
 ///
 /// A tunnel reports a path once its handshake completes and again each time a migration
 /// (RFC 9000 §9) moves it to a validated new path: its own `migrate()`, or, on a server, a
-/// client that moved or was rebound by a NAT. Linux has no equivalent of Apple's path
-/// evaluator here: a path is `.satisfied` while the tunnel serves, nothing is expensive or
-/// constrained, and interfaces come from the local address (`getifaddrs(3)`).
+/// client that moved or was rebound by a NAT, and on a client when it becomes unusable and
+/// usable again. Linux has no equivalent of Apple's path evaluator here: a client's path turns
+/// `.unsatisfied` when the kernel reports the route to the server gone (a send fails with
+/// ENETUNREACH or EHOSTUNREACH, or ICMP says so) and `.satisfied` again when the server is
+/// heard from; nothing is expensive or constrained, and interfaces come from the local address
+/// (`getifaddrs(3)`).
 public struct NWPath: Equatable, Sendable, CustomDebugStringConvertible {
     /// Whether connections can use the path, as Apple's `NWPath.Status`.
     public enum Status: Equatable, Sendable {
@@ -74,9 +77,10 @@ public struct NWPath: Equatable, Sendable, CustomDebugStringConvertible {
         return "\(status) \(local) -> \(remote)" + (interfaces.isEmpty ? "" : " via \(interfaces)")
     }
 
-    /// The satisfied path between two socket addresses.
-    init(satisfied path: QUICPath) {
-        status = .satisfied
+    /// The path between two socket addresses: satisfied, or unsatisfied while the kernel reports
+    /// the route to the peer gone.
+    init(_ path: QUICPath, isSatisfied: Bool = true) {
+        status = isSatisfied ? .satisfied : .unsatisfied
         unsatisfiedReason = .notAvailable
         localEndpoint = NWEndpoint(address: path.local)
         remoteEndpoint = NWEndpoint(address: path.remote)

@@ -46,6 +46,10 @@ package final class QUICClientConnector: @unchecked Sendable {
     package var onEvents: (([QUICConnectionEvent]) -> Void)?
     package var onFailure: ((Failure) -> Void)?
     package var onFinished: (() -> Void)?
+    /// Whether the connection's path works, each time that changes after the handshake: false
+    /// when the kernel reports the route to the server gone (ENETUNREACH, EHOSTUNREACH and the
+    /// like, from a send or from ICMP), true again when the server is heard from.
+    package var onViability: ((Bool) -> Void)?
 
     private var driver: QUICConnectionDriver?
     private var isConnecting = true
@@ -169,15 +173,27 @@ package final class QUICClientConnector: @unchecked Sendable {
         let driver = QUICConnectionDriver(core: core, socket: socket, eventLoop: eventLoop)
         self.driver = driver
         var heardFromPeer = false
+        var isViable = true
         let path = core.path
         socket.onDatagram = { datagram, _, ecn in
             heardFromPeer = true
+            if !isViable {
+                isViable = true
+                self.onViability?(true)
+            }
             driver.receive(datagram, path: path, ecn: ecn)
         }
         socket.onReadComplete = { driver.afterInput() }
         socket.onError = { error in
+            if core.isHandshakeCompleted {
+                guard isViable, let code = (error as? IOError)?.errnoCode, Self.routeErrors.contains(code) else { return }
+                self.logger.debug("path not viable", metadata: ["error": "\(error)"])
+                isViable = false
+                self.onViability?(false)
+                return
+            }
             // ICMP port unreachable before any answer: this address has no server; try the next.
-            guard !heardFromPeer, !core.isHandshakeCompleted, self.driver === driver else { return }
+            guard !heardFromPeer, self.driver === driver else { return }
             self.logger.debug("address refused", metadata: ["address": "\(remote)", "error": "\(error)"])
             self.abandon(driver, socket: socket)
             self.attempt(fallback, lastFailure: .refused)
@@ -213,6 +229,9 @@ package final class QUICClientConnector: @unchecked Sendable {
         onAttempt?(driver)
         driver.afterInput()
     }
+
+    /// The errors that say the route to the server is gone (for now).
+    private static let routeErrors: Set<CInt> = [ENETUNREACH, EHOSTUNREACH, ENETDOWN, EHOSTDOWN]
 
     // MARK: Migration (RFC 9000 §9.2)
 

@@ -102,18 +102,19 @@ public final class NetworkConnection<ApplicationProtocol: Sendable>: NetworkChan
         return self
     }
 
-    /// Calls `handler` with `true` once the tunnel has a path to send and receive on, as
-    /// Network.framework's `onViabilityUpdate`. Linux reports no loss of route to a tunnel (a
-    /// path that stops working ends in the idle timeout and `.failed`), so it is not called with
-    /// `false`. Returns the connection, so calls chain.
+    /// Calls `handler` with `true` once the tunnel has a path to send and receive on, and then
+    /// each time that changes, as Network.framework's `onViabilityUpdate`: `false` when the
+    /// kernel reports the route to the server gone (ENETUNREACH, EHOSTUNREACH), `true` when the
+    /// server is heard from again. A path that goes silent without such a report ends in the
+    /// idle timeout and `.failed`. Returns the connection, so calls chain.
     @discardableResult
     public func onViabilityUpdate(_ handler: @escaping @Sendable (NetworkConnection, Bool) -> Void) -> Self {
         let paths = group.pathUpdates
-        // A tunnel publishes a path only while it can use it: the first one makes it viable.
         Task {
-            for await _ in paths {
-                handler(self, true)
-                return
+            var reported: Bool?
+            for await path in paths where reported != (path.status == .satisfied) {
+                reported = path.status == .satisfied
+                handler(self, path.status == .satisfied)
             }
         }
         return self
