@@ -7,8 +7,8 @@ import Testing
 /// Viability (Network.framework's `viabilityUpdateHandler` and `onViabilityUpdate`) on a real
 /// route that goes away and comes back: a test address on `lo` whose local route is swapped for
 /// an unreachable one, so the kernel refuses sends to it with EHOSTUNREACH, as it does when an
-/// interface or a route disappears.
-@Suite("Path viability", .timeLimit(TestEnvironment.minutes(2)))
+/// interface or a route disappears. The tests share the address, so they run one at a time.
+@Suite("Paths that fail", .serialized, .timeLimit(TestEnvironment.minutes(2)))
 struct PathViabilityTests {
     /// TEST-NET-2 (RFC 5737), added to `lo` for this test only.
     static let address = "198.51.100.7"
@@ -74,6 +74,53 @@ struct PathViabilityTests {
             restored = true
             #expect(String(decoding: try await echoed, as: UTF8.self) == "across the outage")
             try await Self.wait(for: [true, false, true], in: changes)
+        }
+    }
+
+    /// RFC 9000 leaves a lost path to loss recovery; it must not cost the server anything else.
+    /// A server whose replies to one client fail in the kernel (EHOSTUNREACH) keeps serving its
+    /// other clients on the same socket, and the first client's reply goes out once its route
+    /// is back. (NIO's datagram channel, which the server used before, closed the socket on
+    /// that error, and every connection of the worker with it.)
+    @Test func aRouteThatFailsCostsOnlyItsOwnConnection() async throws {
+        try? Self.ip(["addr", "del", "\(Self.address)/32", "dev", "lo"])
+        try Self.ip(["addr", "add", "\(Self.address)/32", "dev", "lo"])
+        defer { try? Self.ip(["addr", "del", "\(Self.address)/32", "dev", "lo"]) }
+        // The server answers "slow" after a while, so that its reply meets the broken route.
+        let (serving, port, pin) = try await NetworkConnectionTests.runListener(host: "0.0.0.0", QUIC(alpn: ["test"])) { connection in
+            try await connection.inboundStreams { stream in
+                let request = try await NetworkConnectionTests.readAll(stream)
+                if request == Data("slow".utf8) { try await Task.sleep(for: .milliseconds(300)) }
+                try await stream.send(request, endOfStream: true)
+            }
+        }
+        defer { serving.cancel() }
+        let stack = QUIC(alpn: ["test"]).tls.peerAuthentication(.pinnedSHA256(pin))
+
+        try await withNetworkConnection(to: .hostPort(host: NWEndpoint.Host(Self.address), port: port)) { stack } _: { cut in
+            try await withNetworkConnection(to: .hostPort(host: "127.0.0.1", port: port)) { stack } _: { healthy in
+                let warmUp = try await healthy.openStream()
+                try await warmUp.send(Data("hello".utf8), endOfStream: true)
+                #expect(try await NetworkConnectionTests.readAll(warmUp) == Data("hello".utf8))
+
+                let slow = try await cut.openStream()
+                async let slowReply = NetworkConnectionTests.readAll(slow)
+                try await slow.send(Data("slow".utf8), endOfStream: true)
+                try await Task.sleep(for: .milliseconds(50))
+                try Self.ip(["route", "replace", "unreachable", "\(Self.address)/32", "table", "local"])
+                var restored = false
+                defer { if !restored { try? Self.ip(["route", "replace", "local", Self.address, "dev", "lo", "table", "local"]) } }
+                // The reply to `cut` fails in the kernel meanwhile; `healthy` is served throughout.
+                try await Task.sleep(for: .milliseconds(500))
+                for round in 0..<3 {
+                    let stream = try await healthy.openStream()
+                    try await stream.send(Data("round \(round)".utf8), endOfStream: true)
+                    #expect(try await NetworkConnectionTests.readAll(stream) == Data("round \(round)".utf8))
+                }
+                try Self.ip(["route", "replace", "local", Self.address, "dev", "lo", "table", "local"])
+                restored = true
+                #expect(try await slowReply == Data("slow".utf8))
+            }
         }
     }
 }
