@@ -1,4 +1,3 @@
-import Dispatch
 #if canImport(Glibc)
 import Glibc
 #endif
