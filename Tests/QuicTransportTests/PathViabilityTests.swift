@@ -13,6 +13,11 @@ struct PathViabilityTests {
     /// TEST-NET-2 (RFC 5737), added to `lo` for this test only.
     static let address = "198.51.100.7"
 
+    /// The stack of both ends. A connection whose every probe fails backs its probes off
+    /// exponentially (RFC 9002 §6.2), so under a sanitizer a long outage could outlast the
+    /// default idle timeout before the next probe; two minutes, stretched, leaves room.
+    static var stack: QUIC { QUIC(alpn: ["test"]).idleTimeout(Int(TestEnvironment.scaled(120)) * 1000) }
+
     /// Runs `ip` with `arguments`; throws its output when it fails.
     static func ip(_ arguments: [String]) throws {
         let process = Process()
@@ -47,12 +52,12 @@ struct PathViabilityTests {
         try? Self.ip(["addr", "del", "\(Self.address)/32", "dev", "lo"])
         try Self.ip(["addr", "add", "\(Self.address)/32", "dev", "lo"])
         defer { try? Self.ip(["addr", "del", "\(Self.address)/32", "dev", "lo"]) }
-        let (serving, port, pin) = try await IPAndUDPStackTests.echoListener(host: Self.address, QUIC(alpn: ["test"]))
+        let (serving, port, pin) = try await IPAndUDPStackTests.echoListener(host: Self.address, Self.stack)
         defer { serving.cancel() }
 
         let changes = NIOLockedValueBox<[Bool]>([])
         try await withNetworkConnection(to: .hostPort(host: NWEndpoint.Host(Self.address), port: port)) {
-            QUIC(alpn: ["test"]).tls.peerAuthentication(.pinnedSHA256(pin))
+            Self.stack.tls.peerAuthentication(.pinnedSHA256(pin))
         } _: { connection in
             connection.onViabilityUpdate { _, isViable in changes.withLockedValue { $0.append(isViable) } }
             let first = try await connection.openStream()
@@ -88,7 +93,7 @@ struct PathViabilityTests {
         try Self.ip(["addr", "add", "\(Self.address)/32", "dev", "lo"])
         defer { try? Self.ip(["addr", "del", "\(Self.address)/32", "dev", "lo"]) }
         // The server answers "slow" after a while, so that its reply meets the broken route.
-        let (serving, port, pin) = try await NetworkConnectionTests.runListener(host: "0.0.0.0", QUIC(alpn: ["test"])) { connection in
+        let (serving, port, pin) = try await NetworkConnectionTests.runListener(host: "0.0.0.0", Self.stack) { connection in
             try await connection.inboundStreams { stream in
                 let request = try await NetworkConnectionTests.readAll(stream)
                 if request == Data("slow".utf8) { try await Task.sleep(for: .milliseconds(300)) }
@@ -96,7 +101,7 @@ struct PathViabilityTests {
             }
         }
         defer { serving.cancel() }
-        let stack = QUIC(alpn: ["test"]).tls.peerAuthentication(.pinnedSHA256(pin))
+        let stack = Self.stack.tls.peerAuthentication(.pinnedSHA256(pin))
 
         try await withNetworkConnection(to: .hostPort(host: NWEndpoint.Host(Self.address), port: port)) { stack } _: { cut in
             try await withNetworkConnection(to: .hostPort(host: "127.0.0.1", port: port)) { stack } _: { healthy in

@@ -88,7 +88,7 @@ struct WorkerEventLoopTests {
     }
 
     /// A plain blocking socket on 127.0.0.1 standing in for a peer, reading IP_TOS.
-    final class Peer {
+    final class Peer: Sendable {
         let fd: CInt
         let address: QUICSocketAddress
 
