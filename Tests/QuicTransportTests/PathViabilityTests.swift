@@ -34,6 +34,19 @@ struct PathViabilityTests {
         }
     }
 
+    /// Puts the test address on `lo` (after clearing what an interrupted run left).
+    static func addTestAddress() throws {
+        removeTestAddress()
+        try ip(["addr", "add", "\(address)/32", "dev", "lo"])
+    }
+
+    /// Takes the address off `lo`, and the local route the tests put back by hand, which the
+    /// kernel does not remove with the address.
+    static func removeTestAddress() {
+        try? ip(["addr", "del", "\(address)/32", "dev", "lo"])
+        try? ip(["route", "del", "local", address, "dev", "lo", "table", "local"])
+    }
+
     struct TestFailure: Error, CustomStringConvertible {
         let description: String
         init(_ description: String) { self.description = description }
@@ -49,9 +62,8 @@ struct PathViabilityTests {
     }
 
     @Test func viabilityFollowsTheRouteToTheServer() async throws {
-        try? Self.ip(["addr", "del", "\(Self.address)/32", "dev", "lo"])
-        try Self.ip(["addr", "add", "\(Self.address)/32", "dev", "lo"])
-        defer { try? Self.ip(["addr", "del", "\(Self.address)/32", "dev", "lo"]) }
+        try Self.addTestAddress()
+        defer { Self.removeTestAddress() }
         let (serving, port, pin) = try await IPAndUDPStackTests.echoListener(host: Self.address, Self.stack)
         defer { serving.cancel() }
 
@@ -89,9 +101,8 @@ struct PathViabilityTests {
     /// channel, which the server used before, closed the socket on that error, and every
     /// connection of the worker with it: this test failed there.
     @Test func aRouteThatFailsCostsOnlyItsOwnConnection() async throws {
-        try? Self.ip(["addr", "del", "\(Self.address)/32", "dev", "lo"])
-        try Self.ip(["addr", "add", "\(Self.address)/32", "dev", "lo"])
-        defer { try? Self.ip(["addr", "del", "\(Self.address)/32", "dev", "lo"]) }
+        try Self.addTestAddress()
+        defer { Self.removeTestAddress() }
         // The server answers "slow" after a while, so that its reply meets the broken route.
         let (serving, port, pin) = try await NetworkConnectionTests.runListener(host: "0.0.0.0", Self.stack) { connection in
             try await connection.inboundStreams { stream in
