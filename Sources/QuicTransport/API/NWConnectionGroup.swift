@@ -545,17 +545,13 @@ public final class NWConnectionGroup: @unchecked Sendable {
         }
     }
 
-    private func publishPath(_ path: QUICPath) {
-        publishPath(path, isViable: true)
-    }
-
     /// The client's path stopped working, or works again (`QUICClientConnector.onViability`).
     private func publishViability(_ isViable: Bool) {
         guard let path = lock.withLock({ _currentPath }) else { return }
         publishPath(path, isViable: isViable)
     }
 
-    private func publishPath(_ path: QUICPath, isViable: Bool) {
+    private func publishPath(_ path: QUICPath, isViable: Bool = true) {
         let observers = lock.withLock { () -> [AsyncStream<NWPath>.Continuation] in
             guard _currentPath != path || pathIsViable != isViable else { return [] }
             _currentPath = path

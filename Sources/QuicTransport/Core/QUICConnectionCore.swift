@@ -532,7 +532,7 @@ package final class QUICConnectionCore {
     /// Writes every packet ngtcp2 has ready, in batches that suit UDP GSO.
     ///
     /// Packets go into `scratch` back to back, and none is moved or overwritten within one call,
-    /// so a batch's bytes stay valid until the call returns (the socket sends large passes
+    /// so a batch's bytes stay valid until the call returns (the socket sends each batch
     /// straight from there). `emit` receives each batch with its segment size (every packet but
     /// the last has exactly that size) and destination. Returns true when the send quantum ran
     /// out and more may be ready: call again after servicing other work.

@@ -57,7 +57,7 @@ package final class QUICClientConnector: @unchecked Sendable {
     private var isHandshakeConfirmed = false
     private var confirmationWaiters: [EventLoopPromise<Void>] = []
     /// The migration under way: its new socket and who waits for the outcome.
-    private var migration: (socket: any QUICDatagramSocket, promise: EventLoopPromise<QUICPath>)?
+    private var migration: (socket: QUICUDPSocket, promise: EventLoopPromise<QUICPath>)?
 
     package init(
         host: String,
@@ -139,7 +139,7 @@ package final class QUICClientConnector: @unchecked Sendable {
         }
     }
 
-    private func start(on socket: any QUICDatagramSocket, remote: SocketAddress, fallback: ArraySlice<SocketAddress>) throws {
+    private func start(on socket: QUICUDPSocket, remote: SocketAddress, fallback: ArraySlice<SocketAddress>) throws {
         let isIPLiteral = QUICSocketAddress(ip: host, port: 0) != nil
         // RFC 6066 §3: SNI carries host names only; an IP address (given as the host or as the
         // name to verify) is checked against the certificate but never sent (GnuTLS servers
@@ -230,8 +230,9 @@ package final class QUICClientConnector: @unchecked Sendable {
         driver.afterInput()
     }
 
-    /// The errors that say the route to the server is gone (for now).
-    private static let routeErrors: Set<CInt> = [ENETUNREACH, EHOSTUNREACH, ENETDOWN, EHOSTDOWN]
+    /// The errors that say the route to the server is gone (for now): what the socket reports
+    /// of its sends, but a refusal, which says the server's port is closed.
+    private static let routeErrors = QUICUDPSocket.reportedSendErrors.subtracting([ECONNREFUSED])
 
     // MARK: Migration (RFC 9000 §9.2)
 
@@ -262,7 +263,7 @@ package final class QUICClientConnector: @unchecked Sendable {
         return promise.futureResult
     }
 
-    private func startMigration(of driver: QUICConnectionDriver, to socket: any QUICDatagramSocket, promise: EventLoopPromise<QUICPath>) {
+    private func startMigration(of driver: QUICConnectionDriver, to socket: QUICUDPSocket, promise: EventLoopPromise<QUICPath>) {
         guard self.driver === driver, migration == nil, driver.core.closeReason == nil else {
             socket.close()
             promise.fail(NWError.posix(.ENOTCONN))
@@ -340,7 +341,7 @@ package final class QUICClientConnector: @unchecked Sendable {
         }
     }
 
-    private func abandon(_ driver: QUICConnectionDriver, socket: any QUICDatagramSocket) {
+    private func abandon(_ driver: QUICConnectionDriver, socket: QUICUDPSocket) {
         driver.eventHandler = nil
         driver.onFinished = nil
         socket.detachAndClose()

@@ -12,7 +12,7 @@ package final class QUICConnectionDriver: @unchecked Sendable {
     package let core: QUICConnectionCore
     /// The sockets packets leave from: one, or two while a client migrates (RFC 9000 §9.2).
     /// The first is the default; a packet goes out of the one bound at its path's local address.
-    private(set) var sockets: [any QUICDatagramSocket]
+    private(set) var sockets: [QUICUDPSocket]
     private var timer: Scheduled<Void>?
     private var timerDeadline: UInt64 = .max
     /// A pass is queued on the loop (`schedulePass`), so another request for one is redundant.
@@ -28,7 +28,7 @@ package final class QUICConnectionDriver: @unchecked Sendable {
     /// work that needs another pass (new requests, consumed data).
     package var afterPass: (() -> Bool)?
 
-    init(core: QUICConnectionCore, socket: any QUICDatagramSocket, eventLoop: QUICEventLoop) {
+    init(core: QUICConnectionCore, socket: QUICUDPSocket, eventLoop: QUICEventLoop) {
         self.core = core
         self.sockets = [socket]
         self.eventLoop = eventLoop
@@ -110,24 +110,22 @@ package final class QUICConnectionDriver: @unchecked Sendable {
     }
 
     /// Adds a socket for a path being validated; its packets leave from it.
-    func addSocket(_ socket: any QUICDatagramSocket) {
+    func addSocket(_ socket: QUICUDPSocket) {
         sockets.append(socket)
     }
 
     /// Stops sending from `socket` (its path was abandoned or replaced); the caller closes it.
-    func removeSocket(_ socket: any QUICDatagramSocket) {
+    func removeSocket(_ socket: QUICUDPSocket) {
         sockets.removeAll { $0 === socket }
     }
 
     private func flush() {
         let primary = sockets[0]
-        let more = primary.withScratch { scratch in
-            core.writePackets(now: Self.now(), scratch: scratch) { bytes, segmentSize, path, ecn in
-                let socket = sockets.first { $0.localAddress == path.local } ?? primary
-                socket.send(bytes, segmentSize: segmentSize, to: path.remote, ecn: ecn)
-            }
+        // Each batch leaves as it is emitted, so one scratch area serves every socket.
+        let more = core.writePackets(now: Self.now(), scratch: primary.scratch) { bytes, segmentSize, path, ecn in
+            let socket = sockets.first { $0.localAddress == path.local } ?? primary
+            socket.send(bytes, segmentSize: segmentSize, to: path.remote, ecn: ecn)
         }
-        for socket in sockets { socket.flush() }
         // The send quantum ran out: let reads in, then continue.
         if more { queuePass() }
     }

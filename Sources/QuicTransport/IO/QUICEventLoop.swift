@@ -6,9 +6,10 @@ import Glibc
 import NIOConcurrencyHelpers
 import NIOCore
 
-/// A server worker's event loop: one thread, `epoll` over the worker's UDP sockets, a timer
-/// heap, and a task queue. It is a NIO `EventLoop`, so futures, `NIOLoopBound`, scheduled tasks
-/// and `EventLoopTaskExecutor` work on it as on NIO's own loops.
+/// The event loop under every QUIC socket, a server worker's or a client's (`QUICClientLoops`):
+/// one thread, `epoll` over its `QUICUDPSocket`s, a timer heap, and a task queue. It is a NIO
+/// `EventLoop`, so futures, `NIOLoopBound`, scheduled tasks and `EventLoopTaskExecutor` work on
+/// it as on NIO's own loops.
 ///
 /// It exists because NIO's datagram channel costs a server more than the protocol does. For each
 /// datagram NIO builds a `SocketAddress` (with `inet_ntop` and its `sprintf`) and an
@@ -307,7 +308,7 @@ private final class LoopCore: @unchecked Sendable {
                     continue
                 }
                 guard let source = sources.first(where: { $0.descriptor == descriptor })?.source else { continue }
-                if event.events & (EPOLLOUT.rawValue) != 0 { source.writable() }
+                if event.events & EPOLLOUT.rawValue != 0 { source.writable() }
                 if event.events & (EPOLLIN.rawValue | EPOLLERR.rawValue | EPOLLHUP.rawValue) != 0 { source.readable() }
             }
             // Timers that are due, then the tasks queued so far (not those they queue: reads

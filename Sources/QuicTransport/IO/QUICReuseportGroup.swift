@@ -42,10 +42,8 @@ package enum QUICReuseportGroup {
         do {
             var address = address
             for _ in 0..<count {
-                let fd = socket(CInt(address.protocol.rawValue), CInt(SOCK_DGRAM.rawValue) | CInt(SOCK_NONBLOCK.rawValue) | CInt(SOCK_CLOEXEC.rawValue), 0)
-                guard fd >= 0 else { throw IOError(errnoCode: errno, reason: "socket") }
+                let fd = try options.openSocket(isIPv6: address.protocol == .inet6)
                 sockets.append(fd)
-                try options.apply(to: fd, isIPv6: address.protocol == .inet6)
                 var one: CInt = 1
                 guard !sharesPort || setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, socklen_t(MemoryLayout<CInt>.size)) == 0 else {
                     throw IOError(errnoCode: errno, reason: "setsockopt(SO_REUSEPORT)")

@@ -58,8 +58,8 @@ package final class QUICServerEndpoint {
     /// (connections still open then are closed). The group has already set the shared flag that
     /// refuses new clients.
     func closeWhenDrained(timeout: TimeAmount) -> EventLoopFuture<Void> {
-        let eventLoop = socket.eventLoop
-        let closed = eventLoop.makePromise(of: Void.self)
+        let eventLoop = socket.loop.assumeIsolated()
+        let closed = socket.loop.makePromise(of: Void.self)
         let deadline = NIODeadline.now() + timeout
         func check() {
             if drivers.isEmpty || NIODeadline.now() >= deadline {
@@ -98,7 +98,7 @@ package final class QUICServerEndpoint {
     private func scheduleMemoryTrim() {
         guard !memoryTrimScheduled else { return }
         memoryTrimScheduled = true
-        socket.eventLoop.assumeIsolated().scheduleTask(in: Self.memoryTrimDelay) { [weak self] in
+        socket.loop.assumeIsolated().scheduleTask(in: Self.memoryTrimDelay) { [weak self] in
             self?.memoryTrimScheduled = false
             malloc_trim(0)
         }

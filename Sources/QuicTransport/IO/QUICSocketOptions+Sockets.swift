@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
+import CQuicShims
 import NIOCore
 
 extension QUICSocketOptions {
@@ -44,11 +45,41 @@ extension QUICSocketOptions {
 
     /// Sets them on a socket the caller made.
     package func apply(to descriptor: CInt, isIPv6: Bool) throws {
-        for setting in settings(isIPv6: isIPv6) {
-            var value = setting.value
-            guard setsockopt(descriptor, setting.level, setting.name, &value, socklen_t(MemoryLayout<CInt>.size)) == 0 else {
-                throw IOError(errnoCode: errno, reason: "setsockopt(level \(setting.level), option \(setting.name), \(setting.value))")
-            }
+        for setting in settings(isIPv6: isIPv6) { try setting.apply(to: descriptor) }
+    }
+
+    /// A non-blocking, close-on-exec UDP socket of the family with these settings, not yet
+    /// bound or connected; closed again when a setting is refused.
+    func openSocket(isIPv6: Bool) throws -> CInt {
+        let descriptor = socket(isIPv6 ? AF_INET6 : AF_INET, CInt(SOCK_DGRAM.rawValue) | CInt(SOCK_NONBLOCK.rawValue) | CInt(SOCK_CLOEXEC.rawValue), 0)
+        guard descriptor >= 0 else { throw IOError(errnoCode: errno, reason: "socket") }
+        do {
+            try apply(to: descriptor, isIPv6: isIPv6)
+        } catch {
+            _ = close(descriptor)
+            throw error
+        }
+        return descriptor
+    }
+}
+
+extension QUICSocketOptions.Setting {
+    /// `setsockopt` of this setting on `descriptor`.
+    func apply(to descriptor: CInt) throws {
+        var value = value
+        guard setsockopt(descriptor, level, name, &value, socklen_t(MemoryLayout<CInt>.size)) == 0 else {
+            throw IOError(errnoCode: errno, reason: "setsockopt(level \(level), option \(name), \(value))")
+        }
+    }
+}
+
+enum QUICSocketError: Error, CustomStringConvertible {
+    /// A listener's address is of the IP version its stack excludes (`IP().version(_:)`).
+    case ipVersionExcluded(address: String)
+
+    var description: String {
+        switch self {
+        case .ipVersionExcluded(let address): return "cannot bind \(address): the protocol stack excludes its IP version"
         }
     }
 }

@@ -20,13 +20,16 @@ import NIOCore
 /// out datagram by datagram.
 ///
 /// Loop-confined: made, used and closed on its loop's thread.
-package final class QUICUDPSocket: QUICDatagramSocket, QUICEventLoopSource {
+package final class QUICUDPSocket: QUICEventLoopSource {
     let descriptor: CInt
     package let localAddress: QUICSocketAddress
     package let loop: QUICEventLoop
-    var eventLoop: any EventLoop { loop }
+    /// What the socket does with each received datagram; set on the loop, before the first read.
     package var onDatagram: QUICDatagramHandler?
+    /// Runs after each batch of reads, the moment to flush the connections that received data.
     var onReadComplete: (() -> Void)?
+    /// Errors the kernel reports for a connected socket: ECONNREFUSED from an ICMP port
+    /// unreachable, and `reportedSendErrors` from a send (the route to the peer gone).
     var onError: ((any Error) -> Void)?
     private let logger: Logger
     private let isConnected: Bool
@@ -57,7 +60,9 @@ package final class QUICUDPSocket: QUICDatagramSocket, QUICEventLoopSource {
     private let vectors: UnsafeMutablePointer<iovec>
     private let names: UnsafeMutablePointer<sockaddr_storage>
     private let controls: UnsafeMutableRawBufferPointer
-    private let scratch: UnsafeMutableRawBufferPointer
+    /// The area cores write packets into; `send` sends from it at once, so it is free again
+    /// as soon as `send` returns.
+    let scratch: UnsafeMutableRawBufferPointer
     private let sendControl: UnsafeMutableRawBufferPointer
 
     /// Batches that met a full send buffer, in order, and their total size.
@@ -71,7 +76,8 @@ package final class QUICUDPSocket: QUICDatagramSocket, QUICEventLoopSource {
         var ecn: UInt32
     }
 
-    /// Send and receive errors met so far (counted, logged at debug level).
+    /// Batches dropped so far: refused by the kernel, or met with a full backlog (each logged
+    /// at debug level).
     package private(set) var sendErrors = 0
 
     /// Takes over `descriptor`, a bound non-blocking UDP socket (a member of a reuseport group,
@@ -107,17 +113,19 @@ package final class QUICUDPSocket: QUICDatagramSocket, QUICEventLoopSource {
             vectors[slot] = iovec(iov_base: readArea.baseAddress! + slot * Self.readSlotSize, iov_len: Self.readSlotSize)
         }
 
-        try Self.setOption(descriptor, SOL_SOCKET, SO_RCVBUF, CInt(Self.socketBufferSize), "SO_RCVBUF")
-        try Self.setOption(descriptor, SOL_SOCKET, SO_SNDBUF, CInt(Self.socketBufferSize), "SO_SNDBUF")
+        typealias Setting = QUICSocketOptions.Setting
+        try Setting(level: SOL_SOCKET, name: SO_RCVBUF, value: CInt(Self.socketBufferSize)).apply(to: descriptor)
+        try Setting(level: SOL_SOCKET, name: SO_SNDBUF, value: CInt(Self.socketBufferSize)).apply(to: descriptor)
+        let receiveTOS = Setting(level: CInt(IPPROTO_IP), name: IP_RECVTOS, value: 1)
         if isIPv6 {
-            try Self.setOption(descriptor, CInt(IPPROTO_IPV6), IPV6_RECVTCLASS, 1, "IPV6_RECVTCLASS")
+            try Setting(level: CInt(IPPROTO_IPV6), name: IPV6_RECVTCLASS, value: 1).apply(to: descriptor)
             // A dual-stack socket's IPv4 packets report their ECN bits as IP_TOS.
-            try? Self.setOption(descriptor, CInt(IPPROTO_IP), IP_RECVTOS, 1, "IP_RECVTOS")
+            try? receiveTOS.apply(to: descriptor)
         } else {
-            try Self.setOption(descriptor, CInt(IPPROTO_IP), IP_RECVTOS, 1, "IP_RECVTOS")
+            try receiveTOS.apply(to: descriptor)
         }
         if System.supportsUDPReceiveOffload {
-            try Self.setOption(descriptor, CInt(IPPROTO_UDP), CInt(UDP_GRO), 1, "UDP_GRO")
+            try Setting(level: CInt(IPPROTO_UDP), name: CInt(UDP_GRO), value: 1).apply(to: descriptor)
         }
         try loop.register(descriptor, source: self)
     }
@@ -136,11 +144,8 @@ package final class QUICUDPSocket: QUICDatagramSocket, QUICEventLoopSource {
     /// unreachable) surface at once instead of after a handshake timeout. `options` are set
     /// before it connects. Call on `loop`.
     static func connect(to remote: QUICSocketAddress, options: QUICSocketOptions, loop: QUICEventLoop, logger: Logger) throws -> QUICUDPSocket {
-        let isIPv6 = remote.family == AF_INET6
-        let descriptor = socket(isIPv6 ? AF_INET6 : AF_INET, CInt(SOCK_DGRAM.rawValue) | CInt(SOCK_NONBLOCK.rawValue) | CInt(SOCK_CLOEXEC.rawValue), 0)
-        guard descriptor >= 0 else { throw IOError(errnoCode: errno, reason: "socket") }
+        let descriptor = try options.openSocket(isIPv6: remote.family == AF_INET6)
         do {
-            try options.apply(to: descriptor, isIPv6: isIPv6)
             var storage = remote.storage
             let connected = withUnsafePointer(to: &storage) {
                 $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(descriptor, $0, remote.length) }
@@ -152,13 +157,6 @@ package final class QUICUDPSocket: QUICDatagramSocket, QUICEventLoopSource {
         } catch {
             _ = Glibc.close(descriptor)
             throw error
-        }
-    }
-
-    private static func setOption(_ descriptor: CInt, _ level: CInt, _ name: CInt, _ value: CInt, _ label: String) throws {
-        var value = value
-        guard setsockopt(descriptor, level, name, &value, socklen_t(MemoryLayout<CInt>.size)) == 0 else {
-            throw IOError(errnoCode: errno, reason: "setsockopt(\(label))")
         }
     }
 
@@ -227,10 +225,8 @@ package final class QUICUDPSocket: QUICDatagramSocket, QUICEventLoopSource {
 
     // MARK: Sending
 
-    func withScratch<R>(_ body: (UnsafeMutableRawBufferPointer) -> R) -> R {
-        body(scratch)
-    }
-
+    /// Sends one packet, or `bytes.count / segmentSize` equal packets (the last may be shorter),
+    /// marked with ngtcp2's ECN codepoint `ecn` (`NGTCP2_ECN_*`, RFC 9000 §13.4).
     package func send(_ bytes: UnsafeRawBufferPointer, segmentSize: Int, to remote: QUICSocketAddress, ecn: UInt32) {
         guard !isClosed else { return }
         guard backlog.isEmpty else {
@@ -244,12 +240,10 @@ package final class QUICUDPSocket: QUICDatagramSocket, QUICEventLoopSource {
         }
     }
 
+    /// Sends one stateless packet (Version Negotiation, Retry, reset).
     func sendNow(_ bytes: UnsafeRawBufferPointer, to remote: QUICSocketAddress) {
         send(bytes, segmentSize: bytes.count, to: remote, ecn: 0)
     }
-
-    /// Batches leave as `send` takes them; only a backlog waits, for `writable`.
-    func flush() {}
 
     func writable() {
         while !backlog.isEmpty {
@@ -310,11 +304,14 @@ package final class QUICUDPSocket: QUICDatagramSocket, QUICEventLoopSource {
     private func dropped(_ count: Int, errno code: CInt) {
         sendErrors += 1
         logger.debug("UDP send failed; batch dropped", metadata: ["errno": "\(code)", "bytes": "\(count)"])
-        // What the route or the peer says of a connected socket's path (ICMP), for its owner.
-        if isConnected, [ECONNREFUSED, EHOSTUNREACH, ENETUNREACH, EHOSTDOWN, ENETDOWN].contains(code) {
+        if isConnected, Self.reportedSendErrors.contains(code) {
             onError?(IOError(errnoCode: code, reason: "sendmsg"))
         }
     }
+
+    /// The send errors of a connected socket that `onError` hears of: what the route or the
+    /// peer says of the path (ICMP), for the owner to act on.
+    static let reportedSendErrors: Set<CInt> = [ECONNREFUSED, EHOSTUNREACH, ENETUNREACH, EHOSTDOWN, ENETDOWN]
 
     private enum SendResult {
         case sent, wouldBlock
@@ -377,10 +374,30 @@ package final class QUICUDPSocket: QUICDatagramSocket, QUICEventLoopSource {
         backlogBytes = 0
     }
 
+    /// Drops the handlers, which keep their owners alive, and closes the socket.
     func detachAndClose() {
         onDatagram = nil
         onError = nil
         onReadComplete = nil
         close()
+    }
+}
+
+/// One received datagram: its bytes (valid only during the call), its sender, and its IP ECN
+/// field as ngtcp2's codepoint.
+package typealias QUICDatagramHandler = (_ datagram: UnsafeRawBufferPointer, _ remote: QUICSocketAddress, _ ecn: UInt32) -> Void
+
+/// Calls `body` for each datagram of a read: the whole read, or with GRO (`segmentSize` > 0)
+/// each `segmentSize` bytes of it (the last may be shorter).
+private func forEachDatagram(in bytes: UnsafeRawBufferPointer, segmentSize: Int, _ body: (UnsafeRawBufferPointer) -> Void) {
+    guard segmentSize > 0, bytes.count > segmentSize else {
+        body(bytes)
+        return
+    }
+    var offset = 0
+    while offset < bytes.count {
+        let length = min(segmentSize, bytes.count - offset)
+        body(UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + length]))
+        offset += length
     }
 }
