@@ -34,7 +34,7 @@ package final class QUICConnectionCore {
     package let originalDestinationConnectionID: QUICConnectionID
     @exclusivity(unchecked) package private(set) var state: State = .handshaking
     package private(set) var closeReason: QUICCloseReason?
-    package private(set) var path: QUICPath
+    @exclusivity(unchecked) package private(set) var path: QUICPath
 
     // The ngtcp2 connection; freed first in deinit, while `qlog` is still alive.
     var conn: OpaquePointer!
@@ -68,14 +68,14 @@ package final class QUICConnectionCore {
     @exclusivity(unchecked) var codecFailure: (any Error)?
     private var lastError = ngtcp2_connection_close_error()
     private var closePacket: [UInt8] = []
-    private var closePacketDue = false
+    @exclusivity(unchecked) private var closePacketDue = false
     private var closePacketsSent = 0
     /// Traffic and loss totals for data-transfer reports.
     @exclusivity(unchecked) var counters = QUICTransferCounters()
     var lossLedger = QUICLossLedger()
     /// Reports started and not yet collected, and the largest congestion window so far.
-    var dataTransferMarks: [QUICDataTransferMark] = []
-    var peakCongestionWindow: UInt64 = 0
+    @exclusivity(unchecked) var dataTransferMarks: [QUICDataTransferMark] = []
+    @exclusivity(unchecked) var peakCongestionWindow: UInt64 = 0
     /// 1-RTT key derivations by ngtcp2 so far, and whether we asked for the next update (RFC 9001 §6).
     var keyDerivations = 0
     /// Servers: keeps the endpoint's ticket key alive as long as this session may use it.

@@ -9,6 +9,10 @@ import Logging
 /// validation is on (RFC 9000 §8.1.2), stateless resets for IDs it issued but no longer knows
 /// (RFC 9000 §10.3), and CONNECTION_REFUSED past the connection limits. Anything else that does
 /// not parse is dropped without a reply, so garbage never draws traffic and never reaches a core.
+///
+/// Confined to its worker's loop. The tables read for every datagram skip Swift's run-time
+/// exclusivity check (`@exclusivity(unchecked)`): no access to them spans a call that could
+/// reach them again.
 package final class QUICEndpointCore {
     package struct Configuration: Sendable {
         package var quic: QUICConfiguration
@@ -66,14 +70,14 @@ package final class QUICEndpointCore {
     /// What this core shares with the other workers of its address.
     package let shared: QUICEndpointSharedState
     private let logger: Logger
-    private var routes: [QUICConnectionID: QUICConnectionCore] = [:]
+    @exclusivity(unchecked) private var routes: [QUICConnectionID: QUICConnectionCore] = [:]
     private var routesByConnection: [ObjectIdentifier: Set<QUICConnectionID>] = [:]
     /// This worker's connections.
     package private(set) var connections: [ObjectIdentifier: QUICConnectionCore] = [:]
     /// With a per-address limit: the client each connection counts against once proven, and
     /// those whose handshake has yet to prove their address.
     private var countedClients: [ObjectIdentifier: QUICClientAddress] = [:]
-    private var unprovenClients: [ObjectIdentifier: QUICClientAddress] = [:]
+    @exclusivity(unchecked) private var unprovenClients: [ObjectIdentifier: QUICClientAddress] = [:]
 
     /// An endpoint for `configuration`; without `idFactory`, it issues IDs for worker 0 from a
     /// random secret and `configuration.loadBalancer`.

@@ -19,22 +19,24 @@ import NIOCore
 /// an IPsec route, a device without checksum offload) turns GSO off for this socket and goes
 /// out datagram by datagram.
 ///
-/// Loop-confined: made, used and closed on its loop's thread.
+/// Loop-confined: made, used and closed on its loop's thread. For that reason the state read for
+/// every datagram skips Swift's run-time exclusivity check (`@exclusivity(unchecked)`); no access
+/// to it spans a call that could reach it again.
 package final class QUICUDPSocket: QUICEventLoopSource {
     let descriptor: CInt
     package let localAddress: QUICSocketAddress
     package let loop: QUICEventLoop
     /// What the socket does with each received datagram; set on the loop, before the first read.
-    package var onDatagram: QUICDatagramHandler?
+    @exclusivity(unchecked) package var onDatagram: QUICDatagramHandler?
     /// Runs after each batch of reads, the moment to flush the connections that received data.
-    var onReadComplete: (() -> Void)?
+    @exclusivity(unchecked) var onReadComplete: (() -> Void)?
     /// Errors the kernel reports for a connected socket: ECONNREFUSED from an ICMP port
     /// unreachable, and `reportedSendErrors` from a send (the route to the peer gone).
     var onError: ((any Error) -> Void)?
     private let logger: Logger
     private let isConnected: Bool
     private var gsoEnabled: Bool
-    private var isClosed = false
+    @exclusivity(unchecked) private var isClosed = false
 
     static let socketBufferSize = 4 << 20
     /// Slots per `recvmmsg`: with GRO one slot holds up to 64 KiB of same-size datagrams. A
@@ -66,7 +68,7 @@ package final class QUICUDPSocket: QUICEventLoopSource {
     private let sendControl: UnsafeMutableRawBufferPointer
 
     /// Batches that met a full send buffer, in order, and their total size.
-    private var backlog: [Backlogged] = []
+    @exclusivity(unchecked) private var backlog: [Backlogged] = []
     private var backlogBytes = 0
 
     private struct Backlogged {
