@@ -21,7 +21,13 @@ package final class HTTP3Codec: QUICApplicationCodec {
     @exclusivity(unchecked) private var conn: OpaquePointer?
     /// The connection this codec runs in; set once the handshake completes.
     @exclusivity(unchecked) private unowned(unsafe) var core: QUICConnectionCore?
+    /// The bodies being sent, owned here until their stream closes. nghttp3 also holds each
+    /// one, unretained, as its stream's user data, so the callbacks for every chunk read and
+    /// acknowledged reach it without hashing; whoever drops a body here clears that first.
     @exclusivity(unchecked) private var bodies: [Int64: HTTP3OutgoingBody] = [:]
+    /// File bodies whose window an acknowledgement just reopened: resumed once nghttp3's call
+    /// returns, since its callbacks must not call it again.
+    @exclusivity(unchecked) private var resumableBodies: [Int64] = []
     @exclusivity(unchecked) private var events: [HTTP3Event] = []
     /// `.data` events still open for more bytes: stream to event index, and the bytes by index.
     @exclusivity(unchecked) private var openData: [Int64: Int] = [:]
@@ -210,17 +216,28 @@ package final class HTTP3Codec: QUICApplicationCodec {
         call: (OpaquePointer, UnsafePointer<nghttp3_nv>, Int, UnsafePointer<nghttp3_data_reader>?) -> Int32
     ) throws {
         guard let conn else { return }
-        let hasBody = body != nil || file != nil || streaming || trailers != nil
-        if hasBody {
-            bodies[streamID] = HTTP3OutgoingBody(copying: body, file: file, finished: !streaming, trailers: trailers)
-        }
+        let outgoing = body != nil || file != nil || streaming || trailers != nil
+            ? HTTP3OutgoingBody(copying: body, file: file, finished: !streaming, trailers: trailers) : nil
         if core?.isQLogEnabled == true { submittedHeaders[streamID, default: []].append(Array(headers)) }
         // nghttp3 copies the field section, so the names and values only have to outlive the call.
         var reader = nghttp3_data_reader(read_data: Self.readBody)
         let rv = withFieldArray(headers) { nva, count in
-            hasBody ? call(conn, nva, count, &reader) : call(conn, nva, count, nil)
+            outgoing != nil ? call(conn, nva, count, &reader) : call(conn, nva, count, nil)
         }
         guard rv == 0 else { throw HTTP3CodecError(function: "nghttp3_conn_submit", code: rv) }
+        if let outgoing {
+            bodies[streamID] = outgoing
+            // The stream exists now (a request's was made by the call); nghttp3 reads the body
+            // only from later write calls.
+            nghttp3_conn_set_stream_user_data(conn, streamID, Unmanaged.passUnretained(outgoing).toOpaque())
+        }
+    }
+
+    /// Forgets a body before its stream closes, clearing nghttp3's reference to it first.
+    private func dropBody(streamID: Int64) {
+        guard bodies[streamID] != nil else { return }
+        if let conn { _ = nghttp3_conn_set_stream_user_data(conn, streamID, nil) }
+        bodies[streamID] = nil
     }
 
     /// Builds an `nghttp3_nv` array over one contiguous copy of the names and values: two
@@ -271,7 +288,7 @@ package final class HTTP3Codec: QUICApplicationCodec {
                 try check(rv, "nghttp3_conn_submit_trailers")
                 if core?.isQLogEnabled == true { submittedHeaders[streamID, default: []].append(fields) }
             case .reset:
-                bodies[streamID] = nil
+                dropBody(streamID: streamID)
                 cancel(streamID: streamID, code: .internalError)
             }
         }
@@ -342,8 +359,11 @@ package final class HTTP3Codec: QUICApplicationCodec {
         guard let conn else { return }
         try check(nghttp3_conn_add_ack_offset(conn, streamID, bytes), "nghttp3_conn_add_ack_offset")
         // A file body that stopped reading at its window reads on once half of it is acknowledged.
-        if let body = bodies[streamID], body.resumesAfterAcknowledgement() {
-            try check(nghttp3_conn_resume_stream(conn, streamID), "nghttp3_conn_resume_stream")
+        guard !resumableBodies.isEmpty else { return }
+        let resumable = resumableBodies
+        resumableBodies.removeAll()
+        for stream in resumable {
+            try check(nghttp3_conn_resume_stream(conn, stream), "nghttp3_conn_resume_stream")
         }
     }
 
@@ -359,7 +379,7 @@ package final class HTTP3Codec: QUICApplicationCodec {
         if rv != 0 && rv != NGHTTP3_ERR_STREAM_NOT_FOUND {
             throw applicationError(rv, "nghttp3_conn_close_stream")
         }
-        bodies[streamID] = nil
+        // nghttp3's stream_close callback has dropped the body, if there was one.
         if !awaitingRequestHeads.isEmpty { stopAwaitingRequestHead(streamID) }
         if fieldSection.streamID == streamID { fieldSection = (-1, []) }
         // Empty unless a section paused or a trace is written: skip the hashing then.
@@ -419,9 +439,15 @@ package final class HTTP3Codec: QUICApplicationCodec {
         Unmanaged<HTTP3Codec>.fromOpaque(userData!)._withUnsafeGuaranteedRef(body)
     }
 
-    private static let readBody: nghttp3_read_data_callback = { _, streamID, vectors, count, flags, userData, _ in
+    /// The body a stream's user data points at (`submit`), or nil.
+    @inline(__always)
+    private static func body(_ streamUserData: UnsafeMutableRawPointer?) -> HTTP3OutgoingBody? {
+        streamUserData.map { Unmanaged<HTTP3OutgoingBody>.fromOpaque($0).takeUnretainedValue() }
+    }
+
+    private static let readBody: nghttp3_read_data_callback = { _, streamID, vectors, count, flags, userData, streamUserData in
         nghttp3_ssize(HTTP3Codec.withCodec(userData) { codec in
-            guard let body = codec.bodies[streamID] else {
+            guard let body = HTTP3Codec.body(streamUserData) else {
                 flags!.pointee |= UInt32(NGHTTP3_DATA_FLAG_EOF)
                 return 0
             }
@@ -445,17 +471,20 @@ package final class HTTP3Codec: QUICApplicationCodec {
 
     private static func makeCallbacks() -> nghttp3_callbacks {
         var callbacks = nghttp3_callbacks()
-        callbacks.acked_stream_data = { _, streamID, length, userData, _ in
+        callbacks.acked_stream_data = { _, streamID, length, userData, streamUserData in
             HTTP3Codec.withCodec(userData) { codec in
-                codec.bodies[streamID]?.acknowledge(length)
+                if let body = HTTP3Codec.body(streamUserData) {
+                    body.acknowledge(length)
+                    if body.resumesAfterAcknowledgement() { codec.resumableBodies.append(streamID) }
+                }
                 codec.append(.bodyAcknowledged(streamID: streamID), streamID: nil)
                 return 0
             }
         }
-        callbacks.stream_close = { _, streamID, code, userData, _ in
+        callbacks.stream_close = { _, streamID, code, userData, streamUserData in
             HTTP3Codec.withCodec(userData) { codec in
                 codec.append(.closed(streamID: streamID, code: HTTP3ErrorCode(rawValue: code)), streamID: streamID)
-                codec.bodies[streamID] = nil
+                if streamUserData != nil { codec.bodies[streamID] = nil }
                 return 0
             }
         }
