@@ -431,7 +431,9 @@ class Bench:
         for name, start in (("h3serve", lambda prefix: self.h3serve(prefix=prefix, binary=stripped)),
                             ("gtlsserver", lambda prefix: self.gtlsserver(prefix=prefix))):
             out = os.path.join(self.work, f"callgrind.{name}")
-            server = start(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"])
+            # h3serve runs itself again with its malloc tunables (CommandLineSupport's
+            # runWithMallocTunables); valgrind follows that exec and counts the tuned process.
+            server = start(["valgrind", "--tool=callgrind", "--trace-children=yes", f"--callgrind-out-file={out}"])
             run(self.aioquic_requests(server, 50), timeout=300)
             per_request = self.count_instructions(server, out, self.aioquic_requests(server, requests)) / requests
             per_handshake = self.count_instructions(server, out, self.aioquic_churn(server, handshakes)) / handshakes

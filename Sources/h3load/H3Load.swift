@@ -6,10 +6,14 @@ import HTTPTypes
 import Logging
 import QuicTransport
 
-/// The entry point: see `runWithBlockedMainThread` for why it is not the async `main()`.
+/// The entry point: glibc's malloc cache sized for a QUIC loop's batches (`runWithMallocTunables`),
+/// then the command, on a blocked main thread (`runWithBlockedMainThread` says why).
 @main
 enum H3LoadMain {
-    static func main() { runWithBlockedMainThread { await H3Load.main() } }
+    static func main() {
+        runWithMallocTunables()
+        runWithBlockedMainThread { await H3Load.main() }
+    }
 }
 
 /// `h3load`: an HTTP/3 load generator in the manner of nghttp2's h2load.

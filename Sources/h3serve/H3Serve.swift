@@ -7,10 +7,14 @@ import Logging
 import NIOConcurrencyHelpers
 import QuicTransport
 
-/// The entry point: see `runWithBlockedMainThread` for why it is not the async `main()`.
+/// The entry point: glibc's malloc cache sized for a QUIC loop's batches (`runWithMallocTunables`),
+/// then the command, on a blocked main thread (`runWithBlockedMainThread` says why).
 @main
 enum H3ServeMain {
-    static func main() { runWithBlockedMainThread { await H3Serve.main() } }
+    static func main() {
+        runWithMallocTunables()
+        runWithBlockedMainThread { await H3Serve.main() }
+    }
 }
 
 /// `h3serve`: serves a directory over HTTP/3 and logs one line per request.

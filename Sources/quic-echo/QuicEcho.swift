@@ -4,10 +4,14 @@ import Foundation
 import Logging
 import QuicTransport
 
-/// The entry point: see `runWithBlockedMainThread` for why it is not the async `main()`.
+/// The entry point: glibc's malloc cache sized for a QUIC loop's batches (`runWithMallocTunables`),
+/// then the command, on a blocked main thread (`runWithBlockedMainThread` says why).
 @main
 enum QuicEchoMain {
-    static func main() { runWithBlockedMainThread { await QuicEcho.main() } }
+    static func main() {
+        runWithMallocTunables()
+        runWithBlockedMainThread { await QuicEcho.main() }
+    }
 }
 
 /// `quic-echo`: serves and connects with the echo protocol documented in QuicTransport's

@@ -42,6 +42,7 @@ package final class ChildProcess: Sendable {
     package var standardOutput: String { output.withLockedValue { String(decoding: $0, as: UTF8.self) } }
     package var standardError: String { errorOutput.withLockedValue { String(decoding: $0, as: UTF8.self) } }
     package var isRunning: Bool { process.isRunning }
+    package var processIdentifier: Int32 { process.processIdentifier }
 
     /// Waits for a line of stdout that contains `marker` and returns it.
     package func waitForLine(containing marker: String, seconds: Double = 15) async throws -> String {
