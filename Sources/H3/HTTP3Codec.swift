@@ -120,7 +120,8 @@ package final class HTTP3Codec: QUICApplicationCodec {
 
     /// Records an event; later body bytes of its stream start a new `.data` event.
     private func append(_ event: HTTP3Event, streamID: Int64?) {
-        if let streamID { openData[streamID] = nil }
+        // Usually empty (a request without a body): skip the hashing then.
+        if let streamID, !openData.isEmpty { openData[streamID] = nil }
         events.append(event)
     }
 

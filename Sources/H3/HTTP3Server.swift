@@ -540,7 +540,10 @@ final class HTTP3ServerConnection: @unchecked Sendable {
             case .reset(let streamID, let code):
                 incoming.removeValue(forKey: streamID)?.body.finish(throwing: HTTP3RequestBodyError.clientReset(code))
             case .closed(let streamID, let code):
-                incoming.removeValue(forKey: streamID)?.body.finish(throwing: HTTP3RequestBodyError.clientReset(code))
+                // Usually empty (requests without a body, or all read): skip the hashing then.
+                if !incoming.isEmpty {
+                    incoming.removeValue(forKey: streamID)?.body.finish(throwing: HTTP3RequestBodyError.clientReset(code))
+                }
                 active.remove(streamID)
                 pump.streamClosed(streamID)
                 if isShuttingDown { driver.eventLoop.execute { self.closeIfIdle() } }
