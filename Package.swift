@@ -40,8 +40,8 @@ let package = Package(
         ),
         .systemLibrary(
             name: "CNGTCP2Crypto",
-            pkgConfig: "libngtcp2_crypto_gnutls gnutls",
-            providers: [.apt(["libngtcp2-crypto-gnutls-dev", "libgnutls28-dev"])]
+            pkgConfig: "libngtcp2_crypto_gnutls gnutls nettle",
+            providers: [.apt(["libngtcp2-crypto-gnutls-dev", "libgnutls28-dev", "nettle-dev"])]
         ),
         .systemLibrary(
             name: "CNGHTTP3",

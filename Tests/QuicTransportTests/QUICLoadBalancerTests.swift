@@ -1,3 +1,4 @@
+import CQuicShims
 import QuicTransport
 import Testing
 
@@ -194,6 +195,41 @@ struct QUICLoadBalancerTests {
         #expect(id.withUnsafeBytes { factory.isIssuedHere($0) })
     }
 
+    /// The tags and reset tokens rest on AES128Block. Its CBC-MAC must be the last block of
+    /// AES-128-CBC under a zero IV, here as GnuTLS computes it, and its single-block encryption
+    /// the first block of the same.
+    @Test func theBlockCipherAgreesWithGnuTLSCBC() throws {
+        var generator = SystemRandomNumberGenerator()
+        for _ in 0..<50 {
+            let key = (0..<16).map { _ in UInt8.random(in: 0...255, using: &generator) }
+            let message = (0..<32).map { _ in UInt8.random(in: 0...255, using: &generator) }
+            let cipher = try #require(AES128Block(key: key))
+            var mac = [UInt8](repeating: 0, count: 16)
+            message.withUnsafeBytes { message in mac.withUnsafeMutableBytes { cipher.cbcMAC(message, into: $0) } }
+            let cbc = try Self.gnutlsCBC(key: key, message)
+            #expect(mac == Array(cbc.suffix(16)))
+            #expect(cipher.encrypt(Array(message.prefix(16))) == Array(cbc.prefix(16)))
+            #expect(cipher.decrypt(cipher.encrypt(Array(message.prefix(16)))) == Array(message.prefix(16)))
+        }
+    }
+
+    private static func gnutlsCBC(key: [UInt8], _ message: [UInt8]) throws -> [UInt8] {
+        var key = key
+        var iv = [UInt8](repeating: 0, count: 16)
+        var out = [UInt8](repeating: 0, count: message.count)
+        var handle: gnutls_cipher_hd_t?
+        let rv = key.withUnsafeMutableBufferPointer { key in
+            iv.withUnsafeMutableBufferPointer { iv in
+                var keyDatum = gnutls_datum_t(data: key.baseAddress, size: 16)
+                var ivDatum = gnutls_datum_t(data: iv.baseAddress, size: 16)
+                return gnutls_cipher_init(&handle, GNUTLS_CIPHER_AES_128_CBC, &keyDatum, &ivDatum)
+            }
+        }
+        try #require(rv == 0)
+        defer { gnutls_cipher_deinit(handle) }
+        try #require(gnutls_cipher_encrypt2(handle, message, message.count, &out, out.count) == 0)
+        return out
+    }
 }
 
 private func hex(_ text: String) -> [UInt8] { Hex.decode(text)! }

@@ -14,6 +14,7 @@
 #include <gnutls/crypto.h>
 #include <gnutls/x509.h>
 #include <gnutls/abstract.h>
+#include <nettle/aes.h>
 #include <sys/socket.h>
 #include <netinet/in.h>
 #include <linux/openat2.h>

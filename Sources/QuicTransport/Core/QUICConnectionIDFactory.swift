@@ -74,7 +74,7 @@ package struct QUICConnectionIDFactory: Sendable {
         let resetTokenKey = Array(SHA256.hmac(key: resetSecret, Array("quic stateless reset token".utf8)).prefix(AES128Block.keyLength))
         let tagKey = Array(SHA256.hmac(key: self.secret, Array("quic connection id tag".utf8)).prefix(AES128Block.keyLength))
         guard let tagCipher = AES128Block(key: tagKey), let resetTokenCipher = AES128Block(key: resetTokenKey) else {
-            preconditionFailure("GnuTLS refused AES-128")
+            preconditionFailure("the keys are 16 bytes")
         }
         self.tagCipher = tagCipher
         self.resetTokenCipher = resetTokenCipher
@@ -105,18 +105,28 @@ package struct QUICConnectionIDFactory: Sendable {
     private var isEncrypted: Bool { loadBalancer?.isEncrypted ?? false }
 
     package func makeConnectionID() -> QUICConnectionID {
-        var bytes: [UInt8]
-        if let loadBalancer {
-            var nonce = QUICConnectionID.randomBytes(loadBalancer.nonceLength)
-            if isEncrypted { nonce[nonce.count - 1] = worker }
-            bytes = loadBalancer.encode(nonce: nonce, connectionIDLength: idLength)
-        } else {
-            bytes = [firstOctet] + QUICConnectionID.randomBytes(Self.unconfiguredRandomLength)
+        withUnsafeTemporaryAllocation(byteCount: QUICConnectionID.maximumLength, alignment: 1) { id in
+            var length: Int
+            if let loadBalancer {
+                var nonce = QUICConnectionID.randomBytes(loadBalancer.nonceLength)
+                if isEncrypted { nonce[nonce.count - 1] = worker }
+                let encoded = loadBalancer.encode(nonce: nonce, connectionIDLength: idLength)
+                id.copyBytes(from: encoded)
+                length = encoded.count
+            } else {
+                id[0] = firstOctet
+                _ = gnutls_rnd(GNUTLS_RND_RANDOM, id.baseAddress! + 1, Self.unconfiguredRandomLength)
+                length = 1 + Self.unconfiguredRandomLength
+            }
+            if !isEncrypted {
+                writeTag(of: UnsafeRawBufferPointer(rebasing: id[..<length]), to: UnsafeMutableRawBufferPointer(rebasing: id[length..<(length + Self.tagLength)]))
+                length += Self.tagLength
+            }
+            id[length] = worker ^ steering.mask(id[(length - 4)..<length])
+            length += 1
+            precondition(length == idLength, "the layout fills the ID exactly")
+            return QUICConnectionID(pointer: id.baseAddress!.assumingMemoryBound(to: UInt8.self), length: length)
         }
-        if !isEncrypted { bytes += tag(for: bytes) }
-        bytes.append(worker ^ steering.mask(bytes.suffix(4)))
-        precondition(bytes.count == idLength, "the layout fills the ID exactly")
-        return QUICConnectionID(bytes)
     }
 
     /// The worker that owns `id`, if `id` has this endpoint's length; the value is only
@@ -147,22 +157,34 @@ package struct QUICConnectionIDFactory: Sendable {
     /// The 16-byte stateless reset token for `id` (RFC 9000 §10.3.2), from this host's reset secret.
     package func statelessResetToken(for id: QUICConnectionID) -> [UInt8] {
         // One length byte and at most 20 ID bytes fit two blocks; every message is two blocks long.
-        var message = [UInt8](repeating: 0, count: 2 * AES128Block.length)
-        message[0] = UInt8(id.count)
-        id.withUnsafeBytes { bytes in message.replaceSubrange(1..<(1 + bytes.count), with: bytes) }
-        return resetTokenCipher.cbcMAC(message)
+        withUnsafeTemporaryAllocation(byteCount: 2 * AES128Block.length, alignment: 1) { message in
+            message.initializeMemory(as: UInt8.self, repeating: 0)
+            message[0] = UInt8(id.count)
+            id.withUnsafeBytes { bytes in message.baseAddress!.advanced(by: 1).copyMemory(from: bytes.baseAddress!, byteCount: bytes.count) }
+            return [UInt8](unsafeUninitializedCapacity: AES128Block.length) { token, count in
+                resetTokenCipher.cbcMAC(UnsafeRawBufferPointer(message), into: UnsafeMutableRawBufferPointer(token))
+                count = AES128Block.length
+            }
+        }
     }
 
     private func hasValidTag(_ id: UnsafeRawBufferPointer) -> Bool {
         let tagStart = idLength - 1 - Self.tagLength
-        return tag(for: id[..<tagStart]).elementsEqual(id[tagStart..<(tagStart + Self.tagLength)])
+        return withUnsafeTemporaryAllocation(byteCount: Self.tagLength, alignment: 1) { tag in
+            writeTag(of: UnsafeRawBufferPointer(rebasing: id[..<tagStart]), to: tag)
+            return tag.elementsEqual(id[tagStart..<(tagStart + Self.tagLength)])
+        }
     }
 
-    private func tag<Bytes: Collection<UInt8>>(for body: Bytes) -> [UInt8] {
-        var block = [UInt8](repeating: 0, count: AES128Block.length)
-        precondition(body.count < block.count, "an ID's bytes before its tag fit one block")
-        block.replaceSubrange(0..<body.count, with: body)
-        return Array(tagCipher.encrypt(block).prefix(Self.tagLength))
+    /// Writes the 4-byte tag of `body`, the ID's bytes before it, to `tag`.
+    private func writeTag(of body: UnsafeRawBufferPointer, to tag: UnsafeMutableRawBufferPointer) {
+        precondition(body.count < AES128Block.length, "an ID's bytes before its tag fit one block")
+        withUnsafeTemporaryAllocation(byteCount: AES128Block.length, alignment: 1) { block in
+            block.initializeMemory(as: UInt8.self, repeating: 0)
+            block.copyMemory(from: body)
+            tagCipher.encrypt(inPlace: block)
+            tag.copyMemory(from: UnsafeRawBufferPointer(rebasing: block[..<Self.tagLength]))
+        }
     }
 
 }

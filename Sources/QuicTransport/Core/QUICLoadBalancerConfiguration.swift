@@ -82,7 +82,7 @@ public struct QUICLoadBalancerConfiguration: Sendable, Equatable {
         }
         var cipher: AES128Block?
         if let key {
-            guard let made = AES128Block(key: key) else { throw .cipherUnavailable }
+            guard let made = AES128Block(key: key) else { throw .invalidKeyLength(key.count) }
             cipher = made
         }
         self.configRotation = configRotation
@@ -210,7 +210,9 @@ public struct QUICLoadBalancerConfigurationError: Error, Sendable, Equatable, Cu
         Self(.connectionIDTooLong(serverIDLength: serverIDLength, nonceLength: nonceLength))
     }
 
-    /// GnuTLS could not set up AES-128 with the key.
+    /// GnuTLS could not set up AES-128 with the key. No longer thrown: AES-128 now runs on
+    /// Nettle, which takes any 16-byte key; a key of another length is `invalidKeyLength`.
+    @available(*, deprecated, message: "no longer thrown: any 16-byte key is accepted")
     public static let cipherUnavailable = Self(.cipherUnavailable)
 
     public var description: String {
@@ -245,62 +247,61 @@ public struct QUICLoadBalancerConfigurationError: Error, Sendable, Equatable, Cu
 /// (draft-ietf-quic-load-balancers-21 §5.4.1), as do `QUICConnectionIDFactory`'s ID tags; and
 /// the CBC-MAC of a few blocks, for its stateless reset tokens.
 ///
-/// GnuTLS 3.7 has no ECB cipher; CBC with a zero IV on a single block is the same function, as
-/// ngtcp2's GnuTLS backend does for header protection. Each call sets up a fresh GnuTLS cipher,
-/// so the IV is zero for every block and a value can be shared between threads; the initialiser
-/// tries the key once.
-struct AES128Block: Sendable {
-    static let length = 16
-    static let keyLength = 16
-    private let key: [UInt8]
+/// It runs on Nettle, the cipher library under GnuTLS, with the key schedule expanded once:
+/// Nettle's block functions only read it, so one value serves every thread. GnuTLS 3.7 has no
+/// ECB cipher and its cipher handles carry the CBC chaining state, so the first version set up
+/// a fresh GnuTLS CBC cipher for every call: about 2,000 instructions and four allocations a
+/// block, sixteen blocks for each connection a server accepts.
+package struct AES128Block: Sendable {
+    package static let length = 16
+    package static let keyLength = 16
+    private let encryptionKey: aes128_ctx
+    private let decryptionKey: aes128_ctx
 
-    /// Nil when the key is not 16 bytes or GnuTLS refuses it.
-    init?(key: [UInt8]) {
+    /// Nil when the key is not 16 bytes.
+    package init?(key: [UInt8]) {
         guard key.count == Self.keyLength else { return nil }
-        self.key = key
-        guard Self.apply(key: key, to: [UInt8](repeating: 0, count: Self.length), encrypt: true) != nil else { return nil }
+        var encryptionKey = aes128_ctx()
+        nettle_aes128_set_encrypt_key(&encryptionKey, key)
+        var decryptionKey = aes128_ctx()
+        nettle_aes128_invert_key(&decryptionKey, &encryptionKey)
+        self.encryptionKey = encryptionKey
+        self.decryptionKey = decryptionKey
     }
 
-    func encrypt(_ block: [UInt8]) -> [UInt8] {
+    package func encrypt(_ block: [UInt8]) -> [UInt8] {
         precondition(block.count == Self.length, "one AES block")
-        guard let out = Self.apply(key: key, to: block, encrypt: true) else { preconditionFailure("AES-128 failed after it worked") }
+        var out = block
+        out.withUnsafeMutableBytes { encrypt(inPlace: $0) }
         return out
     }
 
-    func decrypt(_ block: [UInt8]) -> [UInt8] {
+    package func decrypt(_ block: [UInt8]) -> [UInt8] {
         precondition(block.count == Self.length, "one AES block")
-        guard let out = Self.apply(key: key, to: block, encrypt: false) else { preconditionFailure("AES-128 failed after it worked") }
+        var out = block
+        out.withUnsafeMutableBytes { out in
+            let bytes = out.baseAddress!.assumingMemoryBound(to: UInt8.self)
+            withUnsafePointer(to: decryptionKey) { nettle_aes128_decrypt($0, Self.length, bytes, bytes) }
+        }
         return out
     }
 
-    /// CBC-MAC of `message`, a whole number of blocks: the last block of its CBC encryption
-    /// under a zero IV, in one cipher call. A PRF over messages of one fixed length
-    /// (Bellare, Kilian and Rogaway, 1994), so callers pad every message to the same length.
-    func cbcMAC(_ message: [UInt8]) -> [UInt8] {
-        guard let out = Self.apply(key: key, to: message, encrypt: true) else { preconditionFailure("AES-128 failed after it worked") }
-        return Array(out.suffix(Self.length))
+    /// Encrypts the one block `block` holds where it is.
+    package func encrypt(inPlace block: UnsafeMutableRawBufferPointer) {
+        precondition(block.count == Self.length, "one AES block")
+        let bytes = block.baseAddress!.assumingMemoryBound(to: UInt8.self)
+        withUnsafePointer(to: encryptionKey) { nettle_aes128_encrypt($0, Self.length, bytes, bytes) }
     }
 
-    /// CBC under a zero IV over `blocks`, a whole number of blocks.
-    private static func apply(key: [UInt8], to blocks: [UInt8], encrypt: Bool) -> [UInt8]? {
-        precondition(!blocks.isEmpty && blocks.count % length == 0, "whole AES blocks")
-        let count = blocks.count
-        var key = key
-        var iv = [UInt8](repeating: 0, count: length)
-        var out = [UInt8](repeating: 0, count: count)
-        return key.withUnsafeMutableBufferPointer { key in
-            iv.withUnsafeMutableBufferPointer { iv in
-                var keyDatum = gnutls_datum_t(data: key.baseAddress, size: UInt32(key.count))
-                var ivDatum = gnutls_datum_t(data: iv.baseAddress, size: UInt32(iv.count))
-                var handle: gnutls_cipher_hd_t?
-                guard gnutls_cipher_init(&handle, GNUTLS_CIPHER_AES_128_CBC, &keyDatum, &ivDatum) == 0 else { return nil }
-                defer { gnutls_cipher_deinit(handle) }
-                let rv =
-                    encrypt
-                    ? gnutls_cipher_encrypt2(handle, blocks, count, &out, count)
-                    : gnutls_cipher_decrypt2(handle, blocks, count, &out, count)
-                return rv == 0 ? out : nil
-            }
+    /// CBC-MAC of `message`, a whole number of blocks, into `tag` (one block): the last block of
+    /// its CBC encryption under a zero IV. A PRF over messages of one fixed length (Bellare,
+    /// Kilian and Rogaway, 1994), so callers pad every message to the same length.
+    package func cbcMAC(_ message: UnsafeRawBufferPointer, into tag: UnsafeMutableRawBufferPointer) {
+        precondition(!message.isEmpty && message.count % Self.length == 0 && tag.count == Self.length, "whole AES blocks")
+        tag.initializeMemory(as: UInt8.self, repeating: 0)
+        for start in stride(from: 0, to: message.count, by: Self.length) {
+            for index in 0..<Self.length { tag[index] ^= message[start + index] }
+            encrypt(inPlace: tag)
         }
     }
 }
