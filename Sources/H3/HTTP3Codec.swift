@@ -98,12 +98,16 @@ package final class HTTP3Codec: QUICApplicationCodec {
     /// Hands over what the codec parsed since the last call. Body bytes of one stream that
     /// arrived back to back come as one `.data` event, not one per packet.
     package func takeEvents() -> [HTTP3Event] {
-        for (index, buffer) in dataBuffers {
-            if case .data(let streamID, _) = events[index] { events[index] = .data(streamID: streamID, bytes: buffer) }
+        guard !events.isEmpty else { return [] }
+        if !dataBuffers.isEmpty {
+            for (index, buffer) in dataBuffers {
+                if case .data(let streamID, _) = events[index] { events[index] = .data(streamID: streamID, bytes: buffer) }
+            }
+            dataBuffers.removeAll(keepingCapacity: true)
+            openData.removeAll(keepingCapacity: true)
         }
-        dataBuffers.removeAll(keepingCapacity: true)
-        openData.removeAll(keepingCapacity: true)
-        defer { events.removeAll(keepingCapacity: true) }
+        // Handed over whole: keeping the capacity of an array that is also returned would copy it.
+        defer { events = [] }
         return events
     }
 

@@ -474,7 +474,10 @@ package final class QUICConnectionCore {
 
     /// Hands over the events recorded since the last call.
     package func takeEvents() -> [QUICConnectionEvent] {
-        defer { events.removeAll(keepingCapacity: true) }
+        // Handing the array over and starting afresh allocates only when events come; keeping
+        // the capacity of an array that is also returned would copy it on every call.
+        guard !events.isEmpty else { return [] }
+        defer { events = [] }
         return events
     }
 

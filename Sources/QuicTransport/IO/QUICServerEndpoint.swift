@@ -154,8 +154,13 @@ package final class QUICServerEndpoint {
     }
 
     private func serviceTouched() {
-        let batch = touched
+        // By index, so the array keeps its capacity (a copy taken to loop over would make
+        // clearing it allocate anew every pass); a driver touched meanwhile is served too.
+        var index = 0
+        while index < touched.count {
+            touched[index].afterInput()
+            index += 1
+        }
         touched.removeAll(keepingCapacity: true)
-        for driver in batch { driver.afterInput() }
     }
 }
