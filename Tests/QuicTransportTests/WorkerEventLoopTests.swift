@@ -29,6 +29,50 @@ struct WorkerEventLoopTests {
         await #expect(throws: EventLoopError.cancelled) { try await cancelled.futureResult.get() }
     }
 
+    /// Many timers at once, as a worker holds one per connection: each fires once, in deadline
+    /// order, and a cancelled one never fires, whichever place in the heap it held. Every third
+    /// is replaced by one at a new time (a connection re-arming earlier or later) and every
+    /// seventh cancelled. A heap that lost track of a timer's place would fire one twice, out of
+    /// order or after it was cancelled.
+    @Test func manyTimersFireOnceInOrderAndCancelledOnesNever() async throws {
+        let loop = try QUICEventLoop(name: "test-many-timers")
+        let fired = NIOLockedValueBox<[(index: Int, early: Bool)]>([])
+        let count = 120
+        let base = NIODeadline.now().uptimeNanoseconds + 200_000_000
+        // Deadlines 1 ms apart, scheduled in a scrambled order; the moved ones half a millisecond
+        // off that grid, so no two deadlines tie.
+        let first = (0..<count).map { base + UInt64(($0 * 37) % count) * 1_000_000 }
+        let moved = Set(stride(from: 0, to: count, by: 3))
+        let cancelled = Set(stride(from: 0, to: count, by: 7))
+        let deadlines = (0..<count).map { index in
+            guard moved.contains(index) else { return first[index] }
+            return index.isMultiple(of: 2) ? first[index] - 100_500_000 : first[index] + 50_500_000
+        }
+        @Sendable func schedule(_ index: Int, at deadline: UInt64) -> Scheduled<Void> {
+            loop.scheduleTask(deadline: .uptimeNanoseconds(deadline)) {
+                let now = NIODeadline.now().uptimeNanoseconds
+                fired.withLockedValue { $0.append((index, now < deadline)) }
+            }
+        }
+        try await loop.submit {
+            var scheduled = (0..<count).map { schedule($0, at: first[$0]) }
+            for index in moved.sorted() {
+                scheduled[index].cancel()
+                scheduled[index] = schedule(index, at: deadlines[index])
+            }
+            for index in cancelled.sorted() { scheduled[index].cancel() }
+        }.get()
+        let expected = (0..<count).filter { !cancelled.contains($0) }.sorted { deadlines[$0] < deadlines[$1] }
+        let deadline = ContinuousClock.now + .seconds(TestEnvironment.scaled(20))
+        while fired.withLockedValue({ $0.count }) < expected.count, ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        try await Task.sleep(for: .milliseconds(100))  // Room for a duplicate or a cancelled one.
+        let seen = fired.withLockedValue { $0 }
+        #expect(seen.map(\.index) == expected)
+        #expect(seen.filter(\.early).isEmpty, "fired before their deadline: \(seen.filter(\.early).map(\.index))")
+    }
+
     @Test func tasksFromManyThreadsAllRunOnTheLoopInTheOrderEachThreadQueuedThem() async throws {
         let loop = try QUICEventLoop(name: "test-tasks")
         let seen = NIOLockedValueBox<[Int: [Int]]>([:])
