@@ -238,11 +238,11 @@ package final class HTTP3Codec: QUICApplicationCodec {
         }
     }
 
-    /// Forgets a body before its stream closes, clearing nghttp3's reference to it first.
+    /// Forgets a body before its stream closes, and nghttp3's reference to it (no callback
+    /// runs in between).
     private func dropBody(streamID: Int64) {
-        guard bodies[streamID] != nil else { return }
-        if let conn { _ = nghttp3_conn_set_stream_user_data(conn, streamID, nil) }
-        bodies[streamID] = nil
+        guard bodies.removeValue(forKey: streamID) != nil, let conn else { return }
+        _ = nghttp3_conn_set_stream_user_data(conn, streamID, nil)
     }
 
     /// Builds an `nghttp3_nv` array over one contiguous copy of the names and values: two

@@ -1,3 +1,4 @@
+import CommandLineSupport
 import Foundation
 import QuicTestSupport
 import Testing
@@ -25,7 +26,7 @@ struct ToolMallocTuningTests {
         defer { server.process.stop() }
         let executed = try Self.executedEnvironment(of: server.process.processIdentifier)
         // The test runner's own setting, if it has one, is the user's and wins.
-        let expected = ProcessInfo.processInfo.environment["GLIBC_TUNABLES"] ?? "glibc.malloc.tcache_count=64"
+        let expected = ProcessInfo.processInfo.environment["GLIBC_TUNABLES"] ?? mallocTunables
         #expect(executed["GLIBC_TUNABLES"] == expected, "quic-echo serve ran with GLIBC_TUNABLES=\(executed["GLIBC_TUNABLES"] ?? "(unset)")")
         // The same process, its pipes and its port: a client is served.
         let client = try ChildProcess(try TestEnvironment.executable("quic-echo"), [

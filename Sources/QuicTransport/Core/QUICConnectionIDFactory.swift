@@ -160,7 +160,7 @@ package struct QUICConnectionIDFactory: Sendable {
         withUnsafeTemporaryAllocation(byteCount: 2 * AES128Block.length, alignment: 1) { message in
             message.initializeMemory(as: UInt8.self, repeating: 0)
             message[0] = UInt8(id.count)
-            id.withUnsafeBytes { bytes in message.baseAddress!.advanced(by: 1).copyMemory(from: bytes.baseAddress!, byteCount: bytes.count) }
+            id.withUnsafeBytes { UnsafeMutableRawBufferPointer(rebasing: message[1...]).copyMemory(from: $0) }
             return [UInt8](unsafeUninitializedCapacity: AES128Block.length) { token, count in
                 resetTokenCipher.cbcMAC(UnsafeRawBufferPointer(message), into: UnsafeMutableRawBufferPointer(token))
                 count = AES128Block.length

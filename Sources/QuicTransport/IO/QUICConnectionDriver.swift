@@ -135,7 +135,7 @@ package final class QUICConnectionDriver: @unchecked Sendable {
     /// ngtcp2's expiry moves on almost every pass (ACK delay, loss detection, idle timeout), and
     /// mostly later. A timer that would fire too early is kept: firing early costs one check
     /// (`handleTimeout` ignores a call before the expiry) and a re-arm, where cancelling and
-    /// scheduling anew on every pass costs NIO's timer heap work and allocations each time.
+    /// scheduling anew on every pass costs timer heap work and allocations each time.
     private func rearmTimer() {
         let deadline = core.nextDeadline
         guard deadline < timerDeadline else { return }
