@@ -607,10 +607,13 @@ package final class QUICConnectionCore {
                     }
                     return writePackets(now: now, scratch: UnsafeMutableRawBufferPointer(rebasing: scratch[batchEnd...]), emit: emit)
                 }
-                let packetPath = QUICPath(pathStorage.path)
                 // A packet for another path or with another ECN mark ends the batch before it.
-                if packetPath != batchPath || packetECN != batchECN { flushBatch() }
-                if batchEnd == batchStart { (batchPath, batchECN) = (packetPath, packetECN) }
+                let samePath = batchPath.matches(pathStorage.path)
+                if !samePath || packetECN != batchECN { flushBatch() }
+                if batchEnd == batchStart {
+                    if !samePath { batchPath = QUICPath(pathStorage.path) }
+                    batchECN = packetECN
+                }
                 if segmentSize == 0 { segmentSize = packetSize }
                 batchEnd += packetSize
                 written += 1
