@@ -151,7 +151,7 @@ package final class HTTP3Codec: QUICApplicationCodec {
     /// file region as the peer takes it; the server passes no other body with one.
     package func submitResponse(
         streamID: Int64,
-        headers: some Collection<(name: String, value: String)>,
+        headers: some HTTP3FieldArraySource,
         body: [UInt8]?,
         file: HTTP3FileRegion? = nil,
         streaming: Bool = false,
@@ -213,7 +213,7 @@ package final class HTTP3Codec: QUICApplicationCodec {
 
     private func submit(
         streamID: Int64,
-        headers: some Collection<(name: String, value: String)>,
+        headers: some HTTP3FieldArraySource,
         body: [UInt8]?,
         file: HTTP3FileRegion? = nil,
         streaming: Bool,
@@ -226,7 +226,7 @@ package final class HTTP3Codec: QUICApplicationCodec {
         if core?.isQLogEnabled == true { submittedHeaders[streamID, default: []].append(Array(headers)) }
         // nghttp3 copies the field section, so the names and values only have to outlive the call.
         var reader = nghttp3_data_reader(read_data: Self.readBody)
-        let rv = withFieldArray(headers) { nva, count in
+        let rv = headers.withFieldArray { nva, count in
             outgoing != nil ? call(conn, nva, count, &reader) : call(conn, nva, count, nil)
         }
         guard rv == 0 else { throw HTTP3CodecError(function: "nghttp3_conn_submit", code: rv) }
@@ -245,41 +245,6 @@ package final class HTTP3Codec: QUICApplicationCodec {
         _ = nghttp3_conn_set_stream_user_data(conn, streamID, nil)
     }
 
-    /// Builds an `nghttp3_nv` array over one contiguous copy of the names and values: two
-    /// temporary allocations however many fields there are.
-    private func withFieldArray<R>(_ headers: some Collection<(name: String, value: String)>, _ body: (UnsafePointer<nghttp3_nv>, Int) -> R) -> R {
-        var byteCount = 0
-        for field in headers { byteCount += field.name.utf8.count + field.value.utf8.count }
-        return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: max(byteCount, 1)) { bytes in
-            withUnsafeTemporaryAllocation(of: nghttp3_nv.self, capacity: max(headers.count, 1)) { nva in
-                var next = bytes.baseAddress!
-                var count = 0
-                for field in headers {
-                    let name = next
-                    let nameLength = Self.copyUTF8(of: field.name, to: name)
-                    let value = name + nameLength
-                    let valueLength = Self.copyUTF8(of: field.value, to: value)
-                    next = value + valueLength
-                    (nva.baseAddress! + count).initialize(to: nghttp3_nv(
-                        name: name, value: value, namelen: nameLength, valuelen: valueLength, flags: UInt8(NGHTTP3_NV_FLAG_NONE)
-                    ))
-                    count += 1
-                }
-                return body(nva.baseAddress!, count)
-            }
-        }
-    }
-
-    /// Copies a string's UTF-8 to `destination`, which has room for it; one memcpy for a
-    /// native string, byte by byte otherwise. Returns the byte count.
-    private static func copyUTF8(of string: String, to destination: UnsafeMutablePointer<UInt8>) -> Int {
-        let copied = string.utf8.withContiguousStorageIfAvailable { source -> Int in
-            if let base = source.baseAddress { destination.initialize(from: base, count: source.count) }
-            return source.count
-        }
-        return copied ?? UnsafeMutableBufferPointer(start: destination, count: string.utf8.count).initialize(from: string.utf8).1
-    }
-
     /// Submits the trailers and resets that body callbacks asked for during the write call.
     private func runDueAfterWrite() throws {
         guard let conn, !dueAfterWrite.isEmpty else { return }
@@ -289,7 +254,7 @@ package final class HTTP3Codec: QUICApplicationCodec {
             switch action {
             case .submitTrailers:
                 guard let fields = bodies[streamID]?.trailers else { continue }
-                let rv = withFieldArray(fields) { nva, count in nghttp3_conn_submit_trailers(conn, streamID, nva, count) }
+                let rv = fields.withFieldArray { nva, count in nghttp3_conn_submit_trailers(conn, streamID, nva, count) }
                 try check(rv, "nghttp3_conn_submit_trailers")
                 if core?.isQLogEnabled == true { submittedHeaders[streamID, default: []].append(fields) }
             case .reset:

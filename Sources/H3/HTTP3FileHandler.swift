@@ -61,6 +61,7 @@ public struct HTTP3FileHandler: Sendable {
             }
         }
         var response = HTTP3ServerResponse(status: status, headerFields: fields)
+        if status == .ok { response.encodedHead = file.wholeFileHead }
         guard method == .get else { return response }
         // Read by the connection as the client takes it, straight into the memory it sends from.
         response.file = HTTP3FileRegion(reader: file.reader, range: range)
@@ -307,6 +308,8 @@ final class HTTP3ServedFile: Sendable {
     let wholeFileFields: HTTPFields
     /// The fields every response carries (`alt-svc`, for one).
     let additionalFields: HTTPFields
+    /// The whole file's response head (200 and `wholeFileFields`), encoded once for HTTP/3.
+    let wholeFileHead: HTTP3FieldArray
 
     init(reader: HTTP3FileReader, contentType: String, additionalFields: HTTPFields = [:]) {
         self.reader = reader
@@ -319,6 +322,7 @@ final class HTTP3ServedFile: Sendable {
         fields.append(HTTPField(name: .contentLength, value: String(reader.size)))
         fields.append(contentsOf: additionalFields)
         wholeFileFields = fields
+        wholeFileHead = HTTP3FieldArray(HTTP3ResponseFieldSection(HTTPResponse(status: .ok, headerFields: fields)))
     }
 
     private static let acceptRanges = HTTPField(name: .acceptRanges, value: "bytes")

@@ -348,7 +348,9 @@ public struct HTTP3RequestBody: AsyncSequence, Sendable {
 /// and trailers.
 public struct HTTP3ServerResponse: Sendable {
     /// The status and header fields.
-    public var head: HTTPResponse
+    public var head: HTTPResponse {
+        didSet { encodedHead = nil }  // No `oldValue`: a change in place stays in place (SE-0268).
+    }
     /// The body bytes, sent before any `bodyStream`; empty by default.
     public var body: [UInt8]
     /// A body produced piece by piece, sent after `body`; the server pulls the next piece only
@@ -361,6 +363,9 @@ public struct HTTP3ServerResponse: Sendable {
     /// A file region sent as the body instead of `body` and `bodyStream` (`HTTP3FileHandler`
     /// sets it): HTTP/3 reads it as the client acknowledges, with no copy through the handler.
     package var file: HTTP3FileRegion?
+    /// `head` encoded for nghttp3 ahead of time, by whoever answers with the same head many
+    /// times (`HTTP3FileHandler`, per open file); any change to `head` drops it.
+    var encodedHead: HTTP3FieldArray?
 
     /// A response with this head and body.
     public init(head: HTTPResponse, body: [UInt8] = []) {
@@ -604,7 +609,7 @@ final class HTTP3ServerConnection: @unchecked Sendable {
 
     private func respond(streamID: Int64, _ response: HTTP3ServerResponse) {
         guard let codec else { return }
-        let fields = HTTP3ResponseFieldSection(response.head)
+        let fields = HTTP3ResponseFieldSection(response.head, encoded: response.encodedHead)
         do {
             if let priority = response.priority { try codec.setPriority(streamID: streamID, priority) }
             // A file is the whole body: `body` and `bodyStream` are not sent with one.

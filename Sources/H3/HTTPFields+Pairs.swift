@@ -1,3 +1,4 @@
+import CQuicShims
 import HTTPTypes
 
 extension HTTPFields {
@@ -28,13 +29,21 @@ extension HTTPFields {
 
 /// A response's field section as HTTP/3 sends it (RFC 9114 §4.3.2): `:status` first, then the
 /// fields as lower-case name and value pairs, read in place rather than copied into an array.
-struct HTTP3ResponseFieldSection: RandomAccessCollection {
+struct HTTP3ResponseFieldSection: RandomAccessCollection, HTTP3FieldArraySource {
     let status: String
     let fields: HTTPFields
+    /// The same section already encoded, when the response carries it (`HTTP3ServerResponse.encodedHead`).
+    let encoded: HTTP3FieldArray?
 
-    init(_ response: HTTPResponse) {
+    init(_ response: HTTPResponse, encoded: HTTP3FieldArray? = nil) {
         status = Self.statusText(response.status.code)
         fields = response.headerFields
+        self.encoded = encoded
+    }
+
+    func withFieldArray<R>(_ body: (UnsafePointer<nghttp3_nv>, Int) -> R) -> R {
+        if let encoded { return encoded.withFieldArray(body) }
+        return withCopiedFieldArray(body)
     }
 
     var startIndex: Int { 0 }
