@@ -562,6 +562,11 @@ package final class QUICConnectionCore {
         var batchEnd = 0
         var segmentSize = 0
         var batchPath = path
+        // The batch's addresses as ngtcp2 writes them, to compare each packet's path with in
+        // place (`ngtcp2_path_eq`); set from the first packet.
+        var batchAddresses = ngtcp2_path_storage()
+        ngtcp2_path_storage_zero(&batchAddresses)
+        var hasBatchAddresses = false
         // ngtcp2 picks each packet's ECN codepoint (ECT(0) while validating and after, RFC 9000
         // §13.4.2); a GSO batch shares one, so a change ends the batch.
         var batchECN: UInt32 = 0
@@ -608,10 +613,14 @@ package final class QUICConnectionCore {
                     return writePackets(now: now, scratch: UnsafeMutableRawBufferPointer(rebasing: scratch[batchEnd...]), emit: emit)
                 }
                 // A packet for another path or with another ECN mark ends the batch before it.
-                let samePath = batchPath.matches(pathStorage.path)
+                let samePath = hasBatchAddresses && ngtcp2_path_eq(&pathStorage.path, &batchAddresses.path) != 0
                 if !samePath || packetECN != batchECN { flushBatch() }
                 if batchEnd == batchStart {
-                    if !samePath { batchPath = QUICPath(pathStorage.path) }
+                    if !samePath {
+                        ngtcp2_path_copy(&batchAddresses.path, &pathStorage.path)
+                        hasBatchAddresses = true
+                        batchPath = QUICPath(pathStorage.path)
+                    }
                     batchECN = packetECN
                 }
                 if segmentSize == 0 { segmentSize = packetSize }

@@ -115,14 +115,6 @@ package struct QUICSocketAddress: Hashable, Sendable, CustomStringConvertible {
         }
     }
 
-    /// Whether the `sockaddr` at `address` is this address, compared in place: the packet
-    /// writer asks this of every packet, and building a `QUICSocketAddress` to compare would
-    /// clear and copy two `sockaddr_storage`s each time.
-    package func matches(_ address: UnsafePointer<sockaddr>, length: socklen_t) -> Bool {
-        guard self.length == length else { return false }
-        return withUnsafeBytes(of: storage) { memcmp($0.baseAddress!, address, Int(length)) == 0 }
-    }
-
     package static func == (lhs: QUICSocketAddress, rhs: QUICSocketAddress) -> Bool {
         guard lhs.length == rhs.length else { return false }
         return withUnsafeBytes(of: lhs.storage) { l in
@@ -159,10 +151,5 @@ package struct QUICPath: Hashable, Sendable {
             local: QUICSocketAddress(path.local.addr, length: path.local.addrlen),
             remote: QUICSocketAddress(path.remote.addr, length: path.remote.addrlen)
         )
-    }
-
-    /// Whether ngtcp2's `path` joins the same two addresses, without copying them.
-    package func matches(_ path: ngtcp2_path) -> Bool {
-        remote.matches(path.remote.addr, length: path.remote.addrlen) && local.matches(path.local.addr, length: path.local.addrlen)
     }
 }
