@@ -443,11 +443,12 @@ package final class HTTP3Codec: QUICApplicationCodec {
         var callbacks = nghttp3_callbacks()
         callbacks.acked_stream_data = { _, streamID, length, userData, streamUserData in
             HTTP3Codec.withCodec(userData) { codec in
-                if let body = HTTP3Codec.body(streamUserData) {
-                    body.acknowledge(length)
-                    if body.resumesAfterAcknowledgement() { codec.resumableBodies.append(streamID) }
-                }
-                codec.append(.bodyAcknowledged(streamID: streamID), streamID: nil)
+                guard let body = HTTP3Codec.body(streamUserData) else { return 0 }
+                body.acknowledge(length)
+                if body.resumesAfterAcknowledgement() { codec.resumableBodies.append(streamID) }
+                // Only a body still being produced can have a producer waiting for room (the
+                // body pump); a file or a complete body would only cost an event per ACK.
+                if !body.isFinished { codec.append(.bodyAcknowledged(streamID: streamID), streamID: nil) }
                 return 0
             }
         }
@@ -721,7 +722,8 @@ package enum HTTP3Event: Sendable {
     case closed(streamID: Int64, code: HTTP3ErrorCode)
     /// The peer sent GOAWAY (RFC 9114 §5.2).
     case goaway(lastID: Int64)
-    /// The peer acknowledged more of a body we send: room for a streaming producer.
+    /// The peer acknowledged more of a body that is still being produced: room for a
+    /// streaming producer.
     case bodyAcknowledged(streamID: Int64)
 }
 
