@@ -409,33 +409,37 @@ package final class HTTP3Codec: QUICApplicationCodec {
         Unmanaged<HTTP3Codec>.fromOpaque(userData!)._withUnsafeGuaranteedRef(body)
     }
 
-    /// The body a stream's user data points at (`submit`), or nil.
+    /// Runs `body` with the outgoing body a stream's user data points at (`submit`), without
+    /// retaining it: `bodies` owns it until nghttp3 can no longer call back with it, and
+    /// nothing a callback does with it drops it.
     @inline(__always)
-    private static func body(_ streamUserData: UnsafeMutableRawPointer?) -> HTTP3OutgoingBody? {
-        streamUserData.map { Unmanaged<HTTP3OutgoingBody>.fromOpaque($0).takeUnretainedValue() }
+    private static func withBody<R>(_ streamUserData: UnsafeMutableRawPointer, _ body: (HTTP3OutgoingBody) -> R) -> R {
+        Unmanaged<HTTP3OutgoingBody>.fromOpaque(streamUserData)._withUnsafeGuaranteedRef(body)
     }
 
     private static let readBody: nghttp3_read_data_callback = { _, streamID, vectors, count, flags, userData, streamUserData in
         nghttp3_ssize(HTTP3Codec.withCodec(userData) { codec in
-            guard let body = HTTP3Codec.body(streamUserData) else {
+            guard let streamUserData else {
                 flags!.pointee |= UInt32(NGHTTP3_DATA_FLAG_EOF)
                 return 0
             }
-            // Nothing queued yet on a streaming body, or a file body at its window: nghttp3 waits
-            // for nghttp3_conn_resume_stream.
-            guard let (provided, endOfBody) = body.provide(into: vectors!, capacity: count) else {
-                if body.readFailed { codec.dueAfterWrite.append((streamID, .reset)) }
-                return Int32(NGHTTP3_ERR_WOULDBLOCK)
-            }
-            if endOfBody {
-                flags!.pointee |= UInt32(NGHTTP3_DATA_FLAG_EOF)
-                if body.trailers != nil {
-                    // The stream stays open for the trailers, submitted right after this call.
-                    flags!.pointee |= UInt32(NGHTTP3_DATA_FLAG_NO_END_STREAM)
-                    codec.dueAfterWrite.append((streamID, .submitTrailers))
+            return HTTP3Codec.withBody(streamUserData) { body in
+                // Nothing queued yet on a streaming body, or a file body at its window: nghttp3 waits
+                // for nghttp3_conn_resume_stream.
+                guard let (provided, endOfBody) = body.provide(into: vectors!, capacity: count) else {
+                    if body.readFailed { codec.dueAfterWrite.append((streamID, .reset)) }
+                    return Int32(NGHTTP3_ERR_WOULDBLOCK)
                 }
+                if endOfBody {
+                    flags!.pointee |= UInt32(NGHTTP3_DATA_FLAG_EOF)
+                    if body.trailers != nil {
+                        // The stream stays open for the trailers, submitted right after this call.
+                        flags!.pointee |= UInt32(NGHTTP3_DATA_FLAG_NO_END_STREAM)
+                        codec.dueAfterWrite.append((streamID, .submitTrailers))
+                    }
+                }
+                return Int32(provided)
             }
-            return Int32(provided)
         })
     }
 
@@ -443,12 +447,14 @@ package final class HTTP3Codec: QUICApplicationCodec {
         var callbacks = nghttp3_callbacks()
         callbacks.acked_stream_data = { _, streamID, length, userData, streamUserData in
             HTTP3Codec.withCodec(userData) { codec in
-                guard let body = HTTP3Codec.body(streamUserData) else { return 0 }
-                body.acknowledge(length)
-                if body.resumesAfterAcknowledgement() { codec.resumableBodies.append(streamID) }
-                // Only a body still being produced can have a producer waiting for room (the
-                // body pump); a file or a complete body would only cost an event per ACK.
-                if !body.isFinished { codec.append(.bodyAcknowledged(streamID: streamID), streamID: nil) }
+                guard let streamUserData else { return 0 }
+                HTTP3Codec.withBody(streamUserData) { body in
+                    body.acknowledge(length)
+                    if body.resumesAfterAcknowledgement() { codec.resumableBodies.append(streamID) }
+                    // Only a body still being produced can have a producer waiting for room (the
+                    // body pump); a file or a complete body would only cost an event per ACK.
+                    if !body.isFinished { codec.append(.bodyAcknowledged(streamID: streamID), streamID: nil) }
+                }
                 return 0
             }
         }
