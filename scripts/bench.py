@@ -171,10 +171,12 @@ class Bench:
              "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1", "-days", "1",
              "-keyout", self.key, "-out", self.cert])
         quick = args.quick
-        self.bulk_bytes = (64 if quick else 256) << 20
-        self.requests = 2000 if quick else 5000
-        self.load_requests = 20000 if quick else 50000
-        self.connections = 100 if quick else 300
+        # CPU time is counted in clock ticks (10 ms): each run is sized to take a few tenths of a
+        # second of server CPU or more, so that a tick is at most a few per cent of it.
+        self.bulk_bytes = (128 if quick else 256) << 20
+        self.requests = 5000 if quick else 20000
+        self.load_requests = 100000 if quick else 300000
+        self.connections = 300 if quick else 1000
         self.idle_connections = 200
         self.echo_bytes = (64 if quick else 256) << 20
         self.echo_streams = 2000 if quick else 10000
