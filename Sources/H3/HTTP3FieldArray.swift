@@ -30,8 +30,8 @@ extension Array: HTTP3FieldArraySource where Element == (name: String, value: St
 /// many times (the head of a file that many requests fetch): submitting it copies no field
 /// and reads no string.
 ///
-/// Immutable after `init`, hence `@unchecked Sendable`: the memory it points at is written
-/// only there, and freed only in `deinit`.
+/// Sendable invariant: immutable after `init`. The memory it points at is written only
+/// there, and freed only in `deinit`.
 final class HTTP3FieldArray: @unchecked Sendable {
     /// The `nghttp3_nv` entries, then the names' and values' bytes they point into.
     private let storage: UnsafeMutableRawPointer
