@@ -241,27 +241,34 @@ public final class HTTP3Server: Sendable {
 
 /// A request as the handler sees it: the head at once, the body as it arrives.
 public struct HTTP3ServerRequest: Sendable {
-    /// The request head: method, scheme, authority, path and header fields.
-    public let head: HTTPRequest
+    /// The request head: method, scheme, authority, path and header fields. For a request the
+    /// server received, it is built from the field section the first time it is read, and kept.
+    public var head: HTTPRequest { source.head }
     /// The request body; reading it is what lets the client send more (QUIC flow control).
     public let body: HTTP3RequestBody
     /// The QUIC stream that carries it (RFC 9114 §4.1).
     public let streamID: Int64
+    /// The head, or the field section it is built from.
+    let source: HTTP3RequestHeadSource
 
     /// The priority the client asked for in the `priority` field (RFC 9218 §5), or the default.
     public var priority: HTTPPriority {
-        head.headerFields[.priority].map(HTTPPriority.init(fieldValue:)) ?? .default
+        source[.priority].map(HTTPPriority.init(fieldValue:)) ?? .default
     }
 
     /// A request with a complete body, for handlers called directly (tests, composition).
     public init(head: HTTPRequest, body: [UInt8] = [], streamID: Int64 = 0, trailers: HTTPFields? = nil) {
-        self.head = head
+        self.source = HTTP3RequestHeadSource(head)
         self.body = HTTP3RequestBody(complete: body, trailers: trailers)
         self.streamID = streamID
     }
 
     init(head: HTTPRequest, body: HTTP3RequestBody, streamID: Int64) {
-        self.head = head
+        self.init(source: HTTP3RequestHeadSource(head), body: body, streamID: streamID)
+    }
+
+    init(source: HTTP3RequestHeadSource, body: HTTP3RequestBody, streamID: Int64) {
+        self.source = source
         self.body = body
         self.streamID = streamID
     }
@@ -563,7 +570,7 @@ final class HTTP3ServerConnection: @unchecked Sendable {
 
     /// Calls the handler as soon as the request head is in; the body follows as it arrives.
     private func start(streamID: Int64, fields: [(name: String, value: String)], hasBody: Bool) {
-        guard let head = Self.makeRequest(fields) else {
+        guard let source = HTTP3RequestHeadSource(fields: fields) else {
             respond(streamID: streamID, HTTP3ServerResponse(status: .badRequest, body: Array("malformed request\n".utf8)))
             return
         }
@@ -580,7 +587,7 @@ final class HTTP3ServerConnection: @unchecked Sendable {
         } else {
             body = .empty
         }
-        let request = HTTP3ServerRequest(head: head, body: body, streamID: streamID)
+        let request = HTTP3ServerRequest(source: source, body: body, streamID: streamID)
         if let responder, let response = responder(request) {
             respond(streamID: streamID, response)
             return
@@ -628,34 +635,5 @@ final class HTTP3ServerConnection: @unchecked Sendable {
             codec.cancel(streamID: streamID, code: .internalError)
         }
         driver.schedulePass()
-    }
-
-    /// Builds the request head from the field section; nil when a required pseudo-header is missing (RFC 9114 §4.3.1).
-    /// One pass: the pseudo-header fields come first (§4.3), the regular ones go straight into the head.
-    static func makeRequest(_ fields: [(name: String, value: String)]) -> HTTPRequest? {
-        var method: HTTPRequest.Method?
-        var scheme: String?
-        var authority: String?
-        var path: String?
-        var headerFields = HTTPFields()
-        headerFields.reserveCapacity(fields.count)
-        for (name, value) in fields {
-            guard name.utf8.first == UInt8(ascii: ":") else {
-                if let fieldName = HTTPField.Name(name) { headerFields.append(HTTPField(name: fieldName, value: value)) }
-                continue
-            }
-            switch name {
-            // The first of a repeated pseudo-header counts, as before the field section was split.
-            case ":method" where method == nil: method = HTTPRequest.Method(value)
-            case ":scheme" where scheme == nil: scheme = value
-            case ":authority" where authority == nil: authority = value
-            case ":path" where path == nil: path = value
-            default: break
-            }
-        }
-        guard let method else { return nil }
-        var request = HTTPRequest(method: method, scheme: scheme, authority: authority, path: path)
-        request.headerFields = headerFields
-        return request
     }
 }

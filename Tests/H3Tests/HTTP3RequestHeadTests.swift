@@ -1,0 +1,56 @@
+import Foundation
+@testable import H3
+import HTTPTypes
+import Testing
+
+/// A received request keeps its field section and builds its `HTTPRequest` only when asked:
+/// what the file handler reads from the section must be what the built head says.
+@Suite("HTTP3 request head from the field section")
+struct HTTP3RequestHeadTests {
+    static let section: [(name: String, value: String)] = [
+        (":method", "GET"), (":scheme", "https"), (":authority", "example.com:4433"), (":path", "/a/b.txt?x=1"),
+        ("user-agent", "test/1"), ("range", "bytes=0-1"), ("accept", "text/plain"), ("range", "bytes=4-5"),
+        ("priority", "u=1, i"),
+    ]
+
+    @Test func theSectionReadsAsTheHeadItBuilds() throws {
+        let source = try #require(HTTP3RequestHeadSource(fields: Self.section))
+        let head = source.head
+        #expect(head.method == .get && source.method == .get)
+        #expect(head.scheme == "https" && head.authority == "example.com:4433")
+        #expect(source.path == head.path && source.path == "/a/b.txt?x=1")
+        #expect(head.headerFields.map(\.name.canonicalName) == ["user-agent", "range", "accept", "range", "priority"])
+        // Repeated fields are joined as HTTPFields joins them.
+        #expect(source[.range] == head.headerFields[.range] && source[.range] == "bytes=0-1, bytes=4-5")
+        #expect(source[.userAgent] == "test/1" && source[.cookie] == nil)
+        #expect(source.head == head, "built once and kept")
+        let request = HTTP3ServerRequest(source: source, body: .empty, streamID: 4)
+        #expect(request.priority == HTTPPriority(urgency: 1, incremental: true))
+    }
+
+    @Test func aHeadTheCallerBuiltAnswersTheSame() throws {
+        let fromSection = try #require(HTTP3RequestHeadSource(fields: Self.section))
+        let built = HTTP3RequestHeadSource(fromSection.head)
+        #expect(built.method == fromSection.method && built.path == fromSection.path)
+        #expect(built[.range] == fromSection[.range] && built.head == fromSection.head)
+    }
+
+    @Test(arguments: [
+        [(":scheme", "https"), (":path", "/")],  // no :method (RFC 9114 §4.3.1)
+        [(":method", "G E T"), (":path", "/")],  // not a method token
+    ] as [[(String, String)]])
+    func aSectionWithoutAValidMethodIsMalformed(fields: [(String, String)]) {
+        #expect(HTTP3RequestHeadSource(fields: fields.map { (name: $0.0, value: $0.1) }) == nil)
+    }
+
+    @Test func aFileIsServedFromTheSectionAsFromABuiltHead() throws {
+        let handler = HTTP3FileHandler(root: try HTTP3FileHandlerTests.makeRoot().root.path)
+        let section: [(name: String, value: String)] = [(":method", "GET"), (":scheme", "https"), (":path", "/ten.txt"), ("range", "bytes=2-4")]
+        let fromSection = handler.respond(
+            to: HTTP3ServerRequest(source: try #require(HTTP3RequestHeadSource(fields: section)), body: .empty, streamID: 0)
+        )
+        let fromHead = HTTP3FileHandlerTests.get(handler, "/ten.txt", range: "bytes=2-4")
+        #expect(fromSection.head == fromHead.head && fromSection.head.status == .partialContent)
+        #expect(try HTTP3FileHandlerTests.bodyBytes(fromSection) == Array("234".utf8))
+    }
+}
