@@ -33,13 +33,13 @@ public struct HTTP3FileHandler: Sendable {
     /// for any other method. A directory is served as its `index.html`.
     public func respond(to request: HTTP3ServerRequest) -> HTTP3ServerResponse {
         // Read from the request's field section: a file is served without building its head.
-        let method = request.source.method
+        let method = request.method
         guard method == .get || method == .head else {
             var fields = additionalFields
             fields[.allow] = "GET, HEAD"
             return HTTP3ServerResponse(status: .methodNotAllowed, headerFields: fields, body: Array("method not allowed\n".utf8))
         }
-        guard let file = open(request.source.path ?? "/") else {
+        guard let file = open(request.path ?? "/") else {
             return HTTP3ServerResponse(status: .notFound, headerFields: additionalFields, body: Array("not found\n".utf8))
         }
         let size = file.reader.size
@@ -48,7 +48,7 @@ public struct HTTP3FileHandler: Sendable {
         // The whole file's fields were made when it was opened and are shared by every request
         // for it: most requests build no field at all.
         var fields = file.wholeFileFields
-        if let rangeText = request.source[.range] {
+        if let rangeText = request.headerField(.range) {
             switch Self.byteRange(rangeText, length: size) {
             case .satisfiable(let requested):
                 status = .partialContent

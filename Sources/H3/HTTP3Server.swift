@@ -251,6 +251,16 @@ public struct HTTP3ServerRequest: Sendable {
     /// The head, or the field section it is built from.
     let source: HTTP3RequestHeadSource
 
+    /// The request method (RFC 9110 §9), read without building ``head``.
+    public var method: HTTPRequest.Method { source.method }
+    /// The `:path` pseudo-header field (RFC 9114 §4.3.1), read without building ``head``.
+    public var path: String? { source.path }
+
+    /// A header field's value as `HTTPFields` gives it (repeated fields joined by commas), read
+    /// without building ``head``: a responder that looks at one or two fields skips the work
+    /// of the whole head.
+    public func headerField(_ name: HTTPField.Name) -> String? { source[name] }
+
     /// The priority the client asked for in the `priority` field (RFC 9218 §5), or the default.
     public var priority: HTTPPriority {
         source[.priority].map(HTTPPriority.init(fieldValue:)) ?? .default

@@ -165,11 +165,11 @@ struct H3Serve: AsyncParsableCommand {
             guard let started else { return response }
             let elapsed = (ContinuousClock.now - started).components
             let microseconds = elapsed.seconds * 1_000_000 + elapsed.attoseconds / 1_000_000_000_000
-            let priority = request.head.headerFields[HTTPField.Name("priority")!] ?? "-"
+            let priority = request.headerField(HTTPField.Name("priority")!) ?? "-"
             // File and streamed bodies are counted by their content-length.
             let inMemory = response.bodyStream == nil && response.file == nil
             let bytes = inMemory ? String(response.body.count) : response.head.headerFields[.contentLength] ?? "?"
-            let line = "\(request.head.method) \(request.head.path ?? "/") \(response.head.status.code) \(bytes) priority=\(priority) \(microseconds)us\n"
+            let line = "\(request.method) \(request.path ?? "/") \(response.head.status.code) \(bytes) priority=\(priority) \(microseconds)us\n"
             FileHandle.standardError.write(Data(line.utf8))
             return response
         }

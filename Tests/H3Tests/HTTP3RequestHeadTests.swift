@@ -26,6 +26,9 @@ struct HTTP3RequestHeadTests {
         #expect(source.head == head, "built once and kept")
         let request = HTTP3ServerRequest(source: source, body: .empty, streamID: 4)
         #expect(request.priority == HTTPPriority(urgency: 1, incremental: true))
+        #expect(request.method == .get && request.path == head.path)
+        #expect(request.headerField(.range) == "bytes=0-1, bytes=4-5" && request.headerField(.cookie) == nil)
+        #expect(request.head == head)
     }
 
     @Test func aHeadTheCallerBuiltAnswersTheSame() throws {
