@@ -22,19 +22,30 @@ package final class ChildProcess: Sendable {
         let stderr = Pipe()
         process.standardOutput = stdout
         process.standardError = stderr
+        try process.run()
+        // Each pipe is drained by blocking reads on a thread of its own until end of file.
+        // `FileHandle.readabilityHandler` would put a libdispatch read source on it, and tearing
+        // those down while other tests make new ones can crash libdispatch's event loop on Linux
+        // (a freed epoll muxnote, swift-corelibs-libdispatch#949): it took the test runner down
+        // once in CI. The handle stays alive in its thread until the pipe ends.
         let closedPipes = self.closedPipes
         for (pipe, buffer) in [(stdout, self.output), (stderr, self.errorOutput)] {
-            pipe.fileHandleForReading.readabilityHandler = { handle in
-                let chunk = handle.availableData
-                guard !chunk.isEmpty else {
-                    handle.readabilityHandler = nil
-                    closedPipes.withLockedValue { $0 += 1 }
-                    return
+            let handle = pipe.fileHandleForReading
+            Thread {
+                var chunk = [UInt8](repeating: 0, count: 65_536)
+                while true {
+                    let count = chunk.withUnsafeMutableBytes { read(handle.fileDescriptor, $0.baseAddress, $0.count) }
+                    if count > 0 {
+                        buffer.withLockedValue { $0.append(contentsOf: chunk[..<count]) }
+                    } else if count < 0 && errno == EINTR {
+                        continue
+                    } else {
+                        break  // End of file, or the pipe failed: nothing more will come.
+                    }
                 }
-                buffer.withLockedValue { $0.append(chunk) }
-            }
+                closedPipes.withLockedValue { $0 += 1 }
+            }.start()
         }
-        try process.run()
         self.process = process
         ChildProcess.running.withLockedValue { _ = $0.insert(process.processIdentifier) }
     }
