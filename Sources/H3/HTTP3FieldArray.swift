@@ -14,9 +14,7 @@ extension HTTP3FieldArraySource {
     /// Builds the array over one contiguous copy of the names and values: two temporary
     /// allocations however many fields there are.
     package func withCopiedFieldArray<R>(_ body: (UnsafePointer<nghttp3_nv>, Int) -> R) -> R {
-        var byteCount = 0
-        for field in self { byteCount += field.name.utf8.count + field.value.utf8.count }
-        return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: Swift.max(byteCount, 1)) { bytes in
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: Swift.max(HTTP3FieldArray.byteCount(of: self), 1)) { bytes in
             withUnsafeTemporaryAllocation(of: nghttp3_nv.self, capacity: Swift.max(count, 1)) { array in
                 body(array.baseAddress!, HTTP3FieldArray.fill(array.baseAddress!, bytes: bytes.baseAddress!, from: self))
             }
@@ -38,7 +36,7 @@ final class HTTP3FieldArray: @unchecked Sendable {
     private let count: Int
 
     init(_ fields: some Collection<(name: String, value: String)>) {
-        let byteCount = fields.reduce(0) { $0 + $1.name.utf8.count + $1.value.utf8.count }
+        let byteCount = Self.byteCount(of: fields)
         let arraySize = MemoryLayout<nghttp3_nv>.stride * fields.count
         storage = .allocate(byteCount: max(arraySize + byteCount, 1), alignment: MemoryLayout<nghttp3_nv>.alignment)
         let array = storage.bindMemory(to: nghttp3_nv.self, capacity: fields.count)
@@ -50,6 +48,11 @@ final class HTTP3FieldArray: @unchecked Sendable {
 
     func withFieldArray<R>(_ body: (UnsafePointer<nghttp3_nv>, Int) -> R) -> R {
         body(UnsafePointer(storage.assumingMemoryBound(to: nghttp3_nv.self)), count)
+    }
+
+    /// The bytes `fill` copies: every name and value, back to back.
+    static func byteCount(of fields: some Collection<(name: String, value: String)>) -> Int {
+        fields.reduce(0) { $0 + $1.name.utf8.count + $1.value.utf8.count }
     }
 
     /// Copies each field's name and value to `bytes`, back to back, and points an entry of

@@ -55,7 +55,7 @@ final class HTTP3RequestHeadSource: Sendable {
         if let built { return built }
         return lazyHead.withLock { head in
             if let head { return head }
-            let made = Self.makeRequest(method: method, fields)
+            let made = makeRequest()
             head = made
             return made
         }
@@ -72,13 +72,12 @@ final class HTTP3RequestHeadSource: Sendable {
         return matching.isEmpty ? nil : matching[name]
     }
 
-    /// The request head from the field section. One pass: the pseudo-header fields come first
-    /// (§4.3), the regular ones go straight into the head; the first of a repeated
+    /// The request head from the field section, around the method and path read on arrival:
+    /// the regular fields go straight into the head, and the first of a repeated
     /// pseudo-header field counts.
-    static func makeRequest(method: HTTPRequest.Method, _ fields: [(name: String, value: String)]) -> HTTPRequest {
+    private func makeRequest() -> HTTPRequest {
         var scheme: String?
         var authority: String?
-        var path: String?
         var headerFields = HTTPFields()
         headerFields.reserveCapacity(fields.count)
         for (name, value) in fields {
@@ -89,7 +88,6 @@ final class HTTP3RequestHeadSource: Sendable {
             switch name {
             case ":scheme" where scheme == nil: scheme = value
             case ":authority" where authority == nil: authority = value
-            case ":path" where path == nil: path = value
             default: break
             }
         }

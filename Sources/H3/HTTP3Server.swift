@@ -273,10 +273,6 @@ public struct HTTP3ServerRequest: Sendable {
         self.streamID = streamID
     }
 
-    init(head: HTTPRequest, body: HTTP3RequestBody, streamID: Int64) {
-        self.init(source: HTTP3RequestHeadSource(head), body: body, streamID: streamID)
-    }
-
     init(source: HTTP3RequestHeadSource, body: HTTP3RequestBody, streamID: Int64) {
         self.source = source
         self.body = body

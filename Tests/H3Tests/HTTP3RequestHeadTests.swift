@@ -23,7 +23,7 @@ struct HTTP3RequestHeadTests {
         // Repeated fields are joined as HTTPFields joins them.
         #expect(source[.range] == head.headerFields[.range] && source[.range] == "bytes=0-1, bytes=4-5")
         #expect(source[.userAgent] == "test/1" && source[.cookie] == nil)
-        #expect(source.head == head, "built once and kept")
+        #expect(source.head == head, "a second read gives the same head")
         let request = HTTP3ServerRequest(source: source, body: .empty, streamID: 4)
         #expect(request.priority == HTTPPriority(urgency: 1, incremental: true))
         #expect(request.method == .get && request.path == head.path)

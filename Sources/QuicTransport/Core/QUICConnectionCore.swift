@@ -561,9 +561,9 @@ package final class QUICConnectionCore {
         var batchStart = 0
         var batchEnd = 0
         var segmentSize = 0
-        var batchPath = path
         // The batch's addresses as ngtcp2 writes them, to compare each packet's path with in
-        // place (`ngtcp2_path_eq`); set from the first packet.
+        // place (`ngtcp2_path_eq`). Set from the first packet: ngtcp2_path_eq aborts on the
+        // empty path a zeroed storage holds, hence the flag.
         var batchAddresses = ngtcp2_path_storage()
         ngtcp2_path_storage_zero(&batchAddresses)
         var hasBatchAddresses = false
@@ -576,7 +576,7 @@ package final class QUICConnectionCore {
 
         func flushBatch() {
             if batchEnd > batchStart {
-                emit(UnsafeRawBufferPointer(rebasing: scratch[batchStart..<batchEnd]), segmentSize, batchPath, batchECN)
+                emit(UnsafeRawBufferPointer(rebasing: scratch[batchStart..<batchEnd]), segmentSize, QUICPath(batchAddresses.path), batchECN)
             }
             batchStart = batchEnd
             segmentSize = 0
@@ -619,7 +619,6 @@ package final class QUICConnectionCore {
                     if !samePath {
                         ngtcp2_path_copy(&batchAddresses.path, &pathStorage.path)
                         hasBatchAddresses = true
-                        batchPath = QUICPath(pathStorage.path)
                     }
                     batchECN = packetECN
                 }
