@@ -54,6 +54,7 @@ package final class InMemoryPair {
         serverConfiguration: QUICConfiguration = InMemoryPair.defaultConfiguration(),
         requiresRetry: Bool = false,
         retryThreshold: Int = 128,
+        maximumConnections: Int = 1024,
         maximumConnectionsPerAddress: Int? = nil,
         seed: UInt64 = 1,
         clientCodec: (any QUICApplicationCodec)? = nil,
@@ -66,6 +67,7 @@ package final class InMemoryPair {
         )
         endpointConfiguration.requiresRetry = requiresRetry
         endpointConfiguration.retryThreshold = retryThreshold
+        endpointConfiguration.maximumConnections = maximumConnections
         endpointConfiguration.maximumConnectionsPerAddress = maximumConnectionsPerAddress
         endpointConfiguration.makeApplicationCodec = serverCodec
         let logger = Logger(label: "test")

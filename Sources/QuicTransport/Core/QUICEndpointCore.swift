@@ -72,8 +72,12 @@ package final class QUICEndpointCore {
     private let logger: Logger
     @exclusivity(unchecked) private var routes: [QUICConnectionID: QUICConnectionCore] = [:]
     private var routesByConnection: [ObjectIdentifier: Set<QUICConnectionID>] = [:]
-    /// This worker's connections.
+    /// This worker's connections, those in their closing or draining period included.
     package private(set) var connections: [ObjectIdentifier: QUICConnectionCore] = [:]
+    /// Connections that are over and linger only for their closing or draining period (RFC 9000
+    /// §10.2): they still answer or swallow late packets, but no longer count against
+    /// `maximumConnections`, a client's share or the Retry threshold, since they serve nothing.
+    private var lingering: Set<ObjectIdentifier> = []
     /// With a per-address limit: the client each connection counts against once proven, and
     /// those whose handshake has yet to prove their address.
     private var countedClients: [ObjectIdentifier: QUICClientAddress] = [:]
@@ -247,7 +251,7 @@ package final class QUICEndpointCore {
     /// The connections whose handshake has not completed, counted up to the Retry threshold.
     private var handshakesInProgress: Int {
         var count = 0
-        for core in connections.values where !core.isHandshakeCompleted {
+        for core in connections.values where core.state == .handshaking {
             count += 1
             if count >= configuration.retryThreshold { break }
         }
@@ -261,6 +265,7 @@ package final class QUICEndpointCore {
             switch event {
             case .connectionIDIssued(let id): addRoute(id, to: core)
             case .connectionIDRetired(let id): removeRoute(id)
+            case .closed: releaseLimits(of: core)
             default: break
             }
         }
@@ -272,7 +277,19 @@ package final class QUICEndpointCore {
         let key = ObjectIdentifier(core)
         for id in routesByConnection[key] ?? [] { routes[id] = nil }
         routesByConnection[key] = nil
-        if connections.removeValue(forKey: key) != nil { shared.releaseConnection() }
+        releaseLimits(of: core)
+        connections[key] = nil
+        lingering.remove(key)
+    }
+
+    /// Gives back what a connection held of the limits once it is over: its place among
+    /// `maximumConnections` and its client's share. Before this, a burst of clients that had
+    /// just closed kept the next burst out for their closing or draining period (3 PTO, which
+    /// is seconds under load), refused with CONNECTION_REFUSED.
+    private func releaseLimits(of core: QUICConnectionCore) {
+        let key = ObjectIdentifier(core)
+        guard connections[key] != nil, lingering.insert(key).inserted else { return }
+        shared.releaseConnection()
         if let client = countedClients.removeValue(forKey: key) { shared.release(client) }
         unprovenClients[key] = nil
     }
