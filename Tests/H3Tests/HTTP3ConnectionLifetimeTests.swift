@@ -121,6 +121,8 @@ struct HTTP3ConnectionLifetimeTests {
         #expect(allClosed, "\(stillOpen) connections still open past the idle timeout")
         let serverFreed = await eventually(within: 10) { server.liveConnections.count == 0 }
         #expect(serverFreed, "\(server.liveConnections.count) of 5 server connections are still in memory after they all closed")
+        #expect(server.liveConnections.holdingConnectionState == 0, "a freed core released its C state once, and counted it once")
+        #expect(client.liveConnections.holdingConnectionState <= client.liveConnections.count)
         let clientFreed = await eventually(within: 45) { client.liveConnections.count == 0 }
         #expect(clientFreed, "the client's closed connection is still in memory")
         let sessionFreed = await eventually(within: 45) { session.liveHTTP3Connections.count == 0 }

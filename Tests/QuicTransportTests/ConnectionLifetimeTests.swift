@@ -1,3 +1,4 @@
+import CQuicShims
 import Foundation
 import QuicTestSupport
 import QuicTransport
@@ -35,6 +36,61 @@ struct ConnectionLifetimeTests {
         #expect(live.count == 0)
         pair = nil
         #expect(clientCore == nil, "the client core outlived its owner")
+    }
+
+    /// A connection that is over lets go of ngtcp2's connection, the TLS session and the codec
+    /// at once, not after its draining period (RFC 9000 §10.2): a server under churn would
+    /// otherwise hold every connection of the last 3 PTO, seconds under load. What it reported
+    /// stays readable, what its streams received can still be read, and the period still ends.
+    @Test func aConnectionThatIsOverReleasesItsCStateBeforeItsDrainingPeriodEnds() throws {
+        let pair = try InMemoryPair()
+        let live = pair.server.configuration.liveConnections
+        try pair.run(until: { pair.client.isHandshakeCompleted && pair.serverConnection?.isHandshakeCompleted == true })
+        let server = try #require(pair.serverConnection)
+        let stream = try #require(try pair.client.openStream(bidirectional: true))
+        try Array("left unread".utf8).withUnsafeBytes { try pair.client.send(streamID: stream, bytes: $0, fin: true, token: nil) }
+        try pair.run(until: { server.receiveStatus(streamID: stream)?.finReceived == true })
+        let alpn = server.negotiatedALPN, cipher = server.cipherName, version = server.negotiatedVersion
+        let smoothedRTT = server.statistics.smoothed_rtt
+        #expect(alpn == "quic-echo" && cipher != nil && smoothedRTT > 0)
+        #expect(live.holdingConnectionState == 1)
+
+        pair.client.close(applicationErrorCode: 0, reason: "done", now: pair.now)
+        try pair.run(until: { if case .draining = server.state { true } else { false } })
+        server.releaseConnectionState()
+        server.releaseConnectionState()
+        #expect(live.holdingConnectionState == 0, "released once, counted once")
+        #expect(live.count == 1, "the core itself lingers for its draining period")
+
+        #expect(server.negotiatedALPN == alpn && server.cipherName == cipher && server.negotiatedVersion == version)
+        #expect(server.isHandshakeCompleted && server.statistics.smoothed_rtt == smoothedRTT)
+        let read = server.read(streamID: stream, maximumLength: 100)
+        #expect(read.bytes == Array("left unread".utf8) && read.isFinished)
+        #expect(throws: QUICStreamError.self) { try server.openStream(bidirectional: true) }
+        #expect(throws: QUICKeyUpdateError.self) { try server.initiateKeyUpdate(now: pair.now) }
+        try pair.run(until: { server.state == .closed })
+    }
+
+    /// The closing side (RFC 9000 §10.2.1) answers a late packet with its CONNECTION_CLOSE
+    /// after the release too: the packet is kept as bytes, not rebuilt by ngtcp2.
+    @Test func aClosingConnectionAnswersLatePacketsAfterItsRelease() throws {
+        let pair = try InMemoryPair()
+        try pair.run(until: { pair.client.isHandshakeCompleted && pair.serverConnection?.isHandshakeCompleted == true })
+        let server = try #require(pair.serverConnection)
+        server.close(applicationErrorCode: 0x100, reason: "going away", now: pair.now)
+        let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: 65_536, alignment: 16)
+        defer { scratch.deallocate() }
+        var first: [[UInt8]] = []
+        _ = server.writePackets(now: pair.now, scratch: scratch) { bytes, _, _, _ in first.append(Array(bytes)) }
+        #expect(first.count == 1, "the CONNECTION_CLOSE goes out once")
+        guard case .closing = server.state else { Issue.record("not closing: \(server.state)"); return }
+
+        server.releaseConnectionState()
+        let late = [UInt8](repeating: 0x40, count: 60)
+        late.withUnsafeBytes { server.receive(datagram: $0, path: server.path, now: pair.now + 1_000_000) }
+        var again: [[UInt8]] = []
+        _ = server.writePackets(now: pair.now + 1_000_000, scratch: scratch) { bytes, _, _, _ in again.append(Array(bytes)) }
+        #expect(again == first, "a late packet is answered with the same CONNECTION_CLOSE")
     }
 
     /// Real UDP on loopback: tunnels served by `NWListener` with the echo protocol (whose

@@ -64,6 +64,7 @@ extension QUICConnectionCore {
 
     /// Opens a unidirectional stream for the codec's own use; throws when the peer allows none.
     package func openCodecUnidirectionalStream() throws -> Int64 {
+        guard let conn else { throw QUICStreamError.connectionClosed }
         var streamID: Int64 = -1
         let rv = ngtcp2_conn_open_uni_stream(conn, &streamID, nil)
         guard rv == 0 else { throw QUICCoreError.ngtcp2("ngtcp2_conn_open_uni_stream", rv) }
@@ -72,6 +73,7 @@ extension QUICConnectionCore {
 
     /// Opens a bidirectional stream for the codec (an HTTP/3 request); nil while the peer's limit is reached.
     package func openCodecBidirectionalStream() throws -> Int64? {
+        guard let conn else { throw QUICStreamError.connectionClosed }
         var streamID: Int64 = -1
         let rv = ngtcp2_conn_open_bidi_stream(conn, &streamID, nil)
         if rv == NGTCP2_ERR_STREAM_ID_BLOCKED { return nil }

@@ -10,7 +10,7 @@ extension QUICConnectionCore {
     /// The largest datagram payload that fits the peer's `max_datagram_frame_size` and one packet
     /// on the current path (RFC 9221 §3, §5); 0 when datagrams are not negotiated.
     package var usableDatagramFrameSize: Int {
-        guard isHandshakeCompleted, isDatagramNegotiated,
+        guard isHandshakeCompleted, isDatagramNegotiated, let conn,
             let peer = ngtcp2_conn_get_remote_transport_params(conn)?.pointee
         else { return 0 }
         // max_datagram_frame_size counts the frame's type and length fields as well.
@@ -21,6 +21,7 @@ extension QUICConnectionCore {
 
     /// What QUIC metadata reports of this connection now.
     var tunnelFigures: QUICTunnelFigures {
+        guard let conn else { return lastFigures.tunnelFigures }
         var figures = QUICTunnelFigures()
         figures.localMaxStreamsBidirectional = localMaxStreams(bidirectional: true)
         figures.localMaxStreamsUnidirectional = localMaxStreams(bidirectional: false)
@@ -66,13 +67,14 @@ extension QUICConnectionCore {
     /// connection (RFC 9000 §10.1.2): nil for half the idle timeout in force (at least a second;
     /// 15 s when neither side has one), 0 to turn it off. Rearm the timer afterwards.
     func setKeepAlive(milliseconds: UInt64?) {
+        guard let conn else { return }
         let interval = milliseconds ?? (effectiveIdleTimeoutMilliseconds > 0 ? max(1000, effectiveIdleTimeoutMilliseconds / 2) : 15_000)
         ngtcp2_conn_set_keep_alive_timeout(conn, interval * UInt64(NGTCP2_MILLISECONDS))
     }
 
     /// The peer's `max_idle_timeout` in milliseconds (RFC 9000 §18.2); 0 before the handshake.
     private var remoteIdleTimeoutMilliseconds: UInt64 {
-        guard isHandshakeCompleted, let peer = ngtcp2_conn_get_remote_transport_params(conn) else { return 0 }
+        guard isHandshakeCompleted, let conn, let peer = ngtcp2_conn_get_remote_transport_params(conn) else { return 0 }
         return peer.pointee.max_idle_timeout / UInt64(NGTCP2_MILLISECONDS)
     }
 
@@ -81,6 +83,18 @@ extension QUICConnectionCore {
     private var effectiveIdleTimeoutMilliseconds: UInt64 {
         [configuration.idleTimeoutMilliseconds, remoteIdleTimeoutMilliseconds].filter { $0 > 0 }.min() ?? 0
     }
+}
+
+/// What a connection's accessors report once its C state is released
+/// (`QUICConnectionCore.releaseConnectionState()`): the figures at that moment.
+struct QUICConnectionLastFigures {
+    var isHandshakeCompleted = false
+    var negotiatedVersion: UInt32 = 0
+    var negotiatedALPN: String?
+    var cipherName: String?
+    var isDatagramNegotiated = false
+    var statistics = ngtcp2_conn_stat()
+    var tunnelFigures = QUICTunnelFigures()
 }
 
 /// The negotiated figures of a tunnel that QUIC metadata reports, read from the connection.

@@ -36,9 +36,13 @@ package final class QUICConnectionCore {
     package private(set) var closeReason: QUICCloseReason?
     @exclusivity(unchecked) package private(set) var path: QUICPath
 
-    // The ngtcp2 connection; freed first in deinit, while `qlog` is still alive.
+    // The ngtcp2 connection; freed by `releaseConnectionState()` once the connection is over, or
+    // first in deinit, while `qlog` is still alive. Nil after the release: every read that may
+    // come later answers from `lastFigures` instead.
     var conn: OpaquePointer!
     private(set) var tlsSession: QUICTLSSession!
+    /// What the accessors report once the C state is released: the figures at that moment.
+    private(set) var lastFigures = QUICConnectionLastFigures()
     private let connectionRef: UnsafeMutablePointer<ngtcp2_crypto_conn_ref>
     let qlog: QLogWriter?
     let logger: Logger
@@ -91,14 +95,16 @@ package final class QUICConnectionCore {
     package internal(set) var earlyDataAccepted = false
     /// Whether streams may be opened and written now: after the handshake, or during a 0-RTT attempt.
     package var canOpenStreams: Bool {
-        isHandshakeCompleted || (earlyDataAttempted && ngtcp2_conn_get_early_data_rejected(conn) == 0)
+        guard let conn else { return false }
+        return isHandshakeCompleted || (earlyDataAttempted && ngtcp2_conn_get_early_data_rejected(conn) == 0)
     }
     var localKeyUpdateRequested = false
     /// The owner's count of cores in memory; this core is in it until `deinit`.
     package var liveConnections: QUICLiveConnections? {
         didSet {
-            oldValue?.coreFreed()
+            oldValue?.coreFreed(holdingConnectionState: conn != nil)
             liveConnections?.coreCreated()
+            if conn == nil { liveConnections?.coreReleasedConnectionState() }
         }
     }
 
@@ -303,10 +309,11 @@ package final class QUICConnectionCore {
 
     deinit {
         // ngtcp2 writes its last qlog record from inside ngtcp2_conn_del, so the writer must still exist.
+        let heldConnectionState = conn != nil
         if let conn { ngtcp2_conn_del(conn) }
         qlog?.close()
         connectionRef.deallocate()
-        liveConnections?.coreFreed()
+        liveConnections?.coreFreed(holdingConnectionState: heldConnectionState)
     }
 
     private func makeSettings(now: UInt64, qlogID: QUICConnectionID) -> ngtcp2_settings {
@@ -407,6 +414,7 @@ package final class QUICConnectionCore {
     /// handshake is confirmed, when the server disabled migration, or with no spare connection ID.
     package func migrate(to local: QUICSocketAddress, now: UInt64) throws {
         latestTime = max(latestTime, now)
+        guard let conn else { throw QUICMigrationError.refused(NGTCP2_ERR_CLOSING) }
         let rv = QUICPath(local: local, remote: path.remote).withNGTCP2Path { newPath in
             ngtcp2_conn_initiate_migration(conn, newPath, now)
         }
@@ -507,6 +515,7 @@ package final class QUICConnectionCore {
     /// Starts a 1-RTT key update (RFC 9001 §6). ngtcp2 allows it once the handshake is
     /// confirmed and the previous update has been acknowledged; until then it fails.
     package func initiateKeyUpdate(now: UInt64) throws {
+        guard let conn else { throw QUICKeyUpdateError(code: NGTCP2_ERR_CLOSING) }
         let rv = ngtcp2_conn_initiate_key_update(conn, now)
         guard rv == 0 else { throw QUICKeyUpdateError(code: rv) }
         localKeyUpdateRequested = true
@@ -516,15 +525,24 @@ package final class QUICConnectionCore {
     var tracksLosses: Bool { qlog != nil || configuration.tracksLosses }
     /// Pushes buffered qlog records to the file, so the trace can be read while the connection lives.
     package func flushQLog() { qlog?.flush() }
-    package var isHandshakeCompleted: Bool { ngtcp2_conn_get_handshake_completed(conn) != 0 }
-    package var negotiatedALPN: String? { tlsSession.negotiatedALPN }
-    package var cipherName: String? { tlsSession.cipherName }
-    package var negotiatedVersion: UInt32 { ngtcp2_conn_get_negotiated_version(conn) }
+    package var isHandshakeCompleted: Bool {
+        guard let conn else { return lastFigures.isHandshakeCompleted }
+        return ngtcp2_conn_get_handshake_completed(conn) != 0
+    }
+    package var negotiatedALPN: String? { tlsSession.map(\.negotiatedALPN) ?? lastFigures.negotiatedALPN }
+    package var cipherName: String? { tlsSession.map(\.cipherName) ?? lastFigures.cipherName }
+    package var negotiatedVersion: UInt32 {
+        guard let conn else { return lastFigures.negotiatedVersion }
+        return ngtcp2_conn_get_negotiated_version(conn)
+    }
     /// Whether both sides offered RFC 9221 datagrams (the peer's `max_datagram_frame_size` > 0).
     package var isDatagramNegotiated: Bool {
-        configuration.maxDatagramFrameSize > 0 && (ngtcp2_conn_get_remote_transport_params(conn)?.pointee.max_datagram_frame_size ?? 0) > 0
+        guard let conn else { return lastFigures.isDatagramNegotiated }
+        return configuration.maxDatagramFrameSize > 0
+            && (ngtcp2_conn_get_remote_transport_params(conn)?.pointee.max_datagram_frame_size ?? 0) > 0
     }
     package var statistics: ngtcp2_conn_stat {
+        guard let conn else { return lastFigures.statistics }
         var stat = ngtcp2_conn_stat()
         cqs_ngtcp2_conn_get_conn_stat(conn, &stat)
         return stat
@@ -811,6 +829,38 @@ package final class QUICConnectionCore {
         let chosen = negotiatedALPN.map { ",\"chosen_alpn\":{\"string_value\":\"\($0)\"}" } ?? ""
         let side = role == .client ? "client_alpns" : "server_alpns"
         appendQLogEvent(name: "transport:alpn_information", data: "{\"\(side)\":[\(offered)]\(chosen)}")
+    }
+
+    /// Whether the connection is over: closing, draining or closed (RFC 9000 §10.2).
+    package var isOver: Bool { state != .handshaking && state != .established }
+
+    /// Frees what serving the connection took once it is over: ngtcp2's connection, the TLS
+    /// session and the application codec, most of a connection's memory (about 200 KiB of
+    /// ngtcp2's, nghttp3's and GnuTLS's state). What remains answers late packets for the
+    /// closing or draining period, 3 PTO (RFC 9000 §10.2), from the CONNECTION_CLOSE kept as
+    /// bytes, as quic-go's closed-connection stand-ins do; a server under churn otherwise holds
+    /// every connection of the last few seconds. Figures read later (statistics, ALPN, QUIC
+    /// metadata) come from a copy taken here, and streams keep what they received. The owner
+    /// calls this after handing out the `.closed` event; calling it again does nothing.
+    package func releaseConnectionState() {
+        guard isOver, let conn else { return }
+        lastFigures = QUICConnectionLastFigures(
+            isHandshakeCompleted: isHandshakeCompleted,
+            negotiatedVersion: negotiatedVersion,
+            negotiatedALPN: negotiatedALPN,
+            cipherName: cipherName,
+            isDatagramNegotiated: isDatagramNegotiated,
+            statistics: statistics,
+            tunnelFigures: tunnelFigures
+        )
+        applicationCodec = nil
+        makeApplicationCodec = nil
+        // ngtcp2 writes its last qlog record from inside ngtcp2_conn_del; the trace ends with it.
+        ngtcp2_conn_del(conn)
+        self.conn = nil
+        tlsSession = nil
+        qlog?.close()
+        liveConnections?.coreReleasedConnectionState()
     }
 
     private func finish(_ reason: QUICCloseReason) {

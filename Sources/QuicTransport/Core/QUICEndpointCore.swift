@@ -78,6 +78,9 @@ package final class QUICEndpointCore {
     /// §10.2): they still answer or swallow late packets, but no longer count against
     /// `maximumConnections`, a client's share or the Retry threshold, since they serve nothing.
     private var lingering: Set<ObjectIdentifier> = []
+    /// Connections whose handshake is in progress, for the Retry threshold. Kept in step by
+    /// `takeEvents(of:)`, so that a new client costs no walk over every connection.
+    private var handshaking: Set<ObjectIdentifier> = []
     /// With a per-address limit: the client each connection counts against once proven, and
     /// those whose handshake has yet to prove their address.
     private var countedClients: [ObjectIdentifier: QUICClientAddress] = [:]
@@ -169,7 +172,7 @@ package final class QUICEndpointCore {
         let perAddressLimit = configuration.maximumConnectionsPerAddress
         let client = perAddressLimit.map { _ in path.remote.client }
         let clientAtLimit = client.map { shared.connectionCount(of: $0) >= perAddressLimit! } ?? false
-        if retryToken == nil, configuration.requiresRetry || clientAtLimit || handshakesInProgress >= configuration.retryThreshold {
+        if retryToken == nil, configuration.requiresRetry || clientAtLimit || handshaking.count >= configuration.retryThreshold {
             return sendRetry(header, path: path, now: now, reply: reply)
         }
         // A Retry token is checked whatever the mode: the load may have fallen since the Retry.
@@ -223,6 +226,7 @@ package final class QUICEndpointCore {
         core.liveConnections = configuration.liveConnections
         core.applicationCodec = configuration.makeApplicationCodec?()
         connections[ObjectIdentifier(core)] = core
+        handshaking.insert(ObjectIdentifier(core))
         reserved = false
         if let client {
             if countsNow { countedClients[ObjectIdentifier(core)] = client } else { unprovenClients[ObjectIdentifier(core)] = client }
@@ -248,23 +252,15 @@ package final class QUICEndpointCore {
         }
     }
 
-    /// The connections whose handshake has not completed, counted up to the Retry threshold.
-    private var handshakesInProgress: Int {
-        var count = 0
-        for core in connections.values where core.state == .handshaking {
-            count += 1
-            if count >= configuration.retryThreshold { break }
-        }
-        return count
-    }
-
-    /// Hands over a core's events, keeping the routing table in step with its connection IDs.
+    /// Hands over a core's events, keeping the routing table in step with its connection IDs
+    /// and the limits with its handshake and its end. A core's events must come through here.
     package func takeEvents(of core: QUICConnectionCore) -> [QUICConnectionEvent] {
         let events = core.takeEvents()
         for event in events {
             switch event {
             case .connectionIDIssued(let id): addRoute(id, to: core)
             case .connectionIDRetired(let id): removeRoute(id)
+            case .handshakeCompleted: handshaking.remove(ObjectIdentifier(core))
             case .closed: releaseLimits(of: core)
             default: break
             }
@@ -290,6 +286,7 @@ package final class QUICEndpointCore {
         let key = ObjectIdentifier(core)
         guard connections[key] != nil, lingering.insert(key).inserted else { return }
         shared.releaseConnection()
+        handshaking.remove(key)
         if let client = countedClients.removeValue(forKey: key) { shared.release(client) }
         unprovenClients[key] = nil
     }

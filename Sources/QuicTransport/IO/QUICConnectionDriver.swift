@@ -153,8 +153,14 @@ package final class QUICConnectionDriver: @unchecked Sendable {
     /// Once the core is closed nothing runs here again, so the driver lets go of every hook:
     /// each one holds its owner (a group, a connector, an HTTP/3 connection), and each owner
     /// holds this driver, so any hook kept would keep the core and its C objects forever.
+    ///
+    /// A core that is over but still in its closing or draining period has handed out its
+    /// `.closed` event by now (the pass ends only when no events are left), so its C state goes
+    /// at once (`releaseConnectionState()`); only the small remainder waits out the period.
     private func checkFinished() {
-        guard !finished, core.state == .closed else { return }
+        guard !finished else { return }
+        if core.isOver { core.releaseConnectionState() }
+        guard core.state == .closed else { return }
         finished = true
         timer?.cancel()
         timer = nil
