@@ -43,7 +43,9 @@ public final class HTTP3Server: Sendable {
         public var identity: SelfSignedCertificate?
         /// Where to write a qlog trace per connection; defaults to `$QLOGDIR`, nil for none.
         public var qlogDirectory: String? = ProcessInfo.processInfo.environment["QLOGDIR"]
-        /// Most connections served at once; past it clients get CONNECTION_REFUSED.
+        /// Most connections served at once; past it clients get CONNECTION_REFUSED. A connection
+        /// that has closed stops counting at once, although it lingers, small, for its closing
+        /// or draining period (RFC 9000 §10.2).
         public var maximumConnections = 1024
         /// The most connections one client may hold at once, counted by IPv4 address or IPv6
         /// /64; nil, the default, for no limit. Only proven addresses count (a Retry token or a

@@ -100,7 +100,7 @@ package final class ChildProcess: Sendable {
     package func stop() {
         let pid = process.processIdentifier
         if pid > 0 { kill(pid, SIGKILL) }
-        ChildProcess.running.withLockedValue { $0.remove(pid) }
+        ChildProcess.running.withLockedValue { _ = $0.remove(pid) }
     }
 
     deinit { stop() }

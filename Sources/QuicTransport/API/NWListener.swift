@@ -153,7 +153,8 @@ public final class NWListener: @unchecked Sendable {
     }
 
     /// The most tunnels served at once, handshakes included; past it new clients get
-    /// CONNECTION_REFUSED. Set before `start(queue:)`.
+    /// CONNECTION_REFUSED. A tunnel that has closed stops counting at once, although it lingers,
+    /// small, for its closing or draining period (RFC 9000 §10.2). Set before `start(queue:)`.
     public var maximumConcurrentTunnels: Int {
         get { lock.withLock { _maximumConcurrentTunnels } }
         set { lock.withLock { _maximumConcurrentTunnels = max(1, newValue) } }

@@ -24,6 +24,8 @@ package final class QUICEndpointCore {
         /// flood from spoofed addresses then costs the server a stateless reply, not a TLS
         /// session each. Below it again, clients connect in one round trip. Per worker.
         package var retryThreshold = 128
+        /// The most connections served at once, over every worker; closed ones that linger for
+        /// their closing or draining period do not count.
         package var maximumConnections = 1024
         /// The most connections one client may hold, counted by `QUICSocketAddress.client` (an
         /// IPv4 address or an IPv6 /64) over every worker; nil for no limit. Only connections
