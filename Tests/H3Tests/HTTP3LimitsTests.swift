@@ -71,6 +71,36 @@ struct HTTP3LimitsTests {
         #expect(try await slow.body.collect() == Array("ok\n".utf8))
     }
 
+    /// `maximumConnections` counts connections served, not the ones that linger for their
+    /// closing or draining period (RFC 9000 §10.2): a server at its limit takes new clients as
+    /// soon as the old ones have closed. Before, they were refused with CONNECTION_REFUSED for
+    /// 3 PTO after each close. The new clients connect at once: each `close()` has sent its
+    /// CONNECTION_CLOSE, which reaches the one server socket before their Initials.
+    @Test func aServerAtItsLimitTakesNewClientsAsSoonAsOldOnesLeave() async throws {
+        var configuration = HTTP3Server.Configuration()
+        configuration.port = 0
+        configuration.maximumConnections = 2
+        let server = try HTTP3Server(configuration: configuration) { _ in
+            HTTP3ServerResponse(status: .ok, body: Array("ok\n".utf8))
+        }
+        let port = try await server.start()
+        defer { server.shutdown(gracePeriod: .zero) }
+        var clientConfiguration = HTTP3Client.Configuration()
+        clientConfiguration.certificateVerification = .pinnedSHA256(try #require(server.generatedCertificate).sha256Fingerprint)
+        let request = HTTPRequest(method: .get, scheme: "https", authority: "localhost:\(port)", path: "/")
+
+        for round in 1...3 {
+            let clients = [HTTP3Client(configuration: clientConfiguration), HTTP3Client(configuration: clientConfiguration)]
+            for client in clients {
+                let response = try await within(10) { try await client.execute(request) }
+                #expect(response.head.status == .ok, "round \(round)")
+                #expect(try await response.body.collect() == Array("ok\n".utf8))
+            }
+            for client in clients { await client.close() }
+        }
+        #expect(await eventually { server.liveConnections.holdingConnectionState == 0 })
+    }
+
     /// What one run of `h3_abuse.py ATTACK` against `port` saw the server do.
     static func abuse(_ attack: String, port: UInt16, _ extra: [String] = []) async throws -> [String: Any] {
         let run = try ChildProcess(try TestEnvironment.python(), [

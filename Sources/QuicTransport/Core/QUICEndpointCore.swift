@@ -133,6 +133,9 @@ package final class QUICEndpointCore {
         let dcid = QUICConnectionID(pointer: dcidPointer, length: versionCID.dcidlen)
         if let core = routes[dcid] {
             core.receive(datagram: datagram, path: path, ecn: ecn, now: now)
+            // A CONNECTION_CLOSE makes room before the next datagram of the same batch, which
+            // may be a new client's Initial; `.closed` reaches `takeEvents` only after the batch.
+            if core.isOver { releaseLimits(of: core) }
             if !unprovenClients.isEmpty { countClientOnceProven(core, now: now) }
             return .delivered(core, isNew: false)
         }
