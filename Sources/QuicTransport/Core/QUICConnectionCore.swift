@@ -832,7 +832,12 @@ package final class QUICConnectionCore {
     }
 
     /// Whether the connection is over: closing, draining or closed (RFC 9000 §10.2).
-    package var isOver: Bool { state != .handshaking && state != .established }
+    package var isOver: Bool {
+        switch state {
+        case .handshaking, .established: false
+        case .closing, .draining, .closed: true
+        }
+    }
 
     /// Frees what serving the connection took once it is over: ngtcp2's connection, the TLS
     /// session and the application codec, most of a connection's memory (about 200 KiB of

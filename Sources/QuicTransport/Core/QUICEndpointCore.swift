@@ -283,10 +283,10 @@ package final class QUICEndpointCore {
         lingering.remove(key)
     }
 
-    /// Gives back what a connection held of the limits once it is over: its place among
-    /// `maximumConnections` and its client's share. Before this, a burst of clients that had
-    /// just closed kept the next burst out for their closing or draining period (3 PTO, which
-    /// is seconds under load), refused with CONNECTION_REFUSED.
+    /// Gives back what a connection held of the limits as soon as it is over, not when its
+    /// closing or draining period ends: its place among `maximumConnections`, its client's share
+    /// and its count as a handshake. That period is 3 PTO, seconds under load, and a burst of
+    /// clients that had just left would keep the next burst out for as long.
     private func releaseLimits(of core: QUICConnectionCore) {
         let key = ObjectIdentifier(core)
         guard connections[key] != nil, lingering.insert(key).inserted else { return }
