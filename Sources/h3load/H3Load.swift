@@ -36,7 +36,7 @@ struct H3Load: AsyncParsableCommand {
     @Argument(help: "https:// URLs, all with the same authority.")
     var urls: [String]
 
-    @Option(name: [.customShort("n"), .customLong("requests")], help: ArgumentHelp("Total number of requests (ignored with -D).", valueName: "N"))
+    @Option(name: [.customShort("n"), .customLong("requests")], help: ArgumentHelp("Total number of requests, split evenly among the clients as h2load does (ignored with -D).", valueName: "N"))
     var requests = 1
 
     @Option(name: [.customShort("c"), .customLong("clients")], help: ArgumentHelp("Number of clients (QUIC connections).", valueName: "N"))

@@ -5,7 +5,10 @@ import NIOConcurrencyHelpers
 import QuicTransport
 
 /// Runs a load test: `clients` connections, each its own `HTTP3Client` (so each has its own
-/// event loop), each with `streamsPerClient` request loops that share one supply of requests.
+/// event loop), each with `streamsPerClient` request loops that share the client's supply of
+/// requests. As in h2load, `-n` is split evenly among the clients, and the share of a client
+/// whose connection fails is not sent by the others: it counts as failed. So `-c N -n N` is N
+/// handshakes with one request each, whatever happens to any of them.
 struct LoadEngine: Sendable {
     /// How many requests to send, or for how long.
     enum Amount: Sendable {
@@ -31,18 +34,22 @@ struct LoadEngine: Sendable {
     /// Runs every client to the end and summarises what they measured.
     func run() async -> LoadReport {
         let start = ContinuousClock.now
-        let supply: RequestSupply
+        let completions = CompletionClock()
+        let supplies: [RequestSupply]
         let measuredFrom: ContinuousClock.Instant
         switch amount {
         case .requests(let count):
-            supply = RequestSupply(limit: count, deadline: nil)
+            supplies = Self.shares(of: count, among: clients).map {
+                RequestSupply(limit: $0, deadline: nil, completions: completions)
+            }
             measuredFrom = start
         case .duration(let duration, let warmUp):
-            supply = RequestSupply(limit: nil, deadline: start + warmUp + duration)
+            let deadline = start + warmUp + duration
+            supplies = (0..<clients).map { _ in RequestSupply(limit: nil, deadline: deadline, completions: completions) }
             measuredFrom = start + warmUp
         }
         let results = await withTaskGroup(of: LoadReport.ClientResult.self) { group in
-            for index in 0..<clients {
+            for (index, supply) in supplies.enumerated() {
                 group.addTask {
                     if connectionRate > 0, index > 0 {
                         try? await Task.sleep(for: .seconds(Double(index) / Double(connectionRate)))
@@ -54,10 +61,15 @@ struct LoadEngine: Sendable {
             for await result in group { results.append(result) }
             return results
         }
-        let end = supply.lastCompletion ?? ContinuousClock.now
+        let end = completions.last ?? ContinuousClock.now
         let seconds = (end - measuredFrom).seconds
         let requested: Int? = if case .requests(let count) = amount { count } else { nil }
         return LoadReport(results: results, seconds: max(seconds, 0), requested: requested)
+    }
+
+    /// h2load's split of `-n` among `-c` clients: n / c each, and one more for the first n % c.
+    static func shares(of count: Int, among clients: Int) -> [Int] {
+        (0..<clients).map { count / clients + ($0 < count % clients ? 1 : 0) }
     }
 
     /// One connection: its handshake, then its request loops, then its close.
@@ -140,8 +152,8 @@ struct LoadEngine: Sendable {
                     tally.record(error: "\(error)")
                     supply.completed(at: ContinuousClock.now)
                 }
-                // The connection is gone: this client stops, as h2load's does, and the requests
-                // it would have sent go to the others.
+                // The connection is gone: this client stops, as h2load's does, and the rest of
+                // its share is never sent (the report counts it failed).
                 if let error = error as? HTTP3ClientError, error.endsConnection {
                     stop.withLockedValue { $0 = $0 ?? "\(error)" }
                 }
@@ -151,40 +163,44 @@ struct LoadEngine: Sendable {
     }
 }
 
-/// Hands out request numbers to every loop of every client, so exactly `limit` are sent, or
-/// none after `deadline`; and notes when the last response ended.
+/// Hands out request numbers to the loops of one client, so exactly `limit` are sent, or none
+/// after `deadline`; the numbers pick the URL in turn, as h2load's clients cycle through theirs.
 final class RequestSupply: Sendable {
-    private struct State {
-        var next = 0
-        var lastCompletion: ContinuousClock.Instant?
-    }
-
-    private let state = NIOLockedValueBox(State())
+    private let next = NIOLockedValueBox(0)
     private let limit: Int?
     let deadline: ContinuousClock.Instant?
+    private let completions: CompletionClock
 
-    init(limit: Int?, deadline: ContinuousClock.Instant?) {
+    init(limit: Int?, deadline: ContinuousClock.Instant?, completions: CompletionClock) {
         self.limit = limit
         self.deadline = deadline
+        self.completions = completions
     }
 
     /// The next request's number, or nil when there are no more to send.
     func take() -> Int? {
         if let deadline, ContinuousClock.now >= deadline { return nil }
-        return state.withLockedValue { state in
-            if let limit, state.next >= limit { return nil }
-            defer { state.next += 1 }
-            return state.next
+        return next.withLockedValue { next in
+            if let limit, next >= limit { return nil }
+            defer { next += 1 }
+            return next
         }
     }
 
-    func completed(at instant: ContinuousClock.Instant) {
-        state.withLockedValue { state in
-            if state.lastCompletion.map({ $0 < instant }) ?? true { state.lastCompletion = instant }
+    func completed(at instant: ContinuousClock.Instant) { completions.note(instant) }
+}
+
+/// When the last response of the whole run ended: the end of the measured time.
+final class CompletionClock: Sendable {
+    private let latest = NIOLockedValueBox<ContinuousClock.Instant?>(nil)
+
+    func note(_ instant: ContinuousClock.Instant) {
+        latest.withLockedValue { latest in
+            if latest.map({ $0 < instant }) ?? true { latest = instant }
         }
     }
 
-    var lastCompletion: ContinuousClock.Instant? { state.withLockedValue { $0.lastCompletion } }
+    var last: ContinuousClock.Instant? { latest.withLockedValue { $0 } }
 }
 
 extension HTTP3ClientError {

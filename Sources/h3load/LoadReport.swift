@@ -115,7 +115,7 @@ struct LoadReport: Sendable {
     /// The requests asked for with `-n`; nil for a timed run (`-D`).
     let requested: Int?
     let tally: Tally
-    /// Requests never started because every client had failed (h2load counts them failed and errored).
+    /// Requests never started because their client had failed (h2load counts them failed and errored).
     let abandoned: Int
     let clients: Int
     /// Clients whose handshake completed, including those whose connection failed later.

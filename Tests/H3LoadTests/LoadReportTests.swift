@@ -60,6 +60,16 @@ import Testing
         #expect(report.json.contains("\"status\":{\"2xx\":2,\"3xx\":1,\"4xx\":1,\"5xx\":1}"))
     }
 
+    /// As h2load: `-n` is split evenly among the clients, so `-c N -n N` is one request per
+    /// connection, and each client's supply stops at its share.
+    @Test func requestsAreSplitAmongClientsAsH2loadSplitsThem() {
+        #expect(LoadEngine.shares(of: 10, among: 3) == [4, 3, 3])
+        #expect(LoadEngine.shares(of: 1000, among: 1000) == Array(repeating: 1, count: 1000))
+        #expect(LoadEngine.shares(of: 7, among: 1) == [7])
+        let supply = RequestSupply(limit: 3, deadline: nil, completions: CompletionClock())
+        #expect([supply.take(), supply.take(), supply.take(), supply.take()] == [0, 1, 2, nil])
+    }
+
     @Test func aCleanRunSucceeds() {
         var client = LoadReport.ClientResult(handshake: 0.004, receivedBytes: 2048)
         client.tally.started = 2
