@@ -128,7 +128,9 @@ package final class QUICServerEndpoint {
             if isNew {
                 driver = QUICConnectionDriver(core: connection, socket: socket, eventLoop: socket.loop)
                 if let preferredSocket { driver.addSocket(preferredSocket) }
-                driver.takeEvents = { [weak self] in self?.core.takeEvents(of: $0) ?? $0.takeEvents() }
+                // The endpoint's core, held strongly: it holds cores, not drivers, so no cycle,
+                // and a pass then loads no weak reference (12 per connection).
+                driver.takeEvents = { [core] in core.takeEvents(of: $0) }
                 driver.onFinished = { [weak self] finished in
                     self?.core.remove(finished.core)
                     self?.drivers[ObjectIdentifier(finished.core)] = nil
