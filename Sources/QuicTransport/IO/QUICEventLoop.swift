@@ -383,14 +383,12 @@ protocol QUICEventLoopSource: AnyObject {
 }
 
 /// A scheduled task.
-// @unchecked Sendable: `deadline`, `sequence` and `heapIndex` are read and written only under
-// the loop's lock (`TimerHeap` lives behind it); `body` and `onShutdown` never change.
+// @unchecked Sendable: `heapIndex` is read and written only under the loop's lock (`TimerHeap`
+// lives behind it); `body` and `onShutdown` never change.
 private final class LoopTimer: @unchecked Sendable {
     let body: () -> Void
     /// Fails the task's promise when the loop shuts down first.
     let onShutdown: () -> Void
-    var deadline: UInt64 = 0
-    var sequence: UInt64 = 0
     /// Where the timer sits in the heap; -1 when it is not in it.
     var heapIndex = -1
 
@@ -403,78 +401,86 @@ private final class LoopTimer: @unchecked Sendable {
 /// Timers by deadline, and by the order they were scheduled for equal deadlines. Each timer
 /// knows its place in the heap, so taking one out (a connection's timer re-armed earlier) costs
 /// O(log n) and no search, however many connections the loop holds.
+///
+/// The keys sit in the heap's own entries, so a sift compares contiguous memory instead of
+/// reading a timer object per comparison: with a timer for each of a thousand connections,
+/// those reads were cache misses that made sifting 1% of a server's time under churn. Entries
+/// move into a hole rather than by swaps, so each moved timer's index is written once.
 private struct TimerHeap {
-    private var heap: [LoopTimer] = []
+    private struct Entry {
+        var deadline: UInt64
+        var sequence: UInt64
+        var timer: LoopTimer
+
+        func precedes(_ other: Entry) -> Bool {
+            deadline < other.deadline || (deadline == other.deadline && sequence < other.sequence)
+        }
+    }
+
+    private var heap: [Entry] = []
     private var nextSequence: UInt64 = 0
 
     var nextDeadline: UInt64? { heap.first?.deadline }
 
     mutating func push(_ timer: LoopTimer, deadline: UInt64) {
-        timer.deadline = deadline
-        timer.sequence = nextSequence
+        heap.append(Entry(deadline: deadline, sequence: nextSequence, timer: timer))
         nextSequence += 1
-        timer.heapIndex = heap.count
-        heap.append(timer)
         siftUp(heap.count - 1)
     }
 
     /// Takes `timer` out, if it is still in; it holds its task and the loop until then.
     mutating func remove(_ timer: LoopTimer) {
         let index = timer.heapIndex
-        guard index >= 0, index < heap.count, heap[index] === timer else { return }
+        guard index >= 0, index < heap.count, heap[index].timer === timer else { return }
         timer.heapIndex = -1
         let last = heap.removeLast()
         guard index < heap.count else { return }
         heap[index] = last
-        last.heapIndex = index
         siftDown(index)
-        siftUp(last.heapIndex)
+        siftUp(last.timer.heapIndex)
     }
 
     /// Removes every timer due at `now`, earliest first, passing each to `take`.
     mutating func popDue(before now: UInt64, _ take: (LoopTimer) -> Void) {
         while let first = heap.first, first.deadline <= now {
-            first.heapIndex = -1
+            first.timer.heapIndex = -1
             let last = heap.removeLast()
             if !heap.isEmpty {
                 heap[0] = last
-                last.heapIndex = 0
                 siftDown(0)
             }
-            take(first)
+            take(first.timer)
         }
-    }
-
-    private func precedes(_ a: LoopTimer, _ b: LoopTimer) -> Bool {
-        a.deadline < b.deadline || (a.deadline == b.deadline && a.sequence < b.sequence)
-    }
-
-    private mutating func swapAt(_ i: Int, _ j: Int) {
-        heap.swapAt(i, j)
-        heap[i].heapIndex = i
-        heap[j].heapIndex = j
     }
 
     private mutating func siftUp(_ start: Int) {
-        var child = start
-        while child > 0 {
-            let parent = (child - 1) / 2
-            guard precedes(heap[child], heap[parent]) else { return }
-            swapAt(child, parent)
-            child = parent
+        let entry = heap[start]
+        var hole = start
+        while hole > 0 {
+            let parent = (hole - 1) / 2
+            guard entry.precedes(heap[parent]) else { break }
+            heap[hole] = heap[parent]
+            heap[hole].timer.heapIndex = hole
+            hole = parent
         }
+        heap[hole] = entry
+        entry.timer.heapIndex = hole
     }
 
     private mutating func siftDown(_ start: Int) {
-        var parent = start
+        let entry = heap[start]
+        var hole = start
         while true {
-            let left = 2 * parent + 1
-            guard left < heap.count else { return }
+            let left = 2 * hole + 1
+            guard left < heap.count else { break }
             var smallest = left
-            if left + 1 < heap.count, precedes(heap[left + 1], heap[left]) { smallest = left + 1 }
-            guard precedes(heap[smallest], heap[parent]) else { return }
-            swapAt(smallest, parent)
-            parent = smallest
+            if left + 1 < heap.count, heap[left + 1].precedes(heap[left]) { smallest = left + 1 }
+            guard heap[smallest].precedes(entry) else { break }
+            heap[hole] = heap[smallest]
+            heap[hole].timer.heapIndex = hole
+            hole = smallest
         }
+        heap[hole] = entry
+        entry.timer.heapIndex = hole
     }
 }
