@@ -371,7 +371,9 @@ class Bench:
                      "h3load", "gtlsclient"))
 
     def rest_rows(self, ours: Server, theirs: Server) -> None:
-        time.sleep(5)
+        # At rest: h3serve gives freed memory back once connections have stopped coming and going
+        # for 5 s, and the last ones end a closing or draining period after the load.
+        time.sleep(12)
         self.add(Row("memory", "anon RSS at rest after all of the above", "MiB", ours.rss_kib("RssAnon") / 1024,
                      theirs.rss_kib("RssAnon") / 1024, "h3serve", "gtlsserver"))
         self.add(Row("memory", "RSS at rest (with shared code and mapped files)", "MiB", ours.rss_kib() / 1024,
