@@ -280,11 +280,6 @@ public struct HTTP3ConnectionStatistics: Sendable {
     public let transfer: QUICDataTransferReport
 }
 
-extension HTTPField.Name {
-    /// `priority` (RFC 9218 §5).
-    public static var priority: HTTPField.Name { HTTPField.Name("priority")! }
-}
-
 /// The response body as byte chunks, in order; ends at the peer's FIN (RFC 9114 §4.1).
 public struct HTTP3ResponseBody: AsyncSequence, Sendable {
     public typealias Element = [UInt8]

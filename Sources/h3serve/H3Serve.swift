@@ -165,7 +165,7 @@ struct H3Serve: AsyncParsableCommand {
             guard let started else { return response }
             let elapsed = (ContinuousClock.now - started).components
             let microseconds = elapsed.seconds * 1_000_000 + elapsed.attoseconds / 1_000_000_000_000
-            let priority = request.headerField(HTTPField.Name("priority")!) ?? "-"
+            let priority = request.headerField(.priority) ?? "-"
             // File and streamed bodies are counted by their content-length.
             let inMemory = response.bodyStream == nil && response.file == nil
             let bytes = inMemory ? String(response.body.count) : response.head.headerFields[.contentLength] ?? "?"

@@ -99,12 +99,12 @@ package final class QUICConnectionCore {
         return isHandshakeCompleted || (earlyDataAttempted && ngtcp2_conn_get_early_data_rejected(conn) == 0)
     }
     var localKeyUpdateRequested = false
-    /// The owner's count of cores in memory; this core is in it until `deinit`.
+    /// The owner's count of cores in memory; this core is in it until `deinit`. Set once, right
+    /// after creation, while the core still holds its C state.
     package var liveConnections: QUICLiveConnections? {
         didSet {
-            oldValue?.coreFreed(holdingConnectionState: conn != nil)
+            precondition(oldValue == nil && conn != nil, "liveConnections is set once, right after creation")
             liveConnections?.coreCreated()
-            if conn == nil { liveConnections?.coreReleasedConnectionState() }
         }
     }
 
@@ -308,12 +308,22 @@ package final class QUICConnectionCore {
     }
 
     deinit {
-        // ngtcp2 writes its last qlog record from inside ngtcp2_conn_del, so the writer must still exist.
-        let heldConnectionState = conn != nil
-        if let conn { ngtcp2_conn_del(conn) }
+        deleteConnectionState()
         qlog?.close()
         connectionRef.deallocate()
-        liveConnections?.coreFreed(holdingConnectionState: heldConnectionState)
+        liveConnections?.coreFreed()
+    }
+
+    /// Deletes ngtcp2's connection and then the TLS session it uses, and ends the qlog trace;
+    /// nothing when they are gone already. ngtcp2 writes its last qlog record from inside
+    /// ngtcp2_conn_del, so the writer is closed after it.
+    private func deleteConnectionState() {
+        guard let conn else { return }
+        ngtcp2_conn_del(conn)
+        self.conn = nil
+        tlsSession = nil
+        qlog?.close()
+        liveConnections?.coreReleasedConnectionState()
     }
 
     private func makeSettings(now: UInt64, qlogID: QUICConnectionID) -> ngtcp2_settings {
@@ -848,7 +858,7 @@ package final class QUICConnectionCore {
     /// metadata) come from a copy taken here, and streams keep what they received. The owner
     /// calls this after handing out the `.closed` event; calling it again does nothing.
     package func releaseConnectionState() {
-        guard isOver, let conn else { return }
+        guard isOver, conn != nil else { return }
         lastFigures = QUICConnectionLastFigures(
             isHandshakeCompleted: isHandshakeCompleted,
             negotiatedVersion: negotiatedVersion,
@@ -860,12 +870,7 @@ package final class QUICConnectionCore {
         )
         applicationCodec = nil
         makeApplicationCodec = nil
-        // ngtcp2 writes its last qlog record from inside ngtcp2_conn_del; the trace ends with it.
-        ngtcp2_conn_del(conn)
-        self.conn = nil
-        tlsSession = nil
-        qlog?.close()
-        liveConnections?.coreReleasedConnectionState()
+        deleteConnectionState()
     }
 
     private func finish(_ reason: QUICCloseReason) {

@@ -26,10 +26,8 @@ package final class QUICLiveConnections: Sendable {
         holding.add(1, ordering: .relaxed)
     }
 
+    /// Once per core: when it releases its C state, or in its `deinit` if it never did.
     func coreReleasedConnectionState() { holding.subtract(1, ordering: .relaxed) }
 
-    func coreFreed(holdingConnectionState: Bool) {
-        live.subtract(1, ordering: .relaxed)
-        if holdingConnectionState { holding.subtract(1, ordering: .relaxed) }
-    }
+    func coreFreed() { live.subtract(1, ordering: .relaxed) }
 }

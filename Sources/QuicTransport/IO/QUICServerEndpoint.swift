@@ -146,10 +146,11 @@ package final class QUICServerEndpoint {
                 // and a pass then loads no weak reference (12 per connection).
                 driver.takeEvents = { [core] in core.takeEvents(of: $0) }
                 driver.onFinished = { [weak self] finished in
-                    self?.core.remove(finished.core)
-                    self?.drivers[ObjectIdentifier(finished.core)] = nil
-                    self?.lastConnectionChange = NIODeadline.now()
-                    self?.scheduleMemoryTrim()
+                    guard let self else { return }
+                    core.remove(finished.core)
+                    drivers[ObjectIdentifier(finished.core)] = nil
+                    lastConnectionChange = NIODeadline.now()
+                    scheduleMemoryTrim()
                 }
                 drivers[ObjectIdentifier(connection)] = driver
                 connectionsAccepted += 1
