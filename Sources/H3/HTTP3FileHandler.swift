@@ -43,29 +43,31 @@ public struct HTTP3FileHandler: Sendable {
             return HTTP3ServerResponse(status: .notFound, headerFields: additionalFields, body: Array("not found\n".utf8))
         }
         let size = file.reader.size
-        var status = HTTPResponse.Status.ok
-        var range = 0..<size
-        // The whole file's fields were made when it was opened and are shared by every request
-        // for it: most requests build no field at all.
-        var fields = file.wholeFileFields
+        var partial: (range: Range<Int>, fields: HTTPFields)?
         if let rangeText = request.headerField(.range) {
             switch Self.byteRange(rangeText, length: size) {
             case .satisfiable(let requested):
-                status = .partialContent
-                fields = file.fields(contentRange: "bytes \(requested.lowerBound)-\(requested.upperBound - 1)/\(size)", length: requested.count)
-                range = requested
+                let contentRange = "bytes \(requested.lowerBound)-\(requested.upperBound - 1)/\(size)"
+                partial = (requested, file.fields(contentRange: contentRange, length: requested.count))
             case .unsatisfiable:
-                fields = file.fields(contentRange: "bytes */\(size)", length: nil)
+                let fields = file.fields(contentRange: "bytes */\(size)", length: nil)
                 return HTTP3ServerResponse(status: .rangeNotSatisfiable, headerFields: fields)
             case .ignored:
                 break
             }
         }
-        var response = HTTP3ServerResponse(status: status, headerFields: fields)
-        if status == .ok { response.encodedHead = file.wholeFileHead }
+        // The whole file's head was made and encoded when it was opened, and is shared by every
+        // request for it: most requests build no field at all.
+        var response: HTTP3ServerResponse
+        if let partial {
+            response = HTTP3ServerResponse(status: .partialContent, headerFields: partial.fields)
+        } else {
+            response = HTTP3ServerResponse(head: file.wholeFileResponse)
+            response.encodedHead = file.wholeFileHead
+        }
         guard method == .get else { return response }
         // Read by the connection as the client takes it, straight into the memory it sends from.
-        response.file = HTTP3FileRegion(reader: file.reader, range: range)
+        response.file = HTTP3FileRegion(reader: file.reader, range: partial?.range ?? 0..<size)
         return response
     }
 
@@ -304,12 +306,13 @@ final class HTTP3ServedFile: Sendable {
     let reader: HTTP3FileReader
     /// `content-type`, from the name the file was opened under.
     let contentType: HTTPField
-    /// `content-type`, `accept-ranges` and `content-length` for the whole file (RFC 9110 §8.3,
-    /// §14.3, §8.6), then the handler's additional fields.
-    let wholeFileFields: HTTPFields
     /// The fields every response carries (`alt-svc`, for one).
     let additionalFields: HTTPFields
-    /// The whole file's response head (200 and `wholeFileFields`), encoded once for HTTP/3.
+    /// The whole file's response head, made once and shared: 200 with `content-type`,
+    /// `accept-ranges` and `content-length` (RFC 9110 §8.3, §14.3, §8.6), then the handler's
+    /// additional fields.
+    let wholeFileResponse: HTTPResponse
+    /// `wholeFileResponse` encoded once for HTTP/3.
     let wholeFileHead: HTTP3FieldArray
 
     init(reader: HTTP3FileReader, contentType: String, additionalFields: HTTPFields = [:]) {
@@ -322,8 +325,8 @@ final class HTTP3ServedFile: Sendable {
         fields.append(Self.acceptRanges)
         fields.append(HTTPField(name: .contentLength, value: String(reader.size)))
         fields.append(contentsOf: additionalFields)
-        wholeFileFields = fields
-        wholeFileHead = HTTP3FieldArray(HTTP3ResponseFieldSection(HTTPResponse(status: .ok, headerFields: fields)))
+        wholeFileResponse = HTTPResponse(status: .ok, headerFields: fields)
+        wholeFileHead = HTTP3FieldArray(HTTP3ResponseFieldSection(wholeFileResponse))
     }
 
     private static let acceptRanges = HTTPField(name: .acceptRanges, value: "bytes")

@@ -303,15 +303,24 @@ public struct HTTP3RequestBody: AsyncSequence, Sendable {
     public typealias Element = [UInt8]
 
     /// Nil for a request that ended with its head (a GET, say): nothing to stream, nothing to
-    /// allocate for it.
-    let stream: AsyncThrowingStream<[UInt8], any Error>?
-    let consumed: @Sendable (Int) -> Void
-    private let trailerBox: NIOLockedValueBox<HTTPFields?>?
+    /// allocate for it, and nothing to count when the request is copied.
+    private let storage: Storage?
+
+    /// A streamed body's parts, behind one reference.
+    private final class Storage: Sendable {
+        let stream: AsyncThrowingStream<[UInt8], any Error>
+        let trailers: NIOLockedValueBox<HTTPFields?>
+        let consumed: @Sendable (Int) -> Void
+
+        init(stream: AsyncThrowingStream<[UInt8], any Error>, trailers: NIOLockedValueBox<HTTPFields?>, consumed: @escaping @Sendable (Int) -> Void) {
+            self.stream = stream
+            self.trailers = trailers
+            self.consumed = consumed
+        }
+    }
 
     init(stream: AsyncThrowingStream<[UInt8], any Error>, trailers: NIOLockedValueBox<HTTPFields?>, consumed: @escaping @Sendable (Int) -> Void) {
-        self.stream = stream
-        self.trailerBox = trailers
-        self.consumed = consumed
+        storage = Storage(stream: stream, trailers: trailers, consumed: consumed)
     }
 
     init(complete bytes: [UInt8], trailers: HTTPFields?) {
@@ -326,15 +335,16 @@ public struct HTTP3RequestBody: AsyncSequence, Sendable {
     }
 
     private init() {
-        stream = nil
-        trailerBox = nil
-        consumed = { _ in }
+        storage = nil
     }
 
     /// No body and no trailers.
     static let empty = HTTP3RequestBody()
 
-    public func makeAsyncIterator() -> Iterator { Iterator(base: stream?.makeAsyncIterator(), consumed: consumed) }
+    public func makeAsyncIterator() -> Iterator {
+        guard let storage else { return Iterator(base: nil, consumed: { _ in }) }
+        return Iterator(base: storage.stream.makeAsyncIterator(), consumed: storage.consumed)
+    }
 
     /// Hands out the body's chunks in order, crediting QUIC flow control for each one taken.
     public struct Iterator: AsyncIteratorProtocol {
@@ -356,7 +366,7 @@ public struct HTTP3RequestBody: AsyncSequence, Sendable {
     }
 
     /// Trailer fields the client sent after the body; known once the body has ended.
-    public var trailers: HTTPFields? { trailerBox?.withLockedValue { $0 } }
+    public var trailers: HTTPFields? { storage?.trailers.withLockedValue { $0 } }
 }
 
 /// A handler's answer: the head, then the body as bytes, a stream of pieces, or a file region,
