@@ -560,18 +560,18 @@ final class HTTP3Exchange: Sendable {
         if let (waiter, ready) = wake { waiter.resume(with: ready) }
     }
 
-    func receive(fields: [(name: String, value: String)], isTrailers: Bool) {
+    func receive(fields: HTTP3ReceivedFields, isTrailers: Bool) {
         if isTrailers {
-            state.withLockedValue { $0.trailers = HTTPFields(pairs: fields) }
+            state.withLockedValue { $0.trailers = HTTPFields(fields) }
             return
         }
-        guard let statusText = fields.first(where: { $0.name == ":status" })?.value, let code = Int(statusText) else {
+        guard let status = fields.firstPseudoHeader(named: ":status"), let code = Int(fields.value(of: status)) else {
             fail(.protocolError("response without a valid :status"))
             return
         }
         if (100..<200).contains(code) { return }  // Interim responses (RFC 9114 §4.1) carry no body.
         var response = HTTPResponse(status: .init(code: code))
-        response.headerFields = HTTPFields(pairs: fields)
+        response.headerFields = HTTPFields(fields)
         resolveHead(.success(response))
     }
 

@@ -35,8 +35,8 @@ package final class HTTP3Codec: QUICApplicationCodec {
     /// The field section being decoded, kept out of a dictionary because nghttp3 usually
     /// decodes a section whole. A HEADERS frame split across packets pauses its section; one
     /// paused while another stream's starts waits in `pausedFieldSections`.
-    @exclusivity(unchecked) private var fieldSection: (streamID: Int64, fields: [(name: String, value: String)]) = (-1, [])
-    @exclusivity(unchecked) private var pausedFieldSections: [Int64: [(name: String, value: String)]] = [:]
+    @exclusivity(unchecked) private var fieldSection: (streamID: Int64, fields: HTTP3ReceivedFields) = (-1, HTTP3ReceivedFields())
+    @exclusivity(unchecked) private var pausedFieldSections: [Int64: HTTP3ReceivedFields] = [:]
     // qlog (only while the connection writes a trace): frame boundaries in each direction,
     // the field sections we submitted (logged when their HEADERS frame goes out), and the
     // vectors last offered to ngtcp2 (scanned for what it accepted).
@@ -58,8 +58,6 @@ package final class HTTP3Codec: QUICApplicationCodec {
     /// field line over 64 KiB is another matter: nghttp3's QPACK decoder cannot go on after it,
     /// so that closes the connection.
     package static let maximumFieldSectionSize = 64 << 10
-    /// The size of the field section being decoded so far, as `maximumFieldSectionSize` counts it.
-    @exclusivity(unchecked) private var fieldSectionBytes = 0
     /// Request streams whose header section was too large, answered 431 once nghttp3's read
     /// call has returned.
     @exclusivity(unchecked) private var oversizedRequests: [Int64] = []
@@ -351,7 +349,7 @@ package final class HTTP3Codec: QUICApplicationCodec {
         }
         // nghttp3's stream_close callback has dropped the body, if there was one.
         if !awaitingRequestHeads.isEmpty { stopAwaitingRequestHead(streamID) }
-        if fieldSection.streamID == streamID { fieldSection = (-1, []) }
+        if fieldSection.streamID == streamID { fieldSection = (-1, HTTP3ReceivedFields()) }
         // Empty unless a section paused or a trace is written: skip the hashing then.
         if !pausedFieldSections.isEmpty { pausedFieldSections[streamID] = nil }
         if !outgoingFrames.isEmpty { outgoingFrames[streamID] = nil }
@@ -487,11 +485,13 @@ package final class HTTP3Codec: QUICApplicationCodec {
         callbacks.recv_header = { _, streamID, token, name, value, _, userData, _ in
             HTTP3Codec.withCodec(userData) { codec in
                 if codec.fieldSection.streamID != streamID { codec.resumeFieldSection(streamID: streamID) }
-                codec.fieldSectionBytes += nghttp3_rcbuf_get_buf(name).len + nghttp3_rcbuf_get_buf(value).len + 32
-                // Past the limit the fields are dropped, so an endless section costs no memory.
-                if codec.role == .client || codec.fieldSectionBytes <= HTTP3Codec.maximumFieldSectionSize {
-                    codec.fieldSection.fields.append((fieldName(name, token: token), string(value)))
-                }
+                let name = nghttp3_rcbuf_get_buf(name), value = nghttp3_rcbuf_get_buf(value)
+                codec.fieldSection.fields.append(
+                    name: UnsafeBufferPointer(start: name.base, count: name.len),
+                    value: UnsafeBufferPointer(start: value.base, count: value.len),
+                    token: token,
+                    keepingWithin: codec.role == .server ? HTTP3Codec.maximumFieldSectionSize : .max
+                )
                 return 0
             }
         }
@@ -556,41 +556,37 @@ package final class HTTP3Codec: QUICApplicationCodec {
 
     private func beginFieldSection(streamID: Int64) {
         pauseFieldSection()
-        var fields: [(name: String, value: String)] = []
-        fields.reserveCapacity(8)
-        fieldSection = (streamID, fields)
-        fieldSectionBytes = 0
+        fieldSection = (streamID, HTTP3ReceivedFields())
     }
 
     /// Fields for a stream other than the current one: the current section pauses, and the
     /// stream's own paused section (if any) becomes current.
     private func resumeFieldSection(streamID: Int64) {
         pauseFieldSection()
-        fieldSection = (streamID, pausedFieldSections.removeValue(forKey: streamID) ?? [])
-        fieldSectionBytes = fieldSection.fields.reduce(0) { $0 + $1.name.utf8.count + $1.value.utf8.count + 32 }
+        fieldSection = (streamID, pausedFieldSections.removeValue(forKey: streamID) ?? HTTP3ReceivedFields())
     }
 
     private func pauseFieldSection() {
         guard fieldSection.streamID >= 0 else { return }
         pausedFieldSections[fieldSection.streamID] = fieldSection.fields
-        fieldSection = (-1, [])
+        fieldSection = (-1, HTTP3ReceivedFields())
     }
 
     /// A decoded HEADERS frame (headers or trailers) is complete: log it and report it.
     private func fieldSectionEnded(streamID: Int64, isTrailers: Bool) {
-        let fields: [(name: String, value: String)]
+        let fields: HTTP3ReceivedFields
         if fieldSection.streamID == streamID {
             fields = fieldSection.fields
-            fieldSection = (-1, [])
-            if role == .server, fieldSectionBytes > Self.maximumFieldSectionSize {
+            fieldSection = (-1, HTTP3ReceivedFields())
+            if role == .server, fields.size > Self.maximumFieldSectionSize {
                 oversizedRequests.append(streamID)
                 return
             }
         } else {
-            fields = pausedFieldSections.removeValue(forKey: streamID) ?? []
+            fields = pausedFieldSections.removeValue(forKey: streamID) ?? HTTP3ReceivedFields()
         }
         if !awaitingRequestHeads.isEmpty { stopAwaitingRequestHead(streamID) }
-        core?.appendQLogEvent(name: "http:frame_parsed", data: HTTP3QLog.headers(streamID: streamID, length: nil, fields: fields))
+        core?.appendQLogEvent(name: "http:frame_parsed", data: HTTP3QLog.headers(streamID: streamID, length: nil, fields: fields.pairs))
         append(.headers(streamID: streamID, fields: fields, isTrailers: isTrailers), streamID: streamID)
     }
 
@@ -637,87 +633,10 @@ package final class HTTP3Codec: QUICApplicationCodec {
     }
 }
 
-private func string(_ buffer: OpaquePointer?) -> String {
-    let vec = nghttp3_rcbuf_get_buf(buffer)
-    return String(decoding: UnsafeBufferPointer(start: vec.base, count: vec.len), as: UTF8.self)
-}
-
-/// A field name: a string constant when nghttp3's QPACK decoder recognised it (its token),
-/// decoded from the bytes otherwise. Most fields of a request or a response have well-known
-/// names, and a constant costs neither a UTF-8 check nor an allocation.
-private func fieldName(_ buffer: OpaquePointer?, token: Int32) -> String {
-    if token >= 0, token < QPACKToken.names.count, let name = QPACKToken.names[Int(token)] { return name }
-    return string(buffer)
-}
-
-/// The field names nghttp3 gives a token to (`nghttp3_qpack_token`, public in its header),
-/// indexed by token. `host` (token 1000) is left out: HTTP/3 requests carry `:authority`.
-private enum QPACKToken {
-    static let names: [String?] = {
-        let known: [(nghttp3_qpack_token, String)] = [
-            (NGHTTP3_QPACK_TOKEN__AUTHORITY, ":authority"),
-            (NGHTTP3_QPACK_TOKEN__METHOD, ":method"),
-            (NGHTTP3_QPACK_TOKEN__PATH, ":path"),
-            (NGHTTP3_QPACK_TOKEN__SCHEME, ":scheme"),
-            (NGHTTP3_QPACK_TOKEN__STATUS, ":status"),
-            (NGHTTP3_QPACK_TOKEN_ACCEPT, "accept"),
-            (NGHTTP3_QPACK_TOKEN_ACCEPT_ENCODING, "accept-encoding"),
-            (NGHTTP3_QPACK_TOKEN_ACCEPT_LANGUAGE, "accept-language"),
-            (NGHTTP3_QPACK_TOKEN_ACCEPT_RANGES, "accept-ranges"),
-            (NGHTTP3_QPACK_TOKEN_ACCESS_CONTROL_ALLOW_CREDENTIALS, "access-control-allow-credentials"),
-            (NGHTTP3_QPACK_TOKEN_ACCESS_CONTROL_ALLOW_HEADERS, "access-control-allow-headers"),
-            (NGHTTP3_QPACK_TOKEN_ACCESS_CONTROL_ALLOW_METHODS, "access-control-allow-methods"),
-            (NGHTTP3_QPACK_TOKEN_ACCESS_CONTROL_ALLOW_ORIGIN, "access-control-allow-origin"),
-            (NGHTTP3_QPACK_TOKEN_ACCESS_CONTROL_EXPOSE_HEADERS, "access-control-expose-headers"),
-            (NGHTTP3_QPACK_TOKEN_ACCESS_CONTROL_REQUEST_HEADERS, "access-control-request-headers"),
-            (NGHTTP3_QPACK_TOKEN_ACCESS_CONTROL_REQUEST_METHOD, "access-control-request-method"),
-            (NGHTTP3_QPACK_TOKEN_AGE, "age"),
-            (NGHTTP3_QPACK_TOKEN_ALT_SVC, "alt-svc"),
-            (NGHTTP3_QPACK_TOKEN_AUTHORIZATION, "authorization"),
-            (NGHTTP3_QPACK_TOKEN_CACHE_CONTROL, "cache-control"),
-            (NGHTTP3_QPACK_TOKEN_CONTENT_DISPOSITION, "content-disposition"),
-            (NGHTTP3_QPACK_TOKEN_CONTENT_ENCODING, "content-encoding"),
-            (NGHTTP3_QPACK_TOKEN_CONTENT_LENGTH, "content-length"),
-            (NGHTTP3_QPACK_TOKEN_CONTENT_SECURITY_POLICY, "content-security-policy"),
-            (NGHTTP3_QPACK_TOKEN_CONTENT_TYPE, "content-type"),
-            (NGHTTP3_QPACK_TOKEN_COOKIE, "cookie"),
-            (NGHTTP3_QPACK_TOKEN_DATE, "date"),
-            (NGHTTP3_QPACK_TOKEN_EARLY_DATA, "early-data"),
-            (NGHTTP3_QPACK_TOKEN_ETAG, "etag"),
-            (NGHTTP3_QPACK_TOKEN_EXPECT_CT, "expect-ct"),
-            (NGHTTP3_QPACK_TOKEN_FORWARDED, "forwarded"),
-            (NGHTTP3_QPACK_TOKEN_IF_MODIFIED_SINCE, "if-modified-since"),
-            (NGHTTP3_QPACK_TOKEN_IF_NONE_MATCH, "if-none-match"),
-            (NGHTTP3_QPACK_TOKEN_IF_RANGE, "if-range"),
-            (NGHTTP3_QPACK_TOKEN_LAST_MODIFIED, "last-modified"),
-            (NGHTTP3_QPACK_TOKEN_LINK, "link"),
-            (NGHTTP3_QPACK_TOKEN_LOCATION, "location"),
-            (NGHTTP3_QPACK_TOKEN_ORIGIN, "origin"),
-            (NGHTTP3_QPACK_TOKEN_PURPOSE, "purpose"),
-            (NGHTTP3_QPACK_TOKEN_RANGE, "range"),
-            (NGHTTP3_QPACK_TOKEN_REFERER, "referer"),
-            (NGHTTP3_QPACK_TOKEN_SERVER, "server"),
-            (NGHTTP3_QPACK_TOKEN_SET_COOKIE, "set-cookie"),
-            (NGHTTP3_QPACK_TOKEN_STRICT_TRANSPORT_SECURITY, "strict-transport-security"),
-            (NGHTTP3_QPACK_TOKEN_TIMING_ALLOW_ORIGIN, "timing-allow-origin"),
-            (NGHTTP3_QPACK_TOKEN_UPGRADE_INSECURE_REQUESTS, "upgrade-insecure-requests"),
-            (NGHTTP3_QPACK_TOKEN_USER_AGENT, "user-agent"),
-            (NGHTTP3_QPACK_TOKEN_VARY, "vary"),
-            (NGHTTP3_QPACK_TOKEN_X_CONTENT_TYPE_OPTIONS, "x-content-type-options"),
-            (NGHTTP3_QPACK_TOKEN_X_FORWARDED_FOR, "x-forwarded-for"),
-            (NGHTTP3_QPACK_TOKEN_X_FRAME_OPTIONS, "x-frame-options"),
-            (NGHTTP3_QPACK_TOKEN_X_XSS_PROTECTION, "x-xss-protection"),
-        ]
-        var names = [String?](repeating: nil, count: Int(known.map { $0.0.rawValue }.max()!) + 1)
-        for (token, name) in known { names[Int(token.rawValue)] = name }
-        return names
-    }()
-}
-
 /// What the HTTP/3 codec parsed, in order.
 package enum HTTP3Event: Sendable {
     /// A complete field section: request or response headers, or trailers (RFC 9114 §4.1).
-    case headers(streamID: Int64, fields: [(name: String, value: String)], isTrailers: Bool)
+    case headers(streamID: Int64, fields: HTTP3ReceivedFields, isTrailers: Bool)
     /// Body bytes from DATA frames.
     case data(streamID: Int64, bytes: [UInt8])
     /// The peer finished the message.

@@ -1,3 +1,4 @@
+import Glibc
 import HTTPTypes
 import Synchronization
 
@@ -14,7 +15,7 @@ import Synchronization
 final class HTTP3RequestHeadSource: Sendable {
     /// The field section in wire order (RFC 9114 §4.3: the pseudo-header fields first); empty
     /// when the head was built by the caller.
-    private let fields: [(name: String, value: String)]
+    private let fields: HTTP3ReceivedFields
     /// The head the caller built, if it did.
     private let built: HTTPRequest?
     private let lazyHead = Mutex<HTTPRequest?>(nil)
@@ -24,30 +25,30 @@ final class HTTP3RequestHeadSource: Sendable {
     let path: String?
 
     init(_ head: HTTPRequest) {
-        fields = []
+        fields = HTTP3ReceivedFields()
         built = head
         method = head.method
         path = head.path
     }
 
     /// Nil when the section has no valid `:method` (RFC 9114 §4.3.1): a malformed request.
-    init?(fields: [(name: String, value: String)]) {
-        var methodText: String?
-        var path: String?
-        // The pseudo-header fields come first (§4.3), and the first of a repeated one counts.
-        for field in fields {
-            guard field.name.utf8.first == UInt8(ascii: ":") else { break }
-            switch field.name {
-            case ":method" where methodText == nil: methodText = field.value
-            case ":path" where path == nil: path = field.value
-            default: break
-            }
-        }
-        guard let methodText, let method = HTTPRequest.Method(methodText) else { return nil }
+    init?(fields: HTTP3ReceivedFields) {
+        guard let methodLine = fields.firstPseudoHeader(named: ":method"),
+              let method = fields.withValueBytes(of: methodLine, Self.method(from:))
+        else { return nil }
         self.fields = fields
         self.built = nil
         self.method = method
-        self.path = path
+        self.path = fields.firstPseudoHeader(named: ":path").map(fields.value(of:))
+    }
+
+    /// The method a `:method` value names: the common ones without making a string, the
+    /// others as `HTTPRequest.Method` checks them (a token, RFC 9110 §9.1).
+    private static func method(from bytes: UnsafeBufferPointer<UInt8>) -> HTTPRequest.Method? {
+        if bytes.equals("GET") { return .get }
+        if bytes.equals("HEAD") { return .head }
+        if bytes.equals("POST") { return .post }
+        return HTTPRequest.Method(String(decoding: bytes, as: UTF8.self))
     }
 
     /// The whole head, built from the section on first use and kept.
@@ -66,8 +67,8 @@ final class HTTP3RequestHeadSource: Sendable {
     subscript(name: HTTPField.Name) -> String? {
         if let built { return built.headerFields[name] }
         var matching = HTTPFields()
-        for field in fields where field.name == name.canonicalName {
-            matching.append(HTTPField(name: name, value: field.value))
+        for line in fields.lines(named: name.canonicalName) {
+            matching.append(HTTPField(name: name, value: fields.value(of: line)))
         }
         return matching.isEmpty ? nil : matching[name]
     }
@@ -76,21 +77,19 @@ final class HTTP3RequestHeadSource: Sendable {
     /// the regular fields go straight into the head, and the first of a repeated
     /// pseudo-header field counts.
     private func makeRequest() -> HTTPRequest {
-        var scheme: String?
-        var authority: String?
-        var headerFields = HTTPFields()
-        headerFields.reserveCapacity(fields.count)
-        for (name, value) in fields {
-            guard name.utf8.first == UInt8(ascii: ":") else {
-                if let fieldName = HTTPField.Name(name) { headerFields.append(HTTPField(name: fieldName, value: value)) }
-                continue
-            }
-            switch name {
-            case ":scheme" where scheme == nil: scheme = value
-            case ":authority" where authority == nil: authority = value
-            default: break
-            }
-        }
-        return HTTPRequest(method: method, scheme: scheme, authority: authority, path: path, headerFields: headerFields)
+        HTTPRequest(
+            method: method,
+            scheme: fields.firstPseudoHeader(named: ":scheme").map(fields.value(of:)),
+            authority: fields.firstPseudoHeader(named: ":authority").map(fields.value(of:)),
+            path: path,
+            headerFields: HTTPFields(fields)
+        )
+    }
+}
+
+extension UnsafeBufferPointer<UInt8> {
+    /// Whether these bytes are exactly `text`'s.
+    fileprivate func equals(_ text: StaticString) -> Bool {
+        count == text.utf8CodeUnitCount && (count == 0 || memcmp(baseAddress!, text.utf8Start, count) == 0)
     }
 }

@@ -560,7 +560,7 @@ final class HTTP3ServerConnection: @unchecked Sendable {
                 }
                 start(streamID: streamID, fields: fields, hasBody: !endsHere)
             case .headers(let streamID, let fields, true):
-                incoming[streamID]?.trailers.withLockedValue { $0 = HTTPFields(pairs: fields) }
+                incoming[streamID]?.trailers.withLockedValue { $0 = HTTPFields(fields) }
             case .data(let streamID, let bytes):
                 incoming[streamID]?.body.yield(bytes)
             case .end(let streamID) where streamID == skipsEndOf:
@@ -587,7 +587,7 @@ final class HTTP3ServerConnection: @unchecked Sendable {
     }
 
     /// Calls the handler as soon as the request head is in; the body follows as it arrives.
-    private func start(streamID: Int64, fields: [(name: String, value: String)], hasBody: Bool) {
+    private func start(streamID: Int64, fields: HTTP3ReceivedFields, hasBody: Bool) {
         guard let source = HTTP3RequestHeadSource(fields: fields) else {
             respond(streamID: streamID, HTTP3ServerResponse(status: .badRequest, body: Array("malformed request\n".utf8)))
             return

@@ -27,19 +27,33 @@ extension HTTPFields {
     }
 }
 
+extension HTTPFields {
+    /// The regular fields of a received section, in order: the pseudo-header fields belong to
+    /// the head (RFC 9114 §4.3), and names that are not valid field names are dropped.
+    init(_ received: HTTP3ReceivedFields) {
+        self.init()
+        reserveCapacity(received.count)
+        for line in received.lines where !received.isPseudoHeader(line) {
+            if let name = HTTPField.Name(received.name(of: line)) { append(HTTPField(name: name, value: received.value(of: line))) }
+        }
+    }
+}
+
 /// A response's field section as HTTP/3 sends it (RFC 9114 §4.3.2): `:status` first, then the
 /// fields as lower-case name and value pairs, read in place rather than copied into an array.
 struct HTTP3ResponseFieldSection: RandomAccessCollection, HTTP3FieldArraySource {
-    let status: String
-    let fields: HTTPFields
+    /// The head, read in place: its status code is parsed from its text only when the section
+    /// is read field by field, which a response that carries `encoded` skips.
+    let response: HTTPResponse
     /// The same section already encoded, when the response carries it (`HTTP3ServerResponse.encodedHead`).
     let encoded: HTTP3FieldArray?
 
     init(_ response: HTTPResponse, encoded: HTTP3FieldArray? = nil) {
-        status = Self.statusText(response.status.code)
-        fields = response.headerFields
+        self.response = response
         self.encoded = encoded
     }
+
+    var fields: HTTPFields { response.headerFields }
 
     func withFieldArray<R>(_ body: (UnsafePointer<nghttp3_nv>, Int) -> R) -> R {
         if let encoded { return encoded.withFieldArray(body) }
@@ -50,7 +64,7 @@ struct HTTP3ResponseFieldSection: RandomAccessCollection, HTTP3FieldArraySource 
     var endIndex: Int { fields.count + 1 }
 
     subscript(position: Int) -> (name: String, value: String) {
-        guard position > 0 else { return (":status", status) }
+        guard position > 0 else { return (":status", Self.statusText(response.status.code)) }
         let field = fields[fields.index(fields.startIndex, offsetBy: position - 1)]
         return (field.name.canonicalName, field.value)
     }

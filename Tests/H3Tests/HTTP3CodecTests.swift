@@ -31,7 +31,7 @@ struct HTTP3CodecTests {
             guard let server = box.codec else { return }
             for event in server.takeEvents() {
                 if case .headers(let stream, let fields, false) = event {
-                    let path = fields.first { $0.name == ":path" }?.value ?? "/"
+                    let path = fields.pairs.first { $0.name == ":path" }?.value ?? "/"
                     let payload = body(path)
                     try? server.submitResponse(
                         streamID: stream,
@@ -66,7 +66,7 @@ struct HTTP3CodecTests {
         try pair.run(until: {
             for event in client.takeEvents() {
                 switch event {
-                case .headers(stream, let fields, false): status = fields.first { $0.name == ":status" }?.value
+                case .headers(stream, let fields, false): status = fields.pairs.first { $0.name == ":status" }?.value
                 case .data(stream, let bytes): body += bytes
                 case .end(stream): ended = true
                 default: break
@@ -137,7 +137,7 @@ struct HTTP3CodecTests {
         var requests: [(stream: Int64, fields: [(name: String, value: String)])] = []
         let pair = try InMemoryPair(clientConfiguration: Self.configuration(), serverConfiguration: Self.configuration(), seed: 3) { box.make() }
         pair.afterStep = {
-            for case .headers(let stream, let fields, false) in box.codec?.takeEvents() ?? [] { requests.append((stream, fields)) }
+            for case .headers(let stream, let fields, false) in box.codec?.takeEvents() ?? [] { requests.append((stream, fields.pairs)) }
         }
         try pair.run(until: { pair.client.isHandshakeCompleted })
         // A plain QUIC client writes the frames itself, so the cut falls where the test puts it:

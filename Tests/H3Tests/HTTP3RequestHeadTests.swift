@@ -14,7 +14,7 @@ struct HTTP3RequestHeadTests {
     ]
 
     @Test func theSectionReadsAsTheHeadItBuilds() throws {
-        let source = try #require(HTTP3RequestHeadSource(fields: Self.section))
+        let source = try #require(HTTP3RequestHeadSource(fields: HTTP3ReceivedFields(Self.section)))
         let head = source.head
         #expect(head.method == .get && source.method == .get)
         #expect(head.scheme == "https" && head.authority == "example.com:4433")
@@ -32,7 +32,7 @@ struct HTTP3RequestHeadTests {
     }
 
     @Test func aHeadTheCallerBuiltAnswersTheSame() throws {
-        let fromSection = try #require(HTTP3RequestHeadSource(fields: Self.section))
+        let fromSection = try #require(HTTP3RequestHeadSource(fields: HTTP3ReceivedFields(Self.section)))
         let built = HTTP3RequestHeadSource(fromSection.head)
         #expect(built.method == fromSection.method && built.path == fromSection.path)
         #expect(built[.range] == fromSection[.range] && built.head == fromSection.head)
@@ -43,14 +43,14 @@ struct HTTP3RequestHeadTests {
         [(":method", "G E T"), (":path", "/")],  // not a method token
     ] as [[(String, String)]])
     func aSectionWithoutAValidMethodIsMalformed(fields: [(String, String)]) {
-        #expect(HTTP3RequestHeadSource(fields: fields.map { (name: $0.0, value: $0.1) }) == nil)
+        #expect(HTTP3RequestHeadSource(fields: HTTP3ReceivedFields(fields.map { (name: $0.0, value: $0.1) })) == nil)
     }
 
     @Test func aFileIsServedFromTheSectionAsFromABuiltHead() throws {
         let handler = HTTP3FileHandler(root: try HTTP3FileHandlerTests.makeRoot().root.path)
         let section: [(name: String, value: String)] = [(":method", "GET"), (":scheme", "https"), (":path", "/ten.txt"), ("range", "bytes=2-4")]
         let fromSection = handler.respond(
-            to: HTTP3ServerRequest(source: try #require(HTTP3RequestHeadSource(fields: section)), body: .empty, streamID: 0)
+            to: HTTP3ServerRequest(source: try #require(HTTP3RequestHeadSource(fields: HTTP3ReceivedFields(section))), body: .empty, streamID: 0)
         )
         let fromHead = HTTP3FileHandlerTests.get(handler, "/ten.txt", range: "bytes=2-4")
         #expect(fromSection.head == fromHead.head && fromSection.head.status == .partialContent)

@@ -1,0 +1,251 @@
+import CQuicShims
+import Glibc
+
+/// A field section as nghttp3's QPACK decoder hands it over (RFC 9114 §4.2), one field line at
+/// a time, kept as bytes in one buffer: each line is a record of its name's token, the lengths
+/// of its name and value, then the name and the value, back to back in wire order.
+///
+/// Strings are made only for what is read. A request the file handler serves reads its method,
+/// its path and perhaps `range`; holding each line as a `(String, String)` pair cost a UTF-8
+/// check and a string for every value, an array of pairs, and the teardown of all of it.
+/// Sections are short, so lines are found by walking the records.
+package struct HTTP3ReceivedFields: Sendable {
+    /// One field line: nghttp3's token for a well-known name (`nghttp3_qpack_token`, or -1),
+    /// and where its name and value lie in the buffer.
+    package struct Line: Sendable {
+        let token: Int32
+        let name: Range<Int>
+        let value: Range<Int>
+    }
+
+    /// The records, in the first `used` bytes; the rest is room to grow into.
+    private var buffer: [UInt8] = []
+    private var used = 0
+    /// A record's head: the token, then the name's and the value's lengths, each 4 bytes.
+    private static let recordHead = 12
+    package private(set) var count = 0
+    /// The section's size as RFC 9114 §4.2.2 measures it (each field's name and value plus 32
+    /// bytes), counting the lines that were not kept.
+    package private(set) var size = 0
+
+    package init() {}
+
+    /// A section from name and value pairs (tests, and sections built in Swift).
+    package init(_ pairs: [(name: String, value: String)]) {
+        for (name, value) in pairs {
+            var name = name, value = value
+            name.withUTF8 { name in
+                value.withUTF8 { value in append(name: name, value: value, token: QPACKToken.token(of: name)) }
+            }
+        }
+    }
+
+    package var isEmpty: Bool { count == 0 }
+
+    /// Counts a field line towards `size`, and keeps it while `size` stays within `limit`: past
+    /// it the lines are dropped, so an endless section costs no memory.
+    mutating func append(name: UnsafeBufferPointer<UInt8>, value: UnsafeBufferPointer<UInt8>, token: Int32, keepingWithin limit: Int = .max) {
+        size += name.count + value.count + 32
+        guard size <= limit else { return }
+        let start = used
+        let end = start + Self.recordHead + name.count + value.count
+        // A request head usually fits in the first 256 bytes: one allocation per section.
+        if end > buffer.count { grow(to: Swift.max(end, 2 * buffer.count, 256)) }
+        buffer.withUnsafeMutableBytes { raw in
+            raw.storeBytes(of: token, toByteOffset: start, as: Int32.self)
+            raw.storeBytes(of: Int32(truncatingIfNeeded: name.count), toByteOffset: start + 4, as: Int32.self)
+            raw.storeBytes(of: Int32(truncatingIfNeeded: value.count), toByteOffset: start + 8, as: Int32.self)
+            let nameStart = raw.baseAddress! + start + Self.recordHead
+            if let base = name.baseAddress { memcpy(nameStart, base, name.count) }
+            if let base = value.baseAddress { memcpy(nameStart + name.count, base, value.count) }
+        }
+        used = end
+        count += 1
+    }
+
+    private mutating func grow(to capacity: Int) {
+        var bigger = [UInt8](repeating: 0, count: capacity)
+        let used = self.used
+        if used > 0 {
+            bigger.withUnsafeMutableBytes { target in
+                buffer.withUnsafeBytes { source in target.baseAddress!.copyMemory(from: source.baseAddress!, byteCount: used) }
+            }
+        }
+        buffer = bigger
+    }
+
+    /// The lines in wire order.
+    package var lines: [Line] {
+        var lines: [Line] = []
+        lines.reserveCapacity(count)
+        _ = firstLine { line, _ in
+            lines.append(line)
+            return false
+        }
+        return lines
+    }
+
+    /// The first line, in wire order, that `isWanted` takes: it sees each line with the buffer.
+    private func firstLine(where isWanted: (Line, UnsafeRawBufferPointer) -> Bool) -> Line? {
+        buffer.withUnsafeBytes { raw in
+            var offset = 0
+            while offset < used {
+                let nameCount = Int(raw.loadUnaligned(fromByteOffset: offset + 4, as: Int32.self))
+                let valueCount = Int(raw.loadUnaligned(fromByteOffset: offset + 8, as: Int32.self))
+                let nameStart = offset + Self.recordHead
+                let valueStart = nameStart + nameCount
+                offset = valueStart + valueCount
+                let line = Line(
+                    token: raw.loadUnaligned(fromByteOffset: nameStart - Self.recordHead, as: Int32.self),
+                    name: nameStart..<valueStart,
+                    value: valueStart..<offset
+                )
+                if isWanted(line, raw) { return line }
+            }
+            return nil
+        }
+    }
+
+    /// A line's name: a string constant for a well-known name, decoded otherwise.
+    package func name(of line: Line) -> String {
+        QPACKToken.name(of: line.token) ?? string(line.name)
+    }
+
+    package func value(of line: Line) -> String { string(line.value) }
+
+    /// The lines named `name`, in wire order.
+    func lines(named name: String) -> [Line] {
+        var name = name
+        return name.withUTF8 { name in
+            var named: [Line] = []
+            _ = firstLine { line, raw in
+                if Self.bytes(line.name, in: raw, equal: name) { named.append(line) }
+                return false
+            }
+            return named
+        }
+    }
+
+    /// Whether a line is a pseudo-header field (RFC 9114 §4.3): its name starts with ':'.
+    func isPseudoHeader(_ line: Line) -> Bool {
+        !line.name.isEmpty && buffer[line.name.lowerBound] == UInt8(ascii: ":")
+    }
+
+    /// The first pseudo-header field line named `name`. The pseudo-header fields come first
+    /// (RFC 9114 §4.3), so the search stops at the first regular field; of a repeated one, the
+    /// first counts.
+    func firstPseudoHeader(named name: StaticString) -> Line? {
+        var passedPseudoHeaders = false
+        let line = firstLine { line, raw in
+            guard !line.name.isEmpty, raw[line.name.lowerBound] == UInt8(ascii: ":") else {
+                passedPseudoHeaders = true
+                return true
+            }
+            return name.withUTF8Buffer { Self.bytes(line.name, in: raw, equal: $0) }
+        }
+        return passedPseudoHeaders ? nil : line
+    }
+
+    /// A line's value as bytes, for the length of `body`.
+    func withValueBytes<R>(of line: Line, _ body: (UnsafeBufferPointer<UInt8>) -> R) -> R {
+        buffer.withUnsafeBufferPointer { body(UnsafeBufferPointer(rebasing: $0[line.value])) }
+    }
+
+    /// The lines as name and value strings, in wire order.
+    package var pairs: [(name: String, value: String)] {
+        var pairs: [(name: String, value: String)] = []
+        pairs.reserveCapacity(count)
+        for line in lines { pairs.append((name(of: line), value(of: line))) }
+        return pairs
+    }
+
+    private static func bytes(_ range: Range<Int>, in raw: UnsafeRawBufferPointer, equal other: UnsafeBufferPointer<UInt8>) -> Bool {
+        guard range.count == other.count else { return false }
+        guard let base = other.baseAddress, !range.isEmpty else { return true }
+        return memcmp(raw.baseAddress! + range.lowerBound, base, range.count) == 0
+    }
+
+    private func string(_ range: Range<Int>) -> String {
+        buffer.withUnsafeBufferPointer { String(decoding: UnsafeBufferPointer(rebasing: $0[range]), as: UTF8.self) }
+    }
+}
+
+/// The field names nghttp3 gives a token to (`nghttp3_qpack_token`, public in its header),
+/// indexed by token. `host` (token 1000) is left out: HTTP/3 requests carry `:authority`.
+enum QPACKToken {
+    private static let names: [String?] = {
+        let known: [(nghttp3_qpack_token, String)] = [
+            (NGHTTP3_QPACK_TOKEN__AUTHORITY, ":authority"),
+            (NGHTTP3_QPACK_TOKEN__METHOD, ":method"),
+            (NGHTTP3_QPACK_TOKEN__PATH, ":path"),
+            (NGHTTP3_QPACK_TOKEN__SCHEME, ":scheme"),
+            (NGHTTP3_QPACK_TOKEN__STATUS, ":status"),
+            (NGHTTP3_QPACK_TOKEN_ACCEPT, "accept"),
+            (NGHTTP3_QPACK_TOKEN_ACCEPT_ENCODING, "accept-encoding"),
+            (NGHTTP3_QPACK_TOKEN_ACCEPT_LANGUAGE, "accept-language"),
+            (NGHTTP3_QPACK_TOKEN_ACCEPT_RANGES, "accept-ranges"),
+            (NGHTTP3_QPACK_TOKEN_ACCESS_CONTROL_ALLOW_CREDENTIALS, "access-control-allow-credentials"),
+            (NGHTTP3_QPACK_TOKEN_ACCESS_CONTROL_ALLOW_HEADERS, "access-control-allow-headers"),
+            (NGHTTP3_QPACK_TOKEN_ACCESS_CONTROL_ALLOW_METHODS, "access-control-allow-methods"),
+            (NGHTTP3_QPACK_TOKEN_ACCESS_CONTROL_ALLOW_ORIGIN, "access-control-allow-origin"),
+            (NGHTTP3_QPACK_TOKEN_ACCESS_CONTROL_EXPOSE_HEADERS, "access-control-expose-headers"),
+            (NGHTTP3_QPACK_TOKEN_ACCESS_CONTROL_REQUEST_HEADERS, "access-control-request-headers"),
+            (NGHTTP3_QPACK_TOKEN_ACCESS_CONTROL_REQUEST_METHOD, "access-control-request-method"),
+            (NGHTTP3_QPACK_TOKEN_AGE, "age"),
+            (NGHTTP3_QPACK_TOKEN_ALT_SVC, "alt-svc"),
+            (NGHTTP3_QPACK_TOKEN_AUTHORIZATION, "authorization"),
+            (NGHTTP3_QPACK_TOKEN_CACHE_CONTROL, "cache-control"),
+            (NGHTTP3_QPACK_TOKEN_CONTENT_DISPOSITION, "content-disposition"),
+            (NGHTTP3_QPACK_TOKEN_CONTENT_ENCODING, "content-encoding"),
+            (NGHTTP3_QPACK_TOKEN_CONTENT_LENGTH, "content-length"),
+            (NGHTTP3_QPACK_TOKEN_CONTENT_SECURITY_POLICY, "content-security-policy"),
+            (NGHTTP3_QPACK_TOKEN_CONTENT_TYPE, "content-type"),
+            (NGHTTP3_QPACK_TOKEN_COOKIE, "cookie"),
+            (NGHTTP3_QPACK_TOKEN_DATE, "date"),
+            (NGHTTP3_QPACK_TOKEN_EARLY_DATA, "early-data"),
+            (NGHTTP3_QPACK_TOKEN_ETAG, "etag"),
+            (NGHTTP3_QPACK_TOKEN_EXPECT_CT, "expect-ct"),
+            (NGHTTP3_QPACK_TOKEN_FORWARDED, "forwarded"),
+            (NGHTTP3_QPACK_TOKEN_IF_MODIFIED_SINCE, "if-modified-since"),
+            (NGHTTP3_QPACK_TOKEN_IF_NONE_MATCH, "if-none-match"),
+            (NGHTTP3_QPACK_TOKEN_IF_RANGE, "if-range"),
+            (NGHTTP3_QPACK_TOKEN_LAST_MODIFIED, "last-modified"),
+            (NGHTTP3_QPACK_TOKEN_LINK, "link"),
+            (NGHTTP3_QPACK_TOKEN_LOCATION, "location"),
+            (NGHTTP3_QPACK_TOKEN_ORIGIN, "origin"),
+            (NGHTTP3_QPACK_TOKEN_PURPOSE, "purpose"),
+            (NGHTTP3_QPACK_TOKEN_RANGE, "range"),
+            (NGHTTP3_QPACK_TOKEN_REFERER, "referer"),
+            (NGHTTP3_QPACK_TOKEN_SERVER, "server"),
+            (NGHTTP3_QPACK_TOKEN_SET_COOKIE, "set-cookie"),
+            (NGHTTP3_QPACK_TOKEN_STRICT_TRANSPORT_SECURITY, "strict-transport-security"),
+            (NGHTTP3_QPACK_TOKEN_TIMING_ALLOW_ORIGIN, "timing-allow-origin"),
+            (NGHTTP3_QPACK_TOKEN_UPGRADE_INSECURE_REQUESTS, "upgrade-insecure-requests"),
+            (NGHTTP3_QPACK_TOKEN_USER_AGENT, "user-agent"),
+            (NGHTTP3_QPACK_TOKEN_VARY, "vary"),
+            (NGHTTP3_QPACK_TOKEN_X_CONTENT_TYPE_OPTIONS, "x-content-type-options"),
+            (NGHTTP3_QPACK_TOKEN_X_FORWARDED_FOR, "x-forwarded-for"),
+            (NGHTTP3_QPACK_TOKEN_X_FRAME_OPTIONS, "x-frame-options"),
+            (NGHTTP3_QPACK_TOKEN_X_XSS_PROTECTION, "x-xss-protection"),
+        ]
+        var names = [String?](repeating: nil, count: Int(known.map { $0.0.rawValue }.max()!) + 1)
+        for (token, name) in known { names[Int(token.rawValue)] = name }
+        return names
+    }()
+
+    /// The constant for `token`'s name, nil for -1 and tokens left out.
+    static func name(of token: Int32) -> String? {
+        token >= 0 && token < names.count ? names[Int(token)] : nil
+    }
+
+    /// The token nghttp3 gives `name`, -1 for other names.
+    static func token(of name: UnsafeBufferPointer<UInt8>) -> Int32 {
+        tokens[String(decoding: name, as: UTF8.self)] ?? -1
+    }
+
+    private static let tokens: [String: Int32] = {
+        var tokens: [String: Int32] = [:]
+        for (token, name) in names.enumerated() { if let name { tokens[name] = Int32(token) } }
+        return tokens
+    }()
+}

@@ -1,0 +1,50 @@
+@testable import H3
+import HTTPTypes
+import Testing
+
+/// A received field section keeps its lines as bytes and makes strings only when read: what it
+/// reads back must be what came in, in order, however the buffer grew.
+@Suite("HTTP3 received field sections")
+struct HTTP3ReceivedFieldsTests {
+    @Test func linesReadBackInWireOrderAcrossGrowth() {
+        // Well past the first 256 bytes, with empty names and values on the way.
+        var pairs: [(name: String, value: String)] = [(":method", "GET"), (":path", "/")]
+        for index in 0..<40 { pairs.append(("x-field-\(index)", String(repeating: "v", count: index * 7))) }
+        pairs.append(("empty", ""))
+        pairs.append(("ünïcode-value", "naïve ✓"))
+        let fields = HTTP3ReceivedFields(pairs)
+        #expect(fields.count == pairs.count && !fields.isEmpty)
+        #expect(fields.pairs.map { "\($0.name)=\($0.value)" } == pairs.map { "\($0.name)=\($0.value)" })
+        #expect(fields.size == pairs.reduce(0) { $0 + $1.name.utf8.count + $1.value.utf8.count + 32 })
+    }
+
+    @Test func pseudoHeadersAreFoundOnlyBeforeTheFirstRegularField() {
+        let fields = HTTP3ReceivedFields([
+            (":method", "GET"), (":path", "/first"), (":path", "/second"), ("accept", "*/*"), (":scheme", "https"),
+        ])
+        #expect(fields.firstPseudoHeader(named: ":path").map(fields.value(of:)) == "/first", "the first of a repeated one counts")
+        #expect(fields.firstPseudoHeader(named: ":scheme") == nil, "RFC 9114 §4.3: after a regular field it is not a pseudo-header field")
+        #expect(fields.firstPseudoHeader(named: ":authority") == nil)
+        #expect(fields.lines.map(fields.isPseudoHeader) == [true, true, true, false, true])
+    }
+
+    @Test func linesNamedFindEveryRepeat() {
+        let fields = HTTP3ReceivedFields([("range", "bytes=0-1"), ("accept", "a"), ("range", "bytes=4-5"), ("ranges", "no")])
+        #expect(fields.lines(named: "range").map(fields.value(of:)) == ["bytes=0-1", "bytes=4-5"])
+        #expect(fields.lines(named: "cookie").isEmpty)
+        // A well-known name reads as the same text whether it came with a token or not.
+        #expect(fields.lines.map(fields.name(of:)) == ["range", "accept", "range", "ranges"])
+    }
+
+    @Test func linesPastTheLimitAreCountedButNotKept() {
+        var fields = HTTP3ReceivedFields()
+        let value = Array(repeating: UInt8(ascii: "a"), count: 100)
+        for _ in 0..<5 {
+            "x-big".utf8.withContiguousStorageIfAvailable { name in
+                value.withUnsafeBufferPointer { fields.append(name: name, value: $0, token: -1, keepingWithin: 300) }
+            }
+        }
+        #expect(fields.count == 2, "137 bytes a line: two fit within 300")
+        #expect(fields.size == 5 * 137, "RFC 9114 §4.2.2 counts the whole section, kept or not")
+    }
+}
