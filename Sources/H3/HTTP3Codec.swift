@@ -664,8 +664,18 @@ private final class HTTP3OutgoingBody {
     /// Bytes read from the file per chunk.
     static let fileChunkSize = 64 << 10
 
-    /// Memory this body allocated, one chunk each, freed as the peer acknowledges it.
-    @exclusivity(unchecked) private var chunks: [UnsafeMutableRawBufferPointer] = []
+    /// The body's bytes in order, one chunk each, let go as the peer acknowledges them.
+    @exclusivity(unchecked) private var chunks: [Chunk] = []
+    /// Bytes queued for sending: memory this body allocated and frees, or a small file's
+    /// contents, which its reader keeps (held in `keptReader` until the body is done).
+    private struct Chunk {
+        let bytes: UnsafeRawBufferPointer
+        let isOwned: Bool
+
+        func release() { if isOwned { bytes.deallocate() } }
+    }
+    /// The reader whose in-memory contents chunks point into.
+    @exclusivity(unchecked) private var keptReader: HTTP3FileReader?
     /// Chunks already handed to nghttp3 (from the front of `chunks`).
     @exclusivity(unchecked) private var provided = 0
     /// Bytes of the front chunk already acknowledged.
@@ -693,13 +703,12 @@ private final class HTTP3OutgoingBody {
         guard !source.isEmpty else { return }
         let bytes = UnsafeMutableRawBufferPointer.allocate(byteCount: source.count, alignment: 1)
         source.withUnsafeBytes { bytes.copyMemory(from: $0) }
-        enqueue(bytes)
+        enqueue(Chunk(bytes: UnsafeRawBufferPointer(bytes), isOwned: true))
     }
 
-    /// Takes `bytes` (allocated for this body) as its next chunk.
-    private func enqueue(_ bytes: UnsafeMutableRawBufferPointer) {
-        chunks.append(bytes)
-        unacknowledgedBytes += bytes.count
+    private func enqueue(_ chunk: Chunk) {
+        chunks.append(chunk)
+        unacknowledgedBytes += chunk.bytes.count
     }
 
     func finish() { isFinished = true }
@@ -708,8 +717,8 @@ private final class HTTP3OutgoingBody {
     func provide(into vectors: UnsafeMutablePointer<nghttp3_vec>, capacity: Int) -> (count: Int, endOfBody: Bool)? {
         var count = 0
         while count < capacity && (provided < chunks.count || readFromFile()) {
-            let chunk = chunks[provided]
-            vectors[count] = nghttp3_vec(base: chunk.baseAddress?.assumingMemoryBound(to: UInt8.self), len: chunk.count)
+            let chunk = chunks[provided].bytes
+            vectors[count] = nghttp3_vec(base: UnsafeMutablePointer(mutating: chunk.baseAddress?.assumingMemoryBound(to: UInt8.self)), len: chunk.count)
             provided += 1
             count += 1
         }
@@ -725,6 +734,13 @@ private final class HTTP3OutgoingBody {
     /// file is all read, or reading failed.
     private func readFromFile() -> Bool {
         guard let region = file, !readFailed, unacknowledgedBytes < Self.windowLimit else { return false }
+        if let contents = region.reader.contents, region.range.upperBound <= contents.count {
+            // A small file in memory: the whole region at once, sent from where it is.
+            keptReader = region.reader
+            enqueue(Chunk(bytes: UnsafeRawBufferPointer(rebasing: contents[region.range]), isOwned: false))
+            file = nil
+            return true
+        }
         let length = min(Self.fileChunkSize, region.range.count)
         let bytes = UnsafeMutableRawBufferPointer.allocate(byteCount: length, alignment: 1)
         guard region.reader.read(region.range.lowerBound..<region.range.lowerBound + length, into: bytes) else {
@@ -732,7 +748,7 @@ private final class HTTP3OutgoingBody {
             readFailed = true
             return false
         }
-        enqueue(bytes)
+        enqueue(Chunk(bytes: UnsafeRawBufferPointer(bytes), isOwned: true))
         let rest = region.range.dropFirst(length)
         file = rest.isEmpty ? nil : HTTP3FileRegion(reader: region.reader, range: rest)
         return true
@@ -750,11 +766,11 @@ private final class HTTP3OutgoingBody {
         var remaining = bytes
         unacknowledgedBytes -= Int(bytes)
         while remaining > 0, let front = chunks.first {
-            let left = UInt64(front.count) - acknowledgedInFront
+            let left = UInt64(front.bytes.count) - acknowledgedInFront
             if remaining >= left {
                 remaining -= left
                 acknowledgedInFront = 0
-                front.deallocate()
+                front.release()
                 chunks.removeFirst()
                 provided -= 1
             } else {
@@ -765,7 +781,7 @@ private final class HTTP3OutgoingBody {
     }
 
     deinit {
-        for chunk in chunks { chunk.deallocate() }
+        for chunk in chunks { chunk.release() }
     }
 }
 

@@ -359,18 +359,42 @@ package struct HTTP3FileRegion: Sendable {
 }
 
 /// An open file read by position (`pread`), closed when the last reference goes.
-// @unchecked Sendable: the descriptor is only read with pread, which is safe from any thread.
+///
+/// A small file is read whole when it is opened and served from memory: a response sends
+/// straight from `contents`, with no read and no copy, for as long as the lookup is reused.
+/// Like a file replaced by a rename, a change in place is then seen when the lookup expires.
+// @unchecked Sendable: the descriptor is only read with pread, which is safe from any thread,
+// and `contents` is written once, in init.
 final class HTTP3FileReader: @unchecked Sendable {
     let descriptor: Int32
     let size: Int
+    /// The whole file, for one of at most `inMemoryLimit` bytes that read in full when opened.
+    let contents: UnsafeRawBufferPointer?
+    /// The largest file kept in memory: 16 KiB, so the 256 lookups kept at most
+    /// (`HTTP3RootDirectory.recentLimit`) hold at most 4 MiB.
+    static let inMemoryLimit = 16 << 10
 
     /// Takes ownership of `descriptor`, an open regular file of `size` bytes.
     init(descriptor: Int32, size: Int) {
         self.descriptor = descriptor
         self.size = size
+        guard size > 0, size <= Self.inMemoryLimit else {
+            contents = nil
+            return
+        }
+        let whole = UnsafeMutableRawBufferPointer.allocate(byteCount: size, alignment: 1)
+        if Self.read(descriptor, 0..<size, into: whole) {
+            contents = UnsafeRawBufferPointer(whole)
+        } else {
+            whole.deallocate()
+            contents = nil
+        }
     }
 
-    deinit { close(descriptor) }
+    deinit {
+        contents?.deallocate()
+        close(descriptor)
+    }
 
     func read(_ range: Range<Int>) throws -> [UInt8] {
         try [UInt8](unsafeUninitializedCapacity: range.count) { buffer, initialized in
@@ -381,6 +405,15 @@ final class HTTP3FileReader: @unchecked Sendable {
 
     /// Reads `range` into the start of `destination`; false when the file ends early or fails.
     func read(_ range: Range<Int>, into destination: UnsafeMutableRawBufferPointer) -> Bool {
+        if let contents {
+            guard range.upperBound <= contents.count else { return false }
+            destination.baseAddress!.copyMemory(from: contents.baseAddress! + range.lowerBound, byteCount: range.count)
+            return true
+        }
+        return Self.read(descriptor, range, into: destination)
+    }
+
+    private static func read(_ descriptor: Int32, _ range: Range<Int>, into destination: UnsafeMutableRawBufferPointer) -> Bool {
         var done = 0
         while done < range.count {
             let n = pread(descriptor, destination.baseAddress! + done, range.count - done, off_t(range.lowerBound + done))

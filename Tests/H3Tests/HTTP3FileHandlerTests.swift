@@ -166,4 +166,27 @@ struct HTTP3FileHandlerTests {
         try Data("back".utf8).write(to: root.appendingPathComponent("ten.txt"))
         #expect(try Self.bodyBytes(Self.get(handler, "/ten.txt")) == Array("back".utf8))
     }
+
+    /// A small file is read once when opened and sent from memory; a larger one is read by
+    /// position as the client takes it. Either way a range reads the same bytes, and a change
+    /// in place is seen once the lookup expires.
+    @Test(arguments: [HTTP3FileReader.inMemoryLimit, HTTP3FileReader.inMemoryLimit + 1])
+    func smallFilesAreSentFromMemoryAndLargeOnesReadByPosition(size: Int) throws {
+        let root = try Self.makeRoot().root
+        let file = root.appendingPathComponent("sized.bin")
+        let bytes = (0..<size).map { UInt8(truncatingIfNeeded: $0 &* 7) }
+        try Data(bytes).write(to: file)
+        let handler = HTTP3FileHandler(root: root.path, openFileReuse: .milliseconds(50))
+        let whole = Self.get(handler, "/sized.bin")
+        let reader = try #require(whole.file?.reader)
+        #expect((reader.contents != nil) == (size <= HTTP3FileReader.inMemoryLimit))
+        if let contents = reader.contents { #expect(Array(contents) == bytes) }
+        #expect(try Self.bodyBytes(whole) == bytes)
+        #expect(try Self.bodyBytes(Self.get(handler, "/sized.bin", range: "bytes=100-199")) == Array(bytes[100..<200]))
+        // Changed in place, same size: seen once the lookup has expired.
+        let changed = bytes.map { ~$0 }
+        try Data(changed).write(to: file)
+        Thread.sleep(forTimeInterval: 0.3)
+        #expect(try Self.bodyBytes(Self.get(handler, "/sized.bin")) == changed)
+    }
 }
