@@ -9,7 +9,9 @@ import Glibc
 /// its path and perhaps `range`; holding each line as a `(String, String)` pair cost a UTF-8
 /// check and a string for every value, an array of pairs, and the teardown of all of it.
 /// Sections are short, so lines are found by walking the records.
-package struct HTTP3ReceivedFields: Sendable {
+// @unchecked Sendable: `storage` is written only through `append`, while this section is its
+// one owner (a copy that shares it is copied first); after that it is only read.
+package struct HTTP3ReceivedFields: @unchecked Sendable {
     /// One field line: nghttp3's token for a well-known name (`nghttp3_qpack_token`, or -1),
     /// and where its name and value lie in the buffer.
     package struct Line: Sendable {
@@ -18,8 +20,9 @@ package struct HTTP3ReceivedFields: Sendable {
         let value: Range<Int>
     }
 
-    /// The records, in the first `used` bytes; the rest is room to grow into.
-    private var buffer: [UInt8] = []
+    /// The records, in the first `used` bytes of the storage's `room`; nil until the first line.
+    private var storage: Storage?
+    private var room = 0
     private var used = 0
     /// A record's head: the token, then the name's and the value's lengths, each 4 bytes.
     private static let recordHead = 12
@@ -27,6 +30,14 @@ package struct HTTP3ReceivedFields: Sendable {
     /// The section's size as RFC 9114 §4.2.2 measures it (each field's name and value plus 32
     /// bytes), counting the lines that were not kept.
     package private(set) var size = 0
+
+    /// The bytes, in one allocation. Its header is unused: the section keeps the room it
+    /// made, and reading a class's stored property would cost an exclusivity check.
+    private final class Storage: ManagedBuffer<Void, UInt8> {
+        static func make(room: Int) -> Storage {
+            unsafeDowncast(create(minimumCapacity: room) { _ in }, to: Storage.self)
+        }
+    }
 
     package init() {}
 
@@ -49,29 +60,32 @@ package struct HTTP3ReceivedFields: Sendable {
         guard size <= limit else { return }
         let start = used
         let end = start + Self.recordHead + name.count + value.count
-        // A request head usually fits in the first 256 bytes: one allocation per section.
-        if end > buffer.count { grow(to: Swift.max(end, 2 * buffer.count, 256)) }
-        buffer.withUnsafeMutableBytes { raw in
-            raw.storeBytes(of: token, toByteOffset: start, as: Int32.self)
-            raw.storeBytes(of: Int32(truncatingIfNeeded: name.count), toByteOffset: start + 4, as: Int32.self)
-            raw.storeBytes(of: Int32(truncatingIfNeeded: value.count), toByteOffset: start + 8, as: Int32.self)
-            let nameStart = raw.baseAddress! + start + Self.recordHead
-            if let base = name.baseAddress { memcpy(nameStart, base, name.count) }
-            if let base = value.baseAddress { memcpy(nameStart + name.count, base, value.count) }
+        if end > room || !isKnownUniquelyReferenced(&storage) {
+            // A request head usually fits in the first 256 bytes: one allocation per section.
+            moveToNewStorage(room: end > room ? Swift.max(end, 2 * room, 256) : room)
+        }
+        storage!.withUnsafeMutablePointerToElements { bytes in
+            let raw = UnsafeMutableRawPointer(bytes + start)
+            raw.storeBytes(of: token, as: Int32.self)
+            (raw + 4).storeBytes(of: Int32(truncatingIfNeeded: name.count), as: Int32.self)
+            (raw + 8).storeBytes(of: Int32(truncatingIfNeeded: value.count), as: Int32.self)
+            if let base = name.baseAddress { memcpy(raw + Self.recordHead, base, name.count) }
+            if let base = value.baseAddress { memcpy(raw + Self.recordHead + name.count, base, value.count) }
         }
         used = end
         count += 1
     }
 
-    private mutating func grow(to capacity: Int) {
-        var bigger = [UInt8](repeating: 0, count: capacity)
-        let used = self.used
-        if used > 0 {
-            bigger.withUnsafeMutableBytes { target in
-                buffer.withUnsafeBytes { source in target.baseAddress!.copyMemory(from: source.baseAddress!, byteCount: used) }
+    private mutating func moveToNewStorage(room: Int) {
+        let new = Storage.make(room: room)
+        if let storage, used > 0 {
+            let used = self.used
+            new.withUnsafeMutablePointerToElements { target in
+                storage.withUnsafeMutablePointerToElements { target.update(from: $0, count: used) }
             }
         }
-        buffer = bigger
+        storage = new
+        self.room = room
     }
 
     /// The lines in wire order.
@@ -85,11 +99,11 @@ package struct HTTP3ReceivedFields: Sendable {
         return lines
     }
 
-    /// The first line, in wire order, that `isWanted` takes: it sees each line with the buffer.
+    /// The first line, in wire order, that `isWanted` takes: it sees each line with the bytes.
     private func firstLine(where isWanted: (Line, UnsafeRawBufferPointer) -> Bool) -> Line? {
-        buffer.withUnsafeBytes { raw in
+        withBytes { raw in
             var offset = 0
-            while offset < used {
+            while offset < raw.count {
                 let nameCount = Int(raw.loadUnaligned(fromByteOffset: offset + 4, as: Int32.self))
                 let valueCount = Int(raw.loadUnaligned(fromByteOffset: offset + 8, as: Int32.self))
                 let nameStart = offset + Self.recordHead
@@ -104,6 +118,12 @@ package struct HTTP3ReceivedFields: Sendable {
             }
             return nil
         }
+    }
+
+    /// The records written so far.
+    private func withBytes<R>(_ body: (UnsafeRawBufferPointer) -> R) -> R {
+        guard let storage else { return body(UnsafeRawBufferPointer(start: nil, count: 0)) }
+        return storage.withUnsafeMutablePointerToElements { body(UnsafeRawBufferPointer(start: $0, count: used)) }
     }
 
     /// A line's name: a string constant for a well-known name, decoded otherwise.
@@ -128,7 +148,7 @@ package struct HTTP3ReceivedFields: Sendable {
 
     /// Whether a line is a pseudo-header field (RFC 9114 §4.3): its name starts with ':'.
     func isPseudoHeader(_ line: Line) -> Bool {
-        !line.name.isEmpty && buffer[line.name.lowerBound] == UInt8(ascii: ":")
+        !line.name.isEmpty && withBytes { $0[line.name.lowerBound] } == UInt8(ascii: ":")
     }
 
     /// The first pseudo-header field line named `name`. The pseudo-header fields come first
@@ -148,7 +168,7 @@ package struct HTTP3ReceivedFields: Sendable {
 
     /// A line's value as bytes, for the length of `body`.
     func withValueBytes<R>(of line: Line, _ body: (UnsafeBufferPointer<UInt8>) -> R) -> R {
-        buffer.withUnsafeBufferPointer { body(UnsafeBufferPointer(rebasing: $0[line.value])) }
+        withBytes { body(UnsafeRawBufferPointer(rebasing: $0[line.value]).assumingMemoryBound(to: UInt8.self)) }
     }
 
     /// The lines as name and value strings, in wire order.
@@ -166,7 +186,7 @@ package struct HTTP3ReceivedFields: Sendable {
     }
 
     private func string(_ range: Range<Int>) -> String {
-        buffer.withUnsafeBufferPointer { String(decoding: UnsafeBufferPointer(rebasing: $0[range]), as: UTF8.self) }
+        withBytes { String(decoding: UnsafeRawBufferPointer(rebasing: $0[range]).assumingMemoryBound(to: UInt8.self), as: UTF8.self) }
     }
 }
 
