@@ -195,9 +195,11 @@ public struct HTTP3FileHandler: Sendable {
 ///
 /// What a path opened to is kept for a short while and handed to later requests for the same
 /// path (nginx's `open_file_cache`; ngtcp2's example server keeps its files forever). Served
-/// files are read with `pread`, so one open file serves any number of requests at once. A file
-/// truncated in place still fails the stream that finds it short; one replaced by a rename is
-/// served in its old version until the entry expires.
+/// files are read with `pread`, so one open file serves any number of requests at once; one of
+/// at most 16 KiB is read whole when opened and sent from memory (`HTTP3FileReader`). A large
+/// file truncated in place still fails the stream that finds it short; one replaced by a
+/// rename, or a small one changed in place, is served in its old version until the entry
+/// expires.
 final class HTTP3RootDirectory: Sendable {
     enum Entry: Sendable {
         case file(HTTP3ServedFile)
