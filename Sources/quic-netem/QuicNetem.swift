@@ -60,6 +60,9 @@ struct QuicNetem: ParsableCommand {
     @Option(name: .customLong("rebind-every"), help: "Give each client a new source port towards the server every this many seconds.")
     var rebindEvery: Double?
 
+    @Option(name: .customLong("rebind-linger"), help: "After a rebinding, keep delivering what the server still sends to the old port for this many seconds, as a NAT's old mapping lives until it times out (0: drop it at once).")
+    var rebindLinger: Double = 0
+
     @Option(help: "Which traffic to impair: both, up (client to server) or down.")
     var direction = "both"
 
@@ -72,6 +75,7 @@ struct QuicNetem: ParsableCommand {
         for (name, value) in [("loss", loss), ("reorder", reorder), ("duplicate", duplicate), ("corrupt", corrupt)] where !(0...1).contains(value) {
             throw ValidationError("--\(name) is a probability between 0 and 1, not \(value)")
         }
+        if rebindLinger < 0 { throw ValidationError("--rebind-linger must not be negative") }
         if delay < 0 || jitter < 0 || rate < 0 || queue < 1 { throw ValidationError("--delay, --jitter and --rate must not be negative; --queue at least 1") }
         if let burstLoss, Impairments.parseBurst(burstLoss) == nil { throw ValidationError("--burst-loss takes P,LEN, e.g. 0.01,5") }
         for window in blackhole where Impairments.parseWindow(window) == nil {
@@ -96,7 +100,8 @@ struct QuicNetem: ParsableCommand {
         impairments.blackholes = blackhole.compactMap(Impairments.parseWindow)
         let relay = try Relay(
             listen: SocketAddress(parsing: listen)!, upstream: SocketAddress(parsing: upstream)!,
-            impairments: impairments, impairs: (up: direction != "down", down: direction != "up"), rebindEvery: rebindEvery
+            impairments: impairments, impairs: (up: direction != "down", down: direction != "up"),
+            rebindEvery: rebindEvery, rebindLinger: rebindLinger
         )
         // Written unbuffered: scripts wait for this line to learn the port.
         FileHandle.standardOutput.write(Data("relaying \(relay.listenAddress) -> \(upstream)\n".utf8))

@@ -76,6 +76,8 @@ final class Relay {
         let client: SocketAddress
         var upstreamSocket: Int32
         var boundAt: Double
+        /// Sockets of earlier bindings, still read until their time is up (`--rebind-linger`).
+        var retired: [(socket: Int32, until: Double)] = []
         init(client: SocketAddress, upstreamSocket: Int32, boundAt: Double) {
             self.client = client
             self.upstreamSocket = upstreamSocket
@@ -98,6 +100,7 @@ final class Relay {
     private var impairments: Impairments
     private let impairs: (up: Bool, down: Bool)
     private let rebindEvery: Double?
+    private let rebindLinger: Double
     private var flows: [String: Flow] = [:]
     private var schedule: [Scheduled] = []
     private var order: UInt64 = 0
@@ -105,11 +108,12 @@ final class Relay {
     private var stats = [Impairments.Counts(), Impairments.Counts()]
     private var rebinds = 0
 
-    init(listen: SocketAddress, upstream: SocketAddress, impairments: Impairments, impairs: (up: Bool, down: Bool), rebindEvery: Double?) throws {
+    init(listen: SocketAddress, upstream: SocketAddress, impairments: Impairments, impairs: (up: Bool, down: Bool), rebindEvery: Double?, rebindLinger: Double = 0) throws {
         self.upstream = upstream
         self.impairments = impairments
         self.impairs = impairs
         self.rebindEvery = rebindEvery
+        self.rebindLinger = rebindLinger
         let socket = try Self.udpSocket(family: listen.family)
         let bound = listen.withSockaddr { bind(socket, $0, $1) }
         guard bound == 0 else { throw RelayError("cannot bind \(listen): \(String(cString: strerror(errno)))") }
@@ -156,15 +160,17 @@ final class Relay {
         while stopRequested.pointee == 0 {
             let now = Self.now()
             deliverDue(now: now)
-            let flowList = Array(flows.values)
+            retireExpiredBindings(now: now)
+            // Each flow's current socket, then the old ones it still reads.
+            let flowSockets = flows.values.flatMap { flow in ([flow.upstreamSocket] + flow.retired.map(\.socket)).map { (flow, $0) } }
             var descriptors = [pollfd(fd: listenSocket, events: Int16(POLLIN), revents: 0)]
-            descriptors += flowList.map { pollfd(fd: $0.upstreamSocket, events: Int16(POLLIN), revents: 0) }
+            descriptors += flowSockets.map { pollfd(fd: $0.1, events: Int16(POLLIN), revents: 0) }
             let wait = schedule.first.map { max(0, Int32(($0.at - now) * 1000)) } ?? 100
             _ = poll(&descriptors, nfds_t(descriptors.count), min(wait, 100))
             let arrived = Self.now()
             if descriptors[0].revents & Int16(POLLIN) != 0 { drain(listenSocket, buffer: &buffer, now: arrived, from: nil) }
-            for (index, flow) in flowList.enumerated() where descriptors[index + 1].revents & Int16(POLLIN) != 0 {
-                drain(flow.upstreamSocket, buffer: &buffer, now: arrived, from: flow)
+            for (index, (flow, socket)) in flowSockets.enumerated() where descriptors[index + 1].revents & Int16(POLLIN) != 0 {
+                drain(socket, buffer: &buffer, now: arrived, from: flow)
             }
         }
         stopRequested.deallocate()
@@ -232,7 +238,12 @@ final class Relay {
         case .up:
             if let rebindEvery, now - item.flow.boundAt >= rebindEvery, let fresh = try? Self.udpSocket(family: upstream.family) {
                 // A NAT rebinding: the server sees the same client from a new port (RFC 9000 §9.3).
-                close(item.flow.upstreamSocket)
+                // The old mapping either goes at once or lives on for the linger time.
+                if rebindLinger > 0 {
+                    item.flow.retired.append((item.flow.upstreamSocket, now + rebindLinger))
+                } else {
+                    close(item.flow.upstreamSocket)
+                }
                 item.flow.upstreamSocket = fresh
                 item.flow.boundAt = now
                 rebinds += 1
@@ -246,6 +257,14 @@ final class Relay {
             }
         }
         stats[item.direction.rawValue].forwarded += 1
+    }
+
+    /// Closes the old bindings whose linger time is over.
+    private func retireExpiredBindings(now: Double) {
+        for flow in flows.values where !flow.retired.isEmpty {
+            for binding in flow.retired where binding.until <= now { close(binding.socket) }
+            flow.retired.removeAll { $0.until <= now }
+        }
     }
 
     var summary: String {

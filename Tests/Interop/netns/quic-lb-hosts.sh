@@ -527,11 +527,16 @@ real_mode() {
 
   # 2c. NAT rebinding: quic-netem gives each client a new source port every 0.2 s (RFC 9000
   # §9.3); the server sees a new 4-tuple with the same connection ID. A slow link makes each
-  # transfer last through several rebinds.
+  # transfer last through several rebinds. The tbf queue on a busy runner holds the server's
+  # packets longer than 0.2 s, so they reach the relay after the port they were sent to was
+  # replaced: as a NAT's old mapping lives until it times out, the relay still delivers them
+  # for 2 s (the queue's bound). Closed at once, every reply can land on a dead port while each
+  # client retransmission makes a new one, and the connection starves (a relay artefact, not
+  # a NAT's behaviour).
   local relay=$(( PORT + 1 ))
-  log "2c. $g connections through quic-netem --rebind-every 0.2"
+  log "2c. $g connections through quic-netem --rebind-every 0.2 --rebind-linger 2"
   ip netns exec "$NS_C" "$BIN_DIR/quic-netem" --listen "0.0.0.0:$relay" --upstream "$VIP:$PORT" \
-    --rebind-every 0.2 >"$WORK/netem.out" 2>"$WORK/netem.err" &
+    --rebind-every 0.2 --rebind-linger 2 >"$WORK/netem.out" 2>"$WORK/netem.err" &
   local netem=$!
   PIDS+=($netem)
   wait_for_udp "$NS_C" "$relay" 10
