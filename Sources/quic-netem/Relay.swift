@@ -107,6 +107,8 @@ final class Relay {
     private var stopping = false
     private var stats = [Impairments.Counts(), Impairments.Counts()]
     private var rebinds = 0
+    /// Datagrams the server sent to a retired binding that the linger time still delivered.
+    private var lingered = 0
 
     init(listen: SocketAddress, upstream: SocketAddress, impairments: Impairments, impairs: (up: Bool, down: Bool), rebindEvery: Double?, rebindLinger: Double = 0) throws {
         self.upstream = upstream
@@ -192,6 +194,7 @@ final class Relay {
             guard count >= 0 else { return }
             let bytes = Array(buffer[0..<count])
             if let flow {
+                if socket != flow.upstreamSocket { lingered += 1 }
                 admit(bytes, direction: .down, flow: flow, now: now)
             } else {
                 let client = SocketAddress(storage: storage, length: length)
@@ -270,7 +273,7 @@ final class Relay {
     var summary: String {
         let names = ["client->server", "server->client"]
         var lines = (0..<2).map { "\(names[$0]): \(stats[$0])" }
-        lines.append("clients: \(flows.count), rebinds: \(rebinds)")
+        lines.append("clients: \(flows.count), rebinds: \(rebinds), delivered from retired bindings: \(lingered)")
         return lines.joined(separator: "\n")
     }
 }

@@ -68,6 +68,28 @@ struct ImpairedPathTests {
         #expect(text.contains("\"frame_type\":\"path_challenge\""), "the new path was validated")
     }
 
+    /// A NAT's old mapping outlives a rebinding until it times out, so what the server sent to
+    /// the old port before it saw the new one still arrives. Two relays: the outer one rebinds
+    /// every 0.3 s and keeps old bindings for a second; the inner one delays the server's
+    /// packets by 100 ms, as a queue on the server's link does, so those sent in the last
+    /// 100 ms before a rebinding reach the outer relay after their port was replaced. (Closed
+    /// at once, the same transfer took 15 s instead of 1.5, stalling at each rebinding.)
+    @Test func anOldMappingStillDeliversWhatTheServerSentBeforeTheRebinding() async throws {
+        let server = try await EchoServerProcess()
+        defer { server.process.stop() }
+        let queue = try await Relay(upstream: server.port, ["--delay", "100", "--direction", "down"])
+        let nat = try await Relay(upstream: queue.port, ["--rebind-every", "0.3", "--rebind-linger", "1"])
+        let client = try ChildProcess(try TestEnvironment.executable("quic-echo"), [
+            "connect", "127.0.0.1", "\(nat.port)", "--pin-sha256", server.fingerprint, "--size", "1000000",
+        ])
+        #expect(try await client.waitForExit(seconds: 60) == 0, "\(client.standardError)")
+        let summary = try await nat.summary()
+        _ = try await queue.summary()
+        let count = { (label: String) in summary.split(separator: "\(label): ").last.flatMap { Int($0.prefix { $0.isNumber }) } ?? 0 }
+        #expect(count("rebinds") >= 2, "\(summary)")
+        #expect(count("delivered from retired bindings") > 0, "\(summary)")
+    }
+
     @Test func badFlagsAreRefusedClearly() async throws {
         let binary = try TestEnvironment.executable("quic-netem")
         for (arguments, message) in [
@@ -75,6 +97,7 @@ struct ImpairedPathTests {
             (["--upstream", "127.0.0.1:1", "--loss", "2"], "probability between 0 and 1"),
             (["--upstream", "127.0.0.1:1", "--blackhole", "soon"], "--blackhole takes START:DURATION"),
             (["--upstream", "127.0.0.1:1", "--burst-loss", "0.1"], "--burst-loss takes P,LEN"),
+            (["--upstream", "127.0.0.1:1", "--rebind-linger=-1"], "--rebind-linger must not be negative"),
         ] {
             let run = try ChildProcess(binary, arguments)
             #expect(try await run.waitForExit() != 0)
