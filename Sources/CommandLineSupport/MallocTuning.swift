@@ -2,19 +2,38 @@
 import Glibc
 #endif
 
-/// The glibc malloc setting the tools run with: a per-thread cache (tcache) of 64 freed chunks
-/// for each size instead of 7.
+/// How many freed chunks glibc's per-thread cache (tcache) keeps for each size, instead of 7.
 ///
 /// A QUIC loop allocates and frees in batches: the requests of one read pass, then their
 /// responses, each a handful of Swift objects and arrays of the same few sizes. With 7 cached
 /// per size, most of a batch misses the cache and goes to the arena's bins, and a 1 KiB body
 /// chunk among them consolidates the fast bins on every request. At 64, h3serve spends 4% fewer
 /// instructions per 1 KiB GET (61.0k to 58.2k under callgrind, 50 in flight) and h3load 6% fewer
-/// per request (76.1k to 71.6k); gtlsserver's allocation pattern gains nothing from it. The
-/// cost is at most 64 cached chunks per size per thread.
-public let mallocTunables = "glibc.malloc.tcache_count=64"
+/// per request (76.1k to 71.6k); gtlsserver's allocation pattern gains nothing from it.
+///
+/// The cost is memory a server keeps at rest: cached chunks are in use as far as `malloc_trim`
+/// is concerned, and they pin the pages they lie on. After 300 connections at once, h3serve's
+/// anonymous memory at rest was 4.9 MiB with 7, 6.0 with 16, 7.6 with 32 and 10.1 with 64,
+/// while a GET cost 42.8k, 42.1k, 41.4k and 41.2k instructions. So a server keeps 32 and a
+/// client, which does not sit at rest for hours, 64.
+public enum MallocCache: Sendable {
+    /// h3load and quic-echo: 64 chunks per size.
+    case client
+    /// h3serve: 32 chunks per size, nearly all of the gain for 2.5 MiB less at rest.
+    case server
 
-/// Runs the program again, once, with `GLIBC_TUNABLES` set to `mallocTunables`: glibc reads
+    public var tcacheCount: Int {
+        switch self {
+        case .client: return 64
+        case .server: return 32
+        }
+    }
+
+    /// The `GLIBC_TUNABLES` value for this cache.
+    public var tunables: String { "glibc.malloc.tcache_count=\(tcacheCount)" }
+}
+
+/// Runs the program again, once, with `GLIBC_TUNABLES` set to `cache`'s tunables: glibc reads
 /// its tunables only as a process starts, and has no call to change the tcache size later.
 ///
 /// It does nothing when `GLIBC_TUNABLES` is set already, even to an empty string: the user's
@@ -25,12 +44,12 @@ public let mallocTunables = "glibc.malloc.tcache_count=64"
 /// It executes the path `/proc/self/exe` names rather than the link itself: under valgrind the
 /// link is valgrind's own tool, and only the name, which valgrind reports as the program's, lets
 /// `valgrind --trace-children=yes` follow the exec (`scripts/bench` counts instructions so).
-public func runWithMallocTunables() {
+public func runWithMallocTunables(_ cache: MallocCache = .client) {
     guard getenv("GLIBC_TUNABLES") == nil else { return }
     var path = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
     let length = readlink("/proc/self/exe", &path, path.count - 1)
     guard length > 0 else { return }
-    setenv("GLIBC_TUNABLES", mallocTunables, 1)
+    setenv("GLIBC_TUNABLES", cache.tunables, 1)
     execv(path, CommandLine.unsafeArgv)
     unsetenv("GLIBC_TUNABLES")
 }

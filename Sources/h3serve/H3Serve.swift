@@ -12,7 +12,7 @@ import QuicTransport
 @main
 enum H3ServeMain {
     static func main() {
-        runWithMallocTunables()
+        runWithMallocTunables(.server)
         runWithBlockedMainThread { await H3Serve.main() }
     }
 }

@@ -4,8 +4,9 @@ import QuicTestSupport
 import Testing
 
 /// The servers and h3load run with glibc's per-thread malloc cache sized for a loop's batches
-/// (`runWithMallocTunables`): started without `GLIBC_TUNABLES`, they execute themselves again
-/// with it, as the same process; a setting of the user's, even an empty one, is left alone.
+/// (`runWithMallocTunables`, `MallocCache`): started without `GLIBC_TUNABLES`, they execute
+/// themselves again with it, as the same process; a setting of the user's, even an empty one,
+/// is left alone.
 @Suite("Tools' malloc tunables", .timeLimit(TestEnvironment.minutes(1)))
 struct ToolMallocTuningTests {
     /// The environment the process was last executed with. `setenv` alone does not change it,
@@ -26,13 +27,26 @@ struct ToolMallocTuningTests {
         defer { server.process.stop() }
         let executed = try Self.executedEnvironment(of: server.process.processIdentifier)
         // The test runner's own setting, if it has one, is the user's and wins.
-        let expected = ProcessInfo.processInfo.environment["GLIBC_TUNABLES"] ?? mallocTunables
+        let expected = ProcessInfo.processInfo.environment["GLIBC_TUNABLES"] ?? MallocCache.client.tunables
         #expect(executed["GLIBC_TUNABLES"] == expected, "quic-echo serve ran with GLIBC_TUNABLES=\(executed["GLIBC_TUNABLES"] ?? "(unset)")")
         // The same process, its pipes and its port: a client is served.
         let client = try ChildProcess(try TestEnvironment.executable("quic-echo"), [
             "connect", "127.0.0.1", "\(server.port)", "--pin-sha256", server.fingerprint, "--data", "hello",
         ])
         #expect(try await client.waitForExit() == 0, "quic-echo connect: \(client.standardError)")
+    }
+
+    /// h3serve keeps a smaller cache than the clients: at rest, cached chunks pin their pages.
+    @Test func h3serveRunsWithTheServersSmallerCache() async throws {
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("tunables-\(UUID())")
+        try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
+        let server = try ChildProcess(try TestEnvironment.executable("h3serve"), ["--port", "0", "--no-tcp", "--root", root.path])
+        defer { server.stop() }
+        _ = try await server.waitForLine(containing: "serving")
+        let executed = try Self.executedEnvironment(of: server.processIdentifier)
+        let expected = ProcessInfo.processInfo.environment["GLIBC_TUNABLES"] ?? MallocCache.server.tunables
+        #expect(executed["GLIBC_TUNABLES"] == expected, "h3serve ran with GLIBC_TUNABLES=\(executed["GLIBC_TUNABLES"] ?? "(unset)")")
+        #expect(MallocCache.server.tcacheCount < MallocCache.client.tcacheCount)
     }
 
     @Test func anEmptySettingOfTheUsersIsLeftAlone() async throws {
