@@ -503,7 +503,8 @@ final class HTTP3ServerConnection: @unchecked Sendable {
         let rtt = driver.core.pathStatistics.smoothedRTT.components
         let rttNanoseconds = rtt.seconds * 1_000_000_000 + rtt.attoseconds / 1_000_000_000
         let delay = TimeAmount.nanoseconds(max(2 * rttNanoseconds, 50_000_000))
-        driver.eventLoop.scheduleTask(in: delay) {
+        // Never cancelled: if the connection ends first, the task finds no codec.
+        _ = driver.eventLoop.scheduleTask(in: delay) {
             try? self.codec?.shutdown()
             self.driver.afterInput()
             self.closeIfIdle()
