@@ -28,7 +28,13 @@ public struct AltService: Hashable, Sendable, CustomStringConvertible {
     /// requires (every octet outside `tchar`, and `%`), the authority a quoted-string.
     public var description: String {
         let authority = (host.map { $0.contains(":") ? "[\($0)]" : $0 } ?? "") + ":\(port)"
-        let quoted = String(authority.flatMap { $0 == "\\" ? ["\\", "\\"] : [$0] })
+        // By scalar, not by Character: a combining mark after a backslash makes one Character
+        // of the two, and the backslash then went out unescaped (found by the fuzzer).
+        var quoted = ""
+        for scalar in authority.unicodeScalars {
+            if scalar == "\\" { quoted.unicodeScalars.append("\\") }
+            quoted.unicodeScalars.append(scalar)
+        }
         return "\(Self.percentEncoded(protocolID))=\"\(quoted)\"; ma=\(maxAge)" + (persist ? "; persist=1" : "")
     }
 
@@ -158,7 +164,10 @@ struct AltServiceParser {
         } else if host.contains(":") {
             throw error("an IPv6 host must be in brackets")
         }
-        if host.contains(where: { $0 == " " || $0 == "/" || $0 == "\"" }) { throw error("invalid host in alt-authority") }
+        // By byte: a combining mark after a space would make one Character of the two.
+        if host.utf8.contains(where: { $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "/") || $0 == UInt8(ascii: "\"") }) {
+            throw error("invalid host in alt-authority")
+        }
         return (host.isEmpty ? nil : host, port)
     }
 

@@ -46,13 +46,27 @@ struct AltServiceTests {
         #expect(AltService(protocolID: "h3", port: 443).description == #"h3=":443"; ma=86400"#)
     }
 
+    /// Found by the alt-svc fuzz target: a backslash followed by a combining mark is one
+    /// Character, so escaping by Character left that backslash bare, and the value read back
+    /// with one backslash fewer.
+    @Test func backslashesAreEscapedWhateverFollowsThem() throws {
+        for host in ["\\\u{5B4}x", "\\\\\u{301}"] {
+            let service = AltService(protocolID: "wDx", host: host, port: 1)
+            #expect(try Self.parse(service.description) == [service], "\(service.description)")
+        }
+        // The fuzzer's input itself.
+        let input = Data(base64Encoded: "d0R4PSJcXFxcXFxc1rS0OjEi")!
+        let parsed = try Self.parse(String(decoding: input, as: UTF8.self))
+        #expect(try Self.parse(parsed[0].description) == parsed)
+    }
+
     @Test(arguments: [
         "", " ", ",", "h3", "h3=", "h3=:443", "h3=\":443", "h3=\"\"", "h3=\":\"", "h3=\"host\"", "h3=\"host:\"",
         "h3=\":0\"", "h3=\":65536\"", "h3=\":-1\"", "h3=\":44a\"", "h3=\"::1:443\"", "h3=\"[::1:443\"", "h3=\"[]:443\"",
         "h3 =\":443\"", "=\":443\"", "h3=\":443\"; ma", "h3=\":443\"; ma=", "h3=\":443\"; ma=abc", "h3=\":443\"; ma=-5",
         "h3=\":443\"; =5", "h3=\":443\" h2=\":443\"", "h3=\":443\"; ma=\"", "h%zz=\":443\"", "h%4=\":443\"",
         "h3=\":443\"\u{7f}", "h3=\"ho st:443\"", "h3=\"a/b:443\"", "CLEAR", "clear, h3=\":443\"", "h3=\":443\"; ma=5 ma=6",
-        "h3=\"\u{01}:443\"", "h3=\"\\\"",
+        "h3=\"\u{01}:443\"", "h3=\"\\\"", "h3=\"a \u{301}b:443\"",
     ])
     func malformedValuesAreRejectedWithAReason(text: String) {
         do {
