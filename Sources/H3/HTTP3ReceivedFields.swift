@@ -41,12 +41,13 @@ package struct HTTP3ReceivedFields: @unchecked Sendable {
 
     package init() {}
 
-    /// A section from name and value pairs (tests, and sections built in Swift).
+    /// A section from name and value pairs (tests). Without nghttp3's tokens, names read back
+    /// decoded from their bytes, the same text the tokens' constants give.
     package init(_ pairs: [(name: String, value: String)]) {
         for (name, value) in pairs {
             var name = name, value = value
             name.withUTF8 { name in
-                value.withUTF8 { value in append(name: name, value: value, token: QPACKToken.token(of: name)) }
+                value.withUTF8 { value in append(name: name, value: value, token: -1) }
             }
         }
     }
@@ -139,16 +140,16 @@ package struct HTTP3ReceivedFields: @unchecked Sendable {
         return name.withUTF8 { name in
             var named: [Line] = []
             _ = firstLine { line, raw in
-                if Self.bytes(line.name, in: raw, equal: name) { named.append(line) }
+                if Self.bytes(line.name, in: raw).equals(name) { named.append(line) }
                 return false
             }
             return named
         }
     }
 
-    /// Whether a line is a pseudo-header field (RFC 9114 §4.3): its name starts with ':'.
+    /// Whether a line is a pseudo-header field (RFC 9114 §4.3).
     func isPseudoHeader(_ line: Line) -> Bool {
-        !line.name.isEmpty && withBytes { $0[line.name.lowerBound] } == UInt8(ascii: ":")
+        withBytes { Self.isPseudoHeader(line, in: $0) }
     }
 
     /// The first pseudo-header field line named `name`. The pseudo-header fields come first
@@ -157,18 +158,18 @@ package struct HTTP3ReceivedFields: @unchecked Sendable {
     func firstPseudoHeader(named name: StaticString) -> Line? {
         var passedPseudoHeaders = false
         let line = firstLine { line, raw in
-            guard !line.name.isEmpty, raw[line.name.lowerBound] == UInt8(ascii: ":") else {
+            guard Self.isPseudoHeader(line, in: raw) else {
                 passedPseudoHeaders = true
                 return true
             }
-            return name.withUTF8Buffer { Self.bytes(line.name, in: raw, equal: $0) }
+            return Self.bytes(line.name, in: raw).equals(name)
         }
         return passedPseudoHeaders ? nil : line
     }
 
     /// A line's value as bytes, for the length of `body`.
     func withValueBytes<R>(of line: Line, _ body: (UnsafeBufferPointer<UInt8>) -> R) -> R {
-        withBytes { body(UnsafeRawBufferPointer(rebasing: $0[line.value]).assumingMemoryBound(to: UInt8.self)) }
+        withBytes { body(Self.bytes(line.value, in: $0)) }
     }
 
     /// The lines as name and value strings, in wire order.
@@ -179,14 +180,29 @@ package struct HTTP3ReceivedFields: @unchecked Sendable {
         return pairs
     }
 
-    private static func bytes(_ range: Range<Int>, in raw: UnsafeRawBufferPointer, equal other: UnsafeBufferPointer<UInt8>) -> Bool {
-        guard range.count == other.count else { return false }
-        guard let base = other.baseAddress, !range.isEmpty else { return true }
-        return memcmp(raw.baseAddress! + range.lowerBound, base, range.count) == 0
+    /// A name starting with ':' (RFC 9114 §4.3).
+    private static func isPseudoHeader(_ line: Line, in raw: UnsafeRawBufferPointer) -> Bool {
+        !line.name.isEmpty && raw[line.name.lowerBound] == UInt8(ascii: ":")
+    }
+
+    private static func bytes(_ range: Range<Int>, in raw: UnsafeRawBufferPointer) -> UnsafeBufferPointer<UInt8> {
+        UnsafeRawBufferPointer(rebasing: raw[range]).assumingMemoryBound(to: UInt8.self)
     }
 
     private func string(_ range: Range<Int>) -> String {
-        withBytes { String(decoding: UnsafeRawBufferPointer(rebasing: $0[range]).assumingMemoryBound(to: UInt8.self), as: UTF8.self) }
+        withBytes { String(decoding: Self.bytes(range, in: $0), as: UTF8.self) }
+    }
+}
+
+extension UnsafeBufferPointer<UInt8> {
+    /// Whether these bytes are exactly `other`'s, compared with `memcmp`.
+    func equals(_ other: UnsafeBufferPointer<UInt8>) -> Bool {
+        count == other.count && (count == 0 || memcmp(baseAddress!, other.baseAddress!, count) == 0)
+    }
+
+    /// Whether these bytes are exactly `text`'s.
+    func equals(_ text: StaticString) -> Bool {
+        text.withUTF8Buffer { equals($0) }
     }
 }
 
@@ -258,14 +274,4 @@ enum QPACKToken {
         token >= 0 && token < names.count ? names[Int(token)] : nil
     }
 
-    /// The token nghttp3 gives `name`, -1 for other names.
-    static func token(of name: UnsafeBufferPointer<UInt8>) -> Int32 {
-        tokens[String(decoding: name, as: UTF8.self)] ?? -1
-    }
-
-    private static let tokens: [String: Int32] = {
-        var tokens: [String: Int32] = [:]
-        for (token, name) in names.enumerated() { if let name { tokens[name] = Int32(token) } }
-        return tokens
-    }()
 }

@@ -1,4 +1,3 @@
-import Glibc
 import HTTPTypes
 import Synchronization
 
@@ -84,12 +83,5 @@ final class HTTP3RequestHeadSource: Sendable {
             path: path,
             headerFields: HTTPFields(fields)
         )
-    }
-}
-
-extension UnsafeBufferPointer<UInt8> {
-    /// Whether these bytes are exactly `text`'s.
-    fileprivate func equals(_ text: StaticString) -> Bool {
-        count == text.utf8CodeUnitCount && (count == 0 || memcmp(baseAddress!, text.utf8Start, count) == 0)
     }
 }

@@ -15,19 +15,6 @@ extension HTTPFields {
         return all
     }
 
-    /// Fields from name and value pairs, with room for all of them made once; names that are
-    /// not valid field names are dropped, and so are pseudo-header fields (RFC 9114 §4.3), which
-    /// belong to the head.
-    init(pairs: [(name: String, value: String)]) {
-        self.init()
-        reserveCapacity(pairs.count)
-        for (name, value) in pairs where name.utf8.first != UInt8(ascii: ":") {
-            if let fieldName = HTTPField.Name(name) { append(HTTPField(name: fieldName, value: value)) }
-        }
-    }
-}
-
-extension HTTPFields {
     /// The regular fields of a received section, in order: the pseudo-header fields belong to
     /// the head (RFC 9114 §4.3), and names that are not valid field names are dropped.
     init(_ received: HTTP3ReceivedFields) {
