@@ -1,4 +1,4 @@
-import Foundation
+import NIOConcurrencyHelpers
 
 /// Runs `body`, failing with `timeoutError()` once `seconds` have passed.
 ///
@@ -31,7 +31,7 @@ package func withDeadline<T: Sendable>(
 /// Resumes a continuation once, with whichever outcome arrives first.
 // @unchecked Sendable: `continuation` is read and cleared only under `lock`.
 private final class FirstOutcome<T: Sendable>: @unchecked Sendable {
-    private let lock = NSLock()
+    private let lock = NIOLock()
     private var continuation: CheckedContinuation<T, any Error>?
 
     init(_ continuation: CheckedContinuation<T, any Error>) {

@@ -1,9 +1,12 @@
-import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+import QuicTransport
 
 /// Parses `HOST:PORT`, with IPv6 hosts in brackets (`[::1]:443`); nil when there is no port.
 public func parseHostPort(_ text: String) -> (host: String, port: UInt16)? {
     guard let colon = text.lastIndex(of: ":"), let port = UInt16(text[text.index(after: colon)...]) else { return nil }
-    let host = text[..<colon].trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
+    let host = String(text[..<colon].trimming { $0 == "[" || $0 == "]" })
     return host.isEmpty ? nil : (host, port)
 }
 

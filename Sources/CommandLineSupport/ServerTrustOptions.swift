@@ -1,5 +1,9 @@
-import ArgumentParser
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
+import ArgumentParser
 import QuicTransport
 
 /// The HTTP/3 clients' flags for whom to trust and where to connect, with curl's names:
@@ -53,7 +57,7 @@ public struct ServerTrustOptions: ParsableArguments, Sendable {
         }
         if let resolve {
             let parts = resolve.split(separator: ":", maxSplits: 2).map(String.init)
-            return (parts[2].trimmingCharacters(in: CharacterSet(charactersIn: "[]")), UInt16(parts[1]) ?? 443)
+            return (String(parts[2].trimming { $0 == "[" || $0 == "]" }), UInt16(parts[1]) ?? 443)
         }
         return nil
     }

@@ -1,5 +1,9 @@
-import ArgumentParser
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
+import ArgumentParser
 import QuicTransport
 
 /// How `--stats` prints a connection's establishment and data-transfer reports.

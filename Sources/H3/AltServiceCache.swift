@@ -1,5 +1,13 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
+#if canImport(Glibc)
+import Glibc
+#endif
 import NIOConcurrencyHelpers
+import QuicTransport
 
 /// Remembers alternative services per origin (RFC 7838 §2.2, §3.1), for as long as `ma` says,
 /// and persists them in curl's `--alt-svc` file format so curl and h3get can share one file:
@@ -118,7 +126,7 @@ public final class AltServiceCache: Sendable {
     private func load(_ text: String) {
         let now = now()
         for (number, rawLine) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
-            let line = rawLine.trimmingCharacters(in: .whitespaces)
+            let line = String(rawLine.trimmingASCIIWhitespace())
             if line.isEmpty || line.hasPrefix("#") { continue }
             guard let (origin, entry) = Self.parseLine(line) else {
                 state.withLockedValue { $0.warnings.append("alt-svc cache line \(number + 1) skipped: \(line)") }
@@ -159,18 +167,21 @@ public final class AltServiceCache: Sendable {
 
     private static func fileHost(_ host: String) -> String { host.contains(":") ? "[\(host)]" : host }
 
-    private static func makeFormatter() -> DateFormatter {
-        let formatter = DateFormatter()
-        formatter.locale = Locale(identifier: "en_US_POSIX")
-        formatter.timeZone = TimeZone(identifier: "GMT")
-        formatter.dateFormat = "yyyyMMdd HH:mm:ss"
-        return formatter
+    /// Writes curl's `YYYYMMDD HH:MM:SS` (UTC), the form `parseDate` reads.
+    package static func format(_ date: Date) -> String {
+        var seconds = time_t(date.timeIntervalSince1970.rounded(.down))
+        var fields = tm()
+        gmtime_r(&seconds, &fields)
+        func digits(_ value: Int32, _ width: Int) -> String {
+            let text = String(value)
+            return String(repeating: "0", count: max(0, width - text.count)) + text
+        }
+        return digits(fields.tm_year + 1900, 4) + digits(fields.tm_mon + 1, 2) + digits(fields.tm_mday, 2) + " "
+            + digits(fields.tm_hour, 2) + ":" + digits(fields.tm_min, 2) + ":" + digits(fields.tm_sec, 2)
     }
-
-    static func format(_ date: Date) -> String { makeFormatter().string(from: date) }
     /// Reads curl's `YYYYMMDD HH:MM:SS` (UTC) by hand: a DateFormatter per line made loading a
     /// file cost a millisecond a line (the alt-svc-cache fuzz target ran at 400 inputs a second).
-    static func parseDate(_ text: String) -> Date? {
+    package static func parseDate(_ text: String) -> Date? {
         let bytes = Array(text.utf8)
         guard bytes.count == 17, bytes[8] == UInt8(ascii: " "), bytes[11] == UInt8(ascii: ":"), bytes[14] == UInt8(ascii: ":") else { return nil }
         func number(_ range: Range<Int>) -> Int? {

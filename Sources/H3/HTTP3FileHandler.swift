@@ -1,7 +1,15 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
+#if canImport(Glibc)
+import Glibc
+#endif
 import CQuicShims
 import HTTPTypes
 import NIOConcurrencyHelpers
+import QuicTransport
 
 /// Serves the files under one directory (RFC 9110 semantics over HTTP/3): GET and HEAD with
 /// `content-length` and `content-type`, a single byte range (RFC 9110 §14), 404 for what is not
@@ -102,8 +110,25 @@ public struct HTTP3FileHandler: Sendable {
         // Escapes can hide slashes and NULs, so the decoded path is scanned again.
         let utf8 = path.utf8
         let end = utf8.firstIndex(of: UInt8(ascii: "?")) ?? utf8.endIndex
-        guard let decoded = path[..<end].removingPercentEncoding, !decoded.utf8.contains(0) else { return nil }
+        guard let decoded = percentDecoded(path[..<end]), !decoded.utf8.contains(0) else { return nil }
         return String(decoded[(decoded.utf8.firstIndex { $0 != UInt8(ascii: "/") } ?? decoded.endIndex)...])
+    }
+
+    /// `text` with its percent escapes decoded (RFC 3986 §2.1); nil when a `%` is not followed
+    /// by two hex digits or the bytes decoded are not UTF-8. A `+` stays a `+`.
+    static func percentDecoded(_ text: Substring) -> String? {
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(text.utf8.count)
+        var iterator = text.utf8.makeIterator()
+        while let byte = iterator.next() {
+            guard byte == UInt8(ascii: "%") else {
+                bytes.append(byte)
+                continue
+            }
+            guard let high = iterator.next().flatMap(Hex.nibble), let low = iterator.next().flatMap(Hex.nibble) else { return nil }
+            bytes.append(high << 4 | low)
+        }
+        return String(validating: bytes, as: UTF8.self)
     }
 
     private enum PathScan {
@@ -141,13 +166,13 @@ public struct HTTP3FileHandler: Sendable {
 
     /// Parses one `bytes=first-last`, `bytes=first-` or `bytes=-suffix` range.
     static func byteRange(_ text: String, length: Int) -> RangeOutcome {
-        let trimmed = text.trimmingCharacters(in: .whitespaces)
+        let trimmed = text.trimmingASCIIWhitespace()
         guard trimmed.lowercased().hasPrefix("bytes="), !trimmed.contains(",") else { return .ignored }
         let spec = trimmed.dropFirst("bytes=".count)
         let parts = spec.split(separator: "-", maxSplits: 1, omittingEmptySubsequences: false)
         guard parts.count == 2 else { return .ignored }
-        let first = parts[0].trimmingCharacters(in: .whitespaces)
-        let last = parts[1].trimmingCharacters(in: .whitespaces)
+        let first = parts[0].trimmingASCIIWhitespace()
+        let last = parts[1].trimmingASCIIWhitespace()
         if first.isEmpty {
             guard let suffix = Int(last), suffix > 0 else { return .ignored }
             guard length > 0 else { return .unsatisfiable }

@@ -1,4 +1,12 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
+import Dispatch
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// A DNS HTTPS resource record (RFC 9460, type 65): how to reach a service before the first
 /// connection, including whether it speaks HTTP/3 (`alpn=h3`) and on which port.

@@ -1,5 +1,9 @@
-import AsyncHTTPClient
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
+import AsyncHTTPClient
 import HTTPTypes
 import NIOConcurrencyHelpers
 import NIOCore

@@ -1,5 +1,4 @@
 import AsyncHTTPClient
-import Foundation
 import HTTPTypes
 import NIOCore
 import NIOPosix

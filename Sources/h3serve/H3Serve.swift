@@ -1,6 +1,14 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
 import ArgumentParser
 import CommandLineSupport
-import Foundation
+import Dispatch
+#if canImport(Glibc)
+import Glibc
+#endif
 import H3
 import HTTPTypes
 import Logging
@@ -118,21 +126,21 @@ struct H3Serve: AsyncParsableCommand {
         for path in [cert, key].compactMap({ $0 }) where !FileManager.default.isReadableFile(atPath: path) {
             throw ValidationError("cannot read \(path)")
         }
-        var isDirectory: ObjCBool = false
-        guard FileManager.default.fileExists(atPath: root, isDirectory: &isDirectory), isDirectory.boolValue else {
+        var status = stat()
+        guard stat(root, &status) == 0, status.st_mode & S_IFMT == S_IFDIR else {
             throw ValidationError("--root \(root) is not a directory")
         }
     }
 
     /// Reports a startup failure on stderr; the result is the exit status to throw.
     private func fail(_ message: String) -> ExitCode {
-        FileHandle.standardError.write(Data("error: \(message)\n".utf8))
+        writeToStandardError("error: \(message)\n")
         return ExitCode(1)
     }
 
     /// Writes a line to stdout at once; scripts wait for these lines.
     private func say(_ line: String) {
-        FileHandle.standardOutput.write(Data((line + "\n").utf8))
+        writeToStandardOutput(line + "\n")
     }
 
     func run() async throws {
@@ -170,7 +178,7 @@ struct H3Serve: AsyncParsableCommand {
             let inMemory = response.bodyStream == nil && response.file == nil
             let bytes = inMemory ? String(response.body.count) : response.head.headerFields[.contentLength] ?? "?"
             let line = "\(request.method) \(request.path ?? "/") \(response.head.status.code) \(bytes) priority=\(priority) \(microseconds)us\n"
-            FileHandle.standardError.write(Data(line.utf8))
+            writeToStandardError(line)
             return response
         }
         let handler: HTTP3Server.Handler = { serve($0) }

@@ -178,4 +178,14 @@ struct AltServiceCacheTests {
             #expect(AltServiceCache.parseLine(line(impossible)) == nil, "\(impossible)")
         }
     }
+
+    /// The expiry is written by hand too, with zero padding, in UTC, and reads back the same.
+    @Test(arguments: [
+        (1_893_456_000.0, "20300101 00:00:00"), (1_709_251_199.9, "20240229 23:59:59"), (946_684_800, "20000101 00:00:00"),
+        (4_102_444_799, "20991231 23:59:59"), (-1, "19691231 23:59:59"),
+    ])
+    func expiryDatesAreWrittenAsCurlWritesThem(seconds: Double, text: String) {
+        #expect(AltServiceCache.format(Date(timeIntervalSince1970: seconds)) == text)
+        #expect(AltServiceCache.parseDate(text) == Date(timeIntervalSince1970: seconds.rounded(.down)))
+    }
 }

@@ -1,5 +1,12 @@
-import Dispatch
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
+import Dispatch
+#if canImport(Glibc)
+import Glibc
+#endif
 import NIOConcurrencyHelpers
 import NIOCore
 

@@ -1,4 +1,8 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 
 extension NWConnectionGroup {
     /// A message sent or received on a group, as in Network.framework; for QUIC, a datagram

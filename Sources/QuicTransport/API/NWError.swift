@@ -1,7 +1,6 @@
 #if canImport(Glibc)
 import Glibc
 #endif
-import Foundation
 
 /// Errors reported through states and completions, as in Network.framework, plus a `.quic` case
 /// that carries QUIC's own error codes.

@@ -1,4 +1,3 @@
-import Foundation
 
 /// IP below QUIC: the options of Network.framework's `NWProtocolIP`, which a QUIC stack carries
 /// in `NWParameters.defaultProtocolStack.internetProtocol`.

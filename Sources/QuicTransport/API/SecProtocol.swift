@@ -1,8 +1,12 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
 #if canImport(Glibc)
 import Glibc
 #endif
 import Dispatch
-import Foundation
 
 // Security.framework's TLS calls that QUIC apps make, with Apple's names and shapes, over our TLS
 // options. Linux has no Security framework: these types carry what GnuTLS gives us (the peer's

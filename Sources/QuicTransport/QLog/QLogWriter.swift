@@ -1,5 +1,9 @@
-import CQuicShims
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
+import CQuicShims
 import Glibc
 import Logging
 

@@ -146,13 +146,3 @@ private func verifyPeers(session: gnutls_session_t, serverName: String, status: 
         }
     }
 }
-
-extension String {
-    fileprivate func trimmingASCIIWhitespace() -> Substring {
-        let isSpace: (Character) -> Bool = { $0 == " " || $0 == "\t" || $0 == "\n" || $0 == "\r" }
-        guard let first = firstIndex(where: { !isSpace($0) }), let last = lastIndex(where: { !isSpace($0) }) else {
-            return ""
-        }
-        return self[first...last]
-    }
-}

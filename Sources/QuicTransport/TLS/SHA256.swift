@@ -57,7 +57,8 @@ package enum Hex {
         return out
     }
 
-    private static func nibble(_ char: UInt8) -> UInt8? {
+    /// The value of one hex digit (either case); nil for any other byte.
+    package static func nibble(_ char: UInt8) -> UInt8? {
         switch char {
         case UInt8(ascii: "0")...UInt8(ascii: "9"): char - UInt8(ascii: "0")
         case UInt8(ascii: "a")...UInt8(ascii: "f"): char - UInt8(ascii: "a") + 10

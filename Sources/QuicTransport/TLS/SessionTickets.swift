@@ -1,6 +1,13 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
 import CQuicShims
 import Synchronization
-import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 import NIOConcurrencyHelpers
 
 /// The client side of TLS 1.3 session resumption (RFC 8446 §2.2, RFC 9001 §4.5): the tickets

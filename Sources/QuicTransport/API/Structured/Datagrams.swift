@@ -1,4 +1,11 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// QUIC's unreliable datagrams (RFC 9221) as a protocol, as Network.framework's `QUICDatagram`:
 /// the protocol of a `NetworkConnection<QUIC>`'s `datagrams` channel. Each send is one

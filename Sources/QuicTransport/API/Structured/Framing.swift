@@ -1,4 +1,11 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// Type–length–value messages on a stream, as Network.framework's `TLV` protocol: each message
 /// has an integer type and a body, and arrives whole.

@@ -1,4 +1,3 @@
-import Foundation
 
 /// What `NetworkConnection`, `QUIC.Stream` and `QUIC.Datagrams` have in common, as
 /// Network.framework's `NetworkChannel` base class: a stable identity, the parameters the

@@ -1,5 +1,7 @@
 import Dispatch
-import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 import NIOConcurrencyHelpers
 
 /// A listener in Network.framework's 2025 structured-concurrency API; with `QUIC` as its

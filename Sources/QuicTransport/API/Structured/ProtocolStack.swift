@@ -1,4 +1,8 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 
 /// A protocol that carries one sequence of data between two ends: a QUIC stream, or a framing
 /// protocol over one. As in Network.framework, `NetworkChannel`s are generic over it.

@@ -1,4 +1,3 @@
-import Foundation
 
 /// QUIC (RFC 9000) as a protocol stack for `NetworkConnection` and `NetworkListener`, as in
 /// Network.framework's 2025 API:

@@ -1,4 +1,11 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
+#if canImport(Glibc)
+import Glibc
+#endif
 import NIOConcurrencyHelpers
 
 /// A QUIC stream's own protocol (RFC 9000 §2): the bottom of every stream's stack in

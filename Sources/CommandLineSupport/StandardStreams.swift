@@ -1,0 +1,31 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// Writes `text` to standard error at once, whole, with no buffering: the tools' messages
+/// outside logging (startup failures, access lines). `FileHandle` would pull in Foundation.
+public func writeToStandardError(_ text: String) {
+    writeWhole(text, to: STDERR_FILENO)
+}
+
+/// Writes `text` to standard output at once, whole, with no buffering: scripts wait for the
+/// lines a server prints when it is ready.
+public func writeToStandardOutput(_ text: String) {
+    writeWhole(text, to: STDOUT_FILENO)
+}
+
+private func writeWhole(_ text: String, to descriptor: Int32) {
+    var text = text
+    text.withUTF8 { bytes in
+        var offset = 0
+        while offset < bytes.count {
+            let written = write(descriptor, bytes.baseAddress! + offset, bytes.count - offset)
+            if written < 0 && errno == EINTR { continue }
+            // A closed or full pipe: the message is lost, as a failed FileHandle write would lose it.
+            guard written > 0 else { return }
+            offset += written
+        }
+    }
+}

@@ -1,0 +1,26 @@
+import Foundation
+import QuicTestSupport
+import Testing
+
+/// What h3serve maps into memory. The stack imports FoundationEssentials only: libFoundation,
+/// its internationalization layer and ICU add about 6 MiB of resident code to a process that
+/// uses none of it, which is most of what stood between h3serve's resting RSS and 32 MiB.
+@Suite("h3serve's footprint", .timeLimit(TestEnvironment.minutes(1)))
+struct ServerFootprintTests {
+    @Test func h3serveLoadsNeitherFoundationNorICU() async throws {
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("footprint-\(UUID())")
+        try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
+        // With its TCP listener too: the Alt-Svc side (NIOSSL, HTTP/1.1 and HTTP/2) is loaded.
+        let (server, _) = try await startH3serve(root: root)
+        defer { server.stop() }
+        // Read to the end: /proc reports a size of 0, and `String(contentsOfFile:)` stops at 4 KiB.
+        let maps = try FileHandle(forReadingFrom: URL(fileURLWithPath: "/proc/\(server.processIdentifier)/maps")).readToEnd() ?? Data()
+        let libraries = Set(maps.split(separator: UInt8(ascii: "\n")).compactMap { line in
+            line.contains(UInt8(ascii: "/")) ? line.split(separator: UInt8(ascii: "/")).last.map { String(decoding: $0, as: UTF8.self) } : nil
+        })
+        #expect(libraries.contains("libFoundationEssentials.so"), "the check reads the maps it means to: \(libraries.sorted())")
+        for library in ["libFoundation.so", "libFoundationInternationalization.so", "lib_FoundationICU.so"] {
+            #expect(!libraries.contains(library), "h3serve maps \(library); a module it links imports Foundation, not FoundationEssentials")
+        }
+    }
+}
