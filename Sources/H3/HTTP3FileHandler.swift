@@ -9,6 +9,7 @@ import Glibc
 import CQuicShims
 import HTTPTypes
 import NIOConcurrencyHelpers
+import NIOCore
 import QuicTransport
 
 /// Serves the files under one directory (RFC 9110 semantics over HTTP/3): GET and HEAD with
@@ -81,17 +82,31 @@ public struct HTTP3FileHandler: Sendable {
 
     /// Opens the regular file a request path names (a directory's `index.html`); nil when it is
     /// missing, not a regular file, or would leave the root.
+    /// A path asked for less than the reuse time ago gets what that lookup found, found by the
+    /// path as it came (its query left out), so a repeated request decodes nothing.
     func open(_ path: String) -> HTTP3ServedFile? {
-        guard let name = Self.relativeName(of: path) else { return nil }
-        guard let entry = directory.openFile(name.isEmpty ? "." : name) else { return nil }
-        switch entry {
-        case .file(let file):
-            return file
-        case .directory:
-            let index = name.isEmpty || name.utf8.last == UInt8(ascii: "/") ? name + "index.html" : name + "/index.html"
-            guard case .file(let file) = directory.openFile(index) else { return nil }
-            return file
+        directory.recentFile(requestedAs: Self.withoutQuery(path)) {
+            guard let name = Self.relativeName(of: path) else { return nil }
+            guard let entry = directory.lookUp(name.isEmpty ? "." : name) else { return nil }
+            switch entry {
+            case .file(let file):
+                return file
+            case .directory:
+                let index = name.isEmpty || name.utf8.last == UInt8(ascii: "/") ? name + "index.html" : name + "/index.html"
+                guard case .file(let file) = directory.lookUp(index) else { return nil }
+                return file
+            }
         }
+    }
+
+    /// The path without its query (RFC 3986 §3.4): the same file whatever the query says.
+    private static func withoutQuery(_ path: String) -> String {
+        var path = path
+        path.makeContiguousUTF8()
+        // Over the bytes: `firstIndex(of:)` on the UTF8View steps its index, about 250 instructions.
+        let question = path.utf8.withContiguousStorageIfAvailable { $0.firstIndex(of: UInt8(ascii: "?")) } ?? nil
+        guard let question else { return path }
+        return String(decoding: path.utf8.prefix(question), as: UTF8.self)
     }
 
     /// The path below the root that a request path names: without its query and its leading
@@ -238,29 +253,29 @@ final class HTTP3RootDirectory: Sendable {
     /// Built into every file's fields when it is opened.
     let additionalFields: HTTPFields
 
-    /// An entry found by a recent lookup, and when it stops being trusted.
-    private struct RecentEntry: Sendable {
-        let entry: Entry
-        let expires: ContinuousClock.Instant
+    /// A file found by a recent lookup, and when it stops being trusted (monotonic nanoseconds).
+    private struct RecentFile: Sendable {
+        let file: HTTP3ServedFile
+        let expires: UInt64
     }
 
-    /// The recent lookups by relative path. Expired ones are swept out (a file closes once no
+    /// The recent lookups by request path. Expired ones are swept out (a file closes once no
     /// response reads it either) at most once per reuse time and only when a lookup misses, so
     /// an idle server keeps at most `recentLimit` descriptors open.
-    private struct RecentEntries: Sendable {
-        var byPath: [String: RecentEntry] = [:]
-        var nextSweep = ContinuousClock.now
+    private struct RecentFiles: Sendable {
+        var byPath: [String: RecentFile] = [:]
+        var nextSweep: UInt64 = 0
     }
 
-    /// How long an entry is reused; zero turns reuse off.
-    private let reuse: Duration
-    private let recent = NIOLockedValueBox(RecentEntries())
+    /// How long a file is reused, in nanoseconds; zero turns reuse off.
+    private let reuse: UInt64
+    private let recent = NIOLockedValueBox(RecentFiles())
     /// The most entries (and so open descriptors) kept; when full, new ones are not kept until
     /// a sweep makes room.
     static let recentLimit = 256
 
     init(path: String, reuse: Duration, additionalFields: HTTPFields) {
-        self.reuse = reuse
+        self.reuse = HTTP3Server.nanoseconds(reuse)
         self.additionalFields = additionalFields
         descriptor = Glibc.open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         canonicalPath = path.hasSuffix("/") ? path : path + "/"
@@ -272,29 +287,29 @@ final class HTTP3RootDirectory: Sendable {
 
     deinit { if descriptor >= 0 { close(descriptor) } }
 
-    /// Opens `relativePath` beneath the root: a regular file, or the news that it is a directory.
-    /// A path looked up less than the reuse time ago gets what that lookup found.
-    func openFile(_ relativePath: String) -> Entry? {
-        guard reuse > .zero else { return lookUp(relativePath) }
-        let now = ContinuousClock.now
-        if let hit = recent.withLockedValue({ $0.byPath[relativePath] }), now < hit.expires { return hit.entry }
-        let entry = lookUp(relativePath)
+    /// The file a request for `path` got less than the reuse time ago; otherwise what `lookUp`
+    /// finds now, kept for the next request (a miss is not kept).
+    func recentFile(requestedAs path: String, orLookUp lookUp: () -> HTTP3ServedFile?) -> HTTP3ServedFile? {
+        guard reuse > 0 else { return lookUp() }
+        let now = NIODeadline.now().uptimeNanoseconds
+        if let hit = recent.withLockedValue({ $0.byPath[path] }), now < hit.expires { return hit.file }
+        let file = lookUp()
         recent.withLockedValue { recent in
             if now >= recent.nextSweep {
                 recent.byPath = recent.byPath.filter { now < $0.value.expires }
                 recent.nextSweep = now + reuse
             }
-            if let entry, recent.byPath.count < Self.recentLimit || recent.byPath[relativePath] != nil {
-                recent.byPath[relativePath] = RecentEntry(entry: entry, expires: now + reuse)
+            if let file, recent.byPath.count < Self.recentLimit || recent.byPath[path] != nil {
+                recent.byPath[path] = RecentFile(file: file, expires: now + reuse)
             } else {
-                recent.byPath[relativePath] = nil
+                recent.byPath[path] = nil
             }
         }
-        return entry
+        return file
     }
 
     /// Asks the kernel what `relativePath` is beneath the root, opening it if it is a file.
-    private func lookUp(_ relativePath: String) -> Entry? {
+    func lookUp(_ relativePath: String) -> Entry? {
         guard descriptor >= 0 else { return nil }
         let opened: Int32
         if kernelResolves {
