@@ -24,7 +24,7 @@ package final class HTTP3Codec: QUICApplicationCodec {
     /// The bodies being sent, owned here until their stream closes. nghttp3 also holds each
     /// one, unretained, as its stream's user data, so the callbacks for every chunk read and
     /// acknowledged reach it without hashing; whoever drops a body here clears that first.
-    @exclusivity(unchecked) private var bodies: [Int64: HTTP3OutgoingBody] = [:]
+    @exclusivity(unchecked) private var bodies = HTTP3StreamTable<HTTP3OutgoingBody>()
     /// File bodies whose window an acknowledgement just reopened: resumed once nghttp3's call
     /// returns, since its callbacks must not call it again.
     @exclusivity(unchecked) private var resumableBodies: [Int64] = []

@@ -433,7 +433,7 @@ final class HTTP3ServerConnection: @unchecked Sendable {
         self.driver.afterInput()
     }
     /// Requests received whose response stream has not closed yet.
-    @exclusivity(unchecked) private var active: Set<Int64> = []
+    @exclusivity(unchecked) private var active = HTTP3StreamTable<Void>()
     @exclusivity(unchecked) private var isShuttingDown = false
     @exclusivity(unchecked) var onFinished: (() -> Void)?
     /// Handlers run on this connection's loop: a response is submitted where it was produced,
@@ -579,7 +579,7 @@ final class HTTP3ServerConnection: @unchecked Sendable {
                 if !incoming.isEmpty {
                     incoming.removeValue(forKey: streamID)?.body.finish(throwing: HTTP3RequestBodyError.clientReset(code))
                 }
-                active.remove(streamID)
+                active.removeValue(forKey: streamID)
                 pump.streamClosed(streamID)
                 if isShuttingDown { driver.eventLoop.execute { self.closeIfIdle() } }
             case .goaway:
@@ -597,7 +597,7 @@ final class HTTP3ServerConnection: @unchecked Sendable {
             respond(streamID: streamID, HTTP3ServerResponse(status: .badRequest, body: Array("malformed request\n".utf8)))
             return
         }
-        active.insert(streamID)
+        active[streamID] = ()
         let body: HTTP3RequestBody
         if hasBody {
             let (stream, continuation) = AsyncThrowingStream.makeStream(of: [UInt8].self)

@@ -1,0 +1,68 @@
+@testable import H3
+import Testing
+
+/// The stream-ID table must answer exactly as a Dictionary does, however its slots fill,
+/// wrap, empty and fill again.
+@Suite("HTTP3 stream table")
+struct HTTP3StreamTableTests {
+    /// Random inserts, replacements, removals and lookups against a Dictionary, on keys shaped
+    /// like request streams (multiples of 4, a window moving up) and on scattered ones.
+    @Test(arguments: [4, 1_000_003])
+    func answersAsADictionaryDoes(stride: Int64) {
+        var generator = SplitMix64(seed: 0x5EED ^ UInt64(stride))
+        var table = HTTP3StreamTable<Int>()
+        var reference: [Int64: Int] = [:]
+        var oldest: Int64 = 0
+        for step in 0..<200_000 {
+            // A window of about 100 open streams that slides forward, as a busy connection's does.
+            let key = (oldest + Int64(generator.next() % 128)) * stride
+            switch generator.next() % 4 {
+            case 0, 1:
+                table[key] = step
+                reference[key] = step
+            case 2:
+                #expect(table.removeValue(forKey: key) == reference.removeValue(forKey: key))
+            default:
+                #expect(table[key] == reference[key])
+            }
+            if generator.next() % 64 == 0 {
+                for gone in oldest..<(oldest + 8) {
+                    table[gone * stride] = nil
+                    reference[gone * stride] = nil
+                }
+                oldest += 8
+            }
+            #expect(table.count == reference.count)
+            if table.count != reference.count { return }
+        }
+        for (key, value) in reference { #expect(table[key] == value) }
+        table.removeAll()
+        #expect(table.isEmpty && table[reference.keys.first ?? 0] == nil)
+    }
+
+    /// One request at a time, as a quiet connection makes them: the table neither grows nor
+    /// fills with removal marks.
+    @Test func oneAtATimeNeverGrows() {
+        var table = HTTP3StreamTable<Void>()
+        for streamID in stride(from: Int64(0), to: 400_000, by: 4) {
+            table[streamID] = ()
+            #expect(table[streamID] != nil)
+            table.removeValue(forKey: streamID)
+            #expect(table.isEmpty)
+        }
+        #expect(table.capacity == 16)
+    }
+}
+
+/// A small seeded generator, so a failure repeats.
+private struct SplitMix64 {
+    var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
