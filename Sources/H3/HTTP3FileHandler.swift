@@ -71,8 +71,7 @@ public struct HTTP3FileHandler: Sendable {
         if let partial {
             response = HTTP3ServerResponse(status: .partialContent, headerFields: partial.fields)
         } else {
-            response = HTTP3ServerResponse(head: file.wholeFileResponse)
-            response.encodedHead = file.wholeFileHead
+            response = HTTP3ServerResponse(prepared: file.wholeFile)
         }
         guard method == .get else { return response }
         // Read by the connection as the client takes it, straight into the memory it sends from.
@@ -353,9 +352,7 @@ final class HTTP3ServedFile: Sendable {
     /// The whole file's response head, made once and shared: 200 with `content-type`,
     /// `accept-ranges` and `content-length` (RFC 9110 §8.3, §14.3, §8.6), then the handler's
     /// additional fields.
-    let wholeFileResponse: HTTPResponse
-    /// `wholeFileResponse` encoded once for HTTP/3.
-    let wholeFileHead: HTTP3FieldArray
+    let wholeFile: HTTP3PreparedHead
 
     init(reader: HTTP3FileReader, contentType: String, additionalFields: HTTPFields = [:]) {
         self.reader = reader
@@ -367,8 +364,7 @@ final class HTTP3ServedFile: Sendable {
         fields.append(Self.acceptRanges)
         fields.append(HTTPField(name: .contentLength, value: String(reader.size)))
         fields.append(contentsOf: additionalFields)
-        wholeFileResponse = HTTPResponse(status: .ok, headerFields: fields)
-        wholeFileHead = HTTP3FieldArray(HTTP3ResponseFieldSection(wholeFileResponse))
+        wholeFile = HTTP3PreparedHead(HTTPResponse(status: .ok, headerFields: fields))
     }
 
     private static let acceptRanges = HTTPField(name: .acceptRanges, value: "bytes")

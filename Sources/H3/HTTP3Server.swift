@@ -378,8 +378,19 @@ public struct HTTP3RequestBody: AsyncSequence, Sendable {
 public struct HTTP3ServerResponse: Sendable {
     /// The status and header fields.
     public var head: HTTPResponse {
-        didSet { encodedHead = nil }  // No `oldValue`: a change in place stays in place (SE-0268).
+        get { ownHead ?? prepared!.response }
+        set {
+            ownHead = newValue
+            prepared = nil
+        }
     }
+    /// The head given or changed, nil while the head is `prepared`'s: exactly one is set.
+    private var ownHead: HTTPResponse?
+    /// A head made and encoded for HTTP/3 ahead of time by whoever answers with the same head
+    /// many times (`HTTP3FileHandler`, per open file), shared by reference: a copy of the
+    /// response then retains one object for its head, not the head's every part. Any change
+    /// to `head` leaves it.
+    private(set) var prepared: HTTP3PreparedHead?
     /// The body bytes, sent before any `bodyStream`; empty by default.
     public var body: [UInt8]
     /// A body produced piece by piece, sent after `body`; the server pulls the next piece only
@@ -392,14 +403,16 @@ public struct HTTP3ServerResponse: Sendable {
     /// A file region sent as the body instead of `body` and `bodyStream` (`HTTP3FileHandler`
     /// sets it): HTTP/3 reads it as the client acknowledges, with no copy through the handler.
     package var file: HTTP3FileRegion?
-    /// `head` encoded for nghttp3 ahead of time, by whoever answers with the same head many
-    /// times (`HTTP3FileHandler`, per open file); any change to `head` drops it.
-    var encodedHead: HTTP3FieldArray?
-
     /// A response with this head and body.
     public init(head: HTTPResponse, body: [UInt8] = []) {
-        self.head = head
+        ownHead = head
         self.body = body
+    }
+
+    /// A response with a head made ahead of time, and no body yet.
+    init(prepared: HTTP3PreparedHead) {
+        self.prepared = prepared
+        body = []
     }
 
     /// A response with this status, header fields and body.
@@ -639,7 +652,7 @@ final class HTTP3ServerConnection: @unchecked Sendable {
 
     private func respond(streamID: Int64, _ response: HTTP3ServerResponse) {
         guard let codec else { return }
-        let fields = HTTP3ResponseFieldSection(response.head, encoded: response.encodedHead)
+        let fields = response.prepared.map(HTTP3ResponseFieldSection.init(prepared:)) ?? HTTP3ResponseFieldSection(response.head)
         do {
             if let priority = response.priority { try codec.setPriority(streamID: streamID, priority) }
             // A file is the whole body: `body` and `bodyStream` are not sent with one.

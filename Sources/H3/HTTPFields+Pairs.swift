@@ -30,20 +30,33 @@ extension HTTPFields {
 /// fields as lower-case name and value pairs, read in place rather than copied into an array.
 struct HTTP3ResponseFieldSection: RandomAccessCollection, HTTP3FieldArraySource {
     /// The head, read in place: its status code is parsed from its text only when the section
-    /// is read field by field, which a response that carries `encoded` skips.
-    let response: HTTPResponse
-    /// The same section already encoded, when the response carries it (`HTTP3ServerResponse.encodedHead`).
-    let encoded: HTTP3FieldArray?
+    /// is read field by field, which a prepared head skips.
+    private let head: Head
+    private enum Head {
+        case given(HTTPResponse)
+        /// Made and encoded ahead of time (`HTTP3ServerResponse.prepared`).
+        case prepared(HTTP3PreparedHead)
+    }
 
-    init(_ response: HTTPResponse, encoded: HTTP3FieldArray? = nil) {
-        self.response = response
-        self.encoded = encoded
+    init(_ response: HTTPResponse) {
+        head = .given(response)
+    }
+
+    init(prepared: HTTP3PreparedHead) {
+        head = .prepared(prepared)
+    }
+
+    var response: HTTPResponse {
+        switch head {
+        case .given(let response): response
+        case .prepared(let prepared): prepared.response
+        }
     }
 
     var fields: HTTPFields { response.headerFields }
 
     func withFieldArray<R>(_ body: (UnsafePointer<nghttp3_nv>, Int) -> R) -> R {
-        if let encoded { return encoded.withFieldArray(body) }
+        if case .prepared(let prepared) = head { return prepared.encoded.withFieldArray(body) }
         return withCopiedFieldArray(body)
     }
 
@@ -66,5 +79,17 @@ struct HTTP3ResponseFieldSection: RandomAccessCollection, HTTP3FieldArraySource 
         case 404: return "404"
         default: return String(code)
         }
+    }
+}
+
+/// A response head made once and encoded once for HTTP/3, shared by every response that
+/// carries it (a served file's 200, `HTTP3ServedFile`).
+final class HTTP3PreparedHead: Sendable {
+    let response: HTTPResponse
+    let encoded: HTTP3FieldArray
+
+    init(_ response: HTTPResponse) {
+        self.response = response
+        encoded = HTTP3FieldArray(HTTP3ResponseFieldSection(response))
     }
 }

@@ -49,7 +49,7 @@ struct HTTP3FileHandlerTests {
 
     /// What nghttp3 would be handed for a response's head: each entry's name and value.
     static func submitted(_ response: HTTP3ServerResponse) -> [String] {
-        HTTP3ResponseFieldSection(response.head, encoded: response.encodedHead).withFieldArray { array, count in
+        (response.prepared.map(HTTP3ResponseFieldSection.init(prepared:)) ?? HTTP3ResponseFieldSection(response.head)).withFieldArray { array, count in
             (0..<count).map { index in
                 let field = array[index]
                 let name = String(decoding: UnsafeBufferPointer(start: field.name, count: field.namelen), as: UTF8.self)
@@ -62,15 +62,15 @@ struct HTTP3FileHandlerTests {
         let altSvc = HTTPField(name: .altSvc, value: "h3=\":4433\"")
         let handler = HTTP3FileHandler(root: try Self.makeRoot().root.path, additionalFields: HTTPFields([altSvc]))
         var response = Self.get(handler, "/ten.txt")
-        let encoded = try #require(response.encodedHead, "a whole file's 200 carries its encoded head")
-        #expect(Self.get(handler, "/ten.txt").encodedHead === encoded, "one encoding per opened file")
+        let prepared = try #require(response.prepared, "a whole file's 200 carries its prepared head")
+        #expect(Self.get(handler, "/ten.txt").prepared === prepared, "one encoding per opened file")
         let expected = [":status: 200", "content-type: text/plain; charset=utf-8", "accept-ranges: bytes", "content-length: 10", "alt-svc: h3=\":4433\""]
         #expect(Self.submitted(response) == expected)
         // A handler that wraps the file handler and adds a field must see it sent.
         response.head.headerFields[.cacheControl] = "no-cache"
-        #expect(response.encodedHead == nil)
+        #expect(response.prepared == nil)
         #expect(Self.submitted(response) == expected + ["cache-control: no-cache"])
-        #expect(Self.get(handler, "/ten.txt", range: "bytes=2-4").encodedHead == nil, "a 206 is built per request")
+        #expect(Self.get(handler, "/ten.txt", range: "bytes=2-4").prepared == nil, "a 206 is built per request")
     }
 
     @Test(arguments: [
