@@ -1,4 +1,5 @@
 @testable import H3
+import QuicTestSupport
 import Testing
 
 /// The stream-ID table must answer exactly as a Dictionary does, however its slots fill,
@@ -9,7 +10,7 @@ struct HTTP3StreamTableTests {
     /// like request streams (multiples of 4, a window moving up) and on scattered ones.
     @Test(arguments: [4, 1_000_003])
     func answersAsADictionaryDoes(stride: Int64) {
-        var generator = SplitMix64(seed: 0x5EED ^ UInt64(stride))
+        var generator = SeededGenerator(seed: 0x5EED ^ UInt64(stride))
         var table = HTTP3StreamTable<Int>()
         var reference: [Int64: Int] = [:]
         var oldest: Int64 = 0
@@ -51,18 +52,5 @@ struct HTTP3StreamTableTests {
             #expect(table.isEmpty)
         }
         #expect(table.capacity == 16)
-    }
-}
-
-/// A small seeded generator, so a failure repeats.
-private struct SplitMix64 {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }
