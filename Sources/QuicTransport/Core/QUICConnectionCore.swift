@@ -153,7 +153,7 @@ package final class QUICConnectionCore {
             clientWith: tls.credentials,
             alpn: configuration.alpn,
             serverName: tls.serverName,
-            priority: configuration.gnutlsPriority,
+            priority: try TLSPriority(configuration.gnutlsPriority),
             resumptionTicket: saved?.ticket,
             connectionRef: connectionRef
         )
@@ -185,6 +185,7 @@ package final class QUICConnectionCore {
         idFactory: QUICConnectionIDFactory,
         ticketKey: TLSSessionTicketKey? = nil,
         antiReplay: TLSAntiReplay? = nil,
+        tlsPriority: TLSPriority? = nil,
         path: QUICPath,
         now: UInt64,
         logger: Logger
@@ -240,7 +241,7 @@ package final class QUICConnectionCore {
         tlsSession = try QUICTLSSession(
             serverWith: credentials,
             alpn: configuration.alpn,
-            priority: configuration.gnutlsPriority,
+            priority: try tlsPriority ?? TLSPriority(configuration.gnutlsPriority),
             ticketKey: ticketKey,
             antiReplay: antiReplay,
             connectionRef: connectionRef

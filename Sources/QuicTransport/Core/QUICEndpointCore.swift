@@ -87,6 +87,8 @@ package final class QUICEndpointCore {
     /// those whose handshake has yet to prove their address.
     private var countedClients: [ObjectIdentifier: QUICClientAddress] = [:]
     @exclusivity(unchecked) private var unprovenClients: [ObjectIdentifier: QUICClientAddress] = [:]
+    /// The configuration's TLS priorities, parsed once for all of this endpoint's sessions.
+    private let tlsPriority: TLSPriority?
 
     /// An endpoint for `configuration`; without `idFactory`, it issues IDs for worker 0 from a
     /// random secret and `configuration.loadBalancer`.
@@ -100,6 +102,8 @@ package final class QUICEndpointCore {
         self.idFactory = idFactory ?? QUICConnectionIDFactory(loadBalancer: configuration.loadBalancer)
         self.shared = shared
         self.logger = logger
+        // A string GnuTLS refuses (none of ours) is reported per connection instead.
+        tlsPriority = try? TLSPriority(configuration.quic.gnutlsPriority)
     }
 
     /// Routes or answers one datagram. `reply` sends a stateless packet back to `path.remote`.
@@ -220,6 +224,7 @@ package final class QUICEndpointCore {
                 idFactory: idFactory,
                 ticketKey: shared.ticketKey,
                 antiReplay: configuration.acceptsEarlyData ? shared.antiReplay : nil,
+                tlsPriority: tlsPriority,
                 path: path,
                 now: now,
                 logger: logger

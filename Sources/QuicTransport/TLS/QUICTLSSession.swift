@@ -13,7 +13,7 @@ final class QUICTLSSession {
         clientWith credentials: TLSCredentials,
         alpn: [String],
         serverName: String?,
-        priority: String,
+        priority: TLSPriority,
         resumptionTicket: [UInt8]? = nil,
         connectionRef: UnsafeMutablePointer<ngtcp2_crypto_conn_ref>
     ) throws {
@@ -43,7 +43,7 @@ final class QUICTLSSession {
     init(
         serverWith credentials: TLSCredentials,
         alpn: [String],
-        priority: String,
+        priority: TLSPriority,
         ticketKey: TLSSessionTicketKey?,
         antiReplay: TLSAntiReplay? = nil,
         connectionRef: UnsafeMutablePointer<ngtcp2_crypto_conn_ref>
@@ -111,10 +111,10 @@ final class QUICTLSSession {
     private func configureCommon(
         credentials: TLSCredentials,
         alpn: [String],
-        priority: String,
+        priority: TLSPriority,
         connectionRef: UnsafeMutablePointer<ngtcp2_crypto_conn_ref>
     ) throws {
-        try Self.check(gnutls_priority_set_direct(raw, priority, nil), "gnutls_priority_set_direct")
+        try Self.check(gnutls_priority_set(raw, priority.raw), "gnutls_priority_set")
         gnutls_session_set_ptr(raw, connectionRef)
         try Self.check(
             gnutls_credentials_set(raw, GNUTLS_CRD_CERTIFICATE, UnsafeMutableRawPointer(credentials.raw)),
