@@ -73,7 +73,10 @@ package final class QUICEndpointCore {
     package let shared: QUICEndpointSharedState
     private let logger: Logger
     @exclusivity(unchecked) private var routes: [QUICConnectionID: QUICConnectionCore] = [:]
-    private var routesByConnection: [ObjectIdentifier: Set<QUICConnectionID>] = [:]
+    /// Each connection's routed IDs: a handful (the client's first DCID and the IDs we issued,
+    /// `active_connection_id_limit` at a time), so a list, which allocates once, not a set,
+    /// which rehashes as it grows.
+    private var routesByConnection: [ObjectIdentifier: [QUICConnectionID]] = [:]
     /// This worker's connections, those in their closing or draining period included.
     package private(set) var connections: [ObjectIdentifier: QUICConnectionCore] = [:]
     /// Connections that are over and linger only for their closing or draining period (RFC 9000
@@ -303,12 +306,12 @@ package final class QUICEndpointCore {
 
     private func addRoute(_ id: QUICConnectionID, to core: QUICConnectionCore) {
         routes[id] = core
-        routesByConnection[ObjectIdentifier(core), default: []].insert(id)
+        routesByConnection[ObjectIdentifier(core), default: []].append(id)
     }
 
     private func removeRoute(_ id: QUICConnectionID) {
         guard let core = routes.removeValue(forKey: id) else { return }
-        routesByConnection[ObjectIdentifier(core)]?.remove(id)
+        routesByConnection[ObjectIdentifier(core)]?.removeAll { $0 == id }
     }
 
     // MARK: Stateless answers
