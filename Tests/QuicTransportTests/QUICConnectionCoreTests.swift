@@ -218,6 +218,34 @@ struct QUICConnectionCoreTests {
         #expect(what == "stateless reset")
     }
 
+    /// The endpoint remembers the route its last datagram took; a connection it forgets must
+    /// stop receiving at once, even when it was that route.
+    @Test func aForgottenConnectionStopsReceivingEvenRightAfterItsLastDatagram() throws {
+        let pair = try InMemoryPair()
+        try pair.run(until: { pair.client.isHandshakeCompleted && pair.serverConnection?.isHandshakeCompleted == true })
+        let server = try #require(pair.serverConnection)
+        func nextClientDatagram() throws -> [UInt8] {
+            let stream = try #require(try pair.client.openStream(bidirectional: true))
+            try [UInt8](repeating: 7, count: 100).withUnsafeBytes { try pair.client.send(streamID: stream, bytes: $0, fin: true, token: nil) }
+            let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: 65_536, alignment: 16)
+            defer { scratch.deallocate() }
+            var datagrams: [[UInt8]] = []
+            _ = pair.client.writePackets(now: pair.now, scratch: scratch) { bytes, _, _, _ in datagrams.append(Array(bytes)) }
+            return try #require(datagrams.first)
+        }
+        guard case .delivered(let core, false) = pair.inject(toServer: try nextClientDatagram()) else {
+            Issue.record("a datagram of a live connection was not delivered")
+            return
+        }
+        #expect(core === server)
+        pair.server.remove(server)
+        switch pair.inject(toServer: try nextClientDatagram()) {
+        case .delivered: Issue.record("a forgotten connection still received a datagram")
+        case .answered(let what): #expect(what == "stateless reset")
+        case .dropped, .handOver: break
+        }
+    }
+
     @Test func cipherSuitesCanBeRestricted() throws {
         var configuration = InMemoryPair.defaultConfiguration()
         configuration.cipherSuites = [.chacha20Poly1305]

@@ -64,6 +64,9 @@ package final class QUICConnectionCore {
     var verificationFailure: TLSVerificationFailure?
     /// The application protocol running inside the read and write loops, if any (HTTP/3).
     @exclusivity(unchecked) package var applicationCodec: (any QUICApplicationCodec)?
+    /// Whatever runs this connection's I/O (a server endpoint's driver), for the endpoint to find
+    /// it from a routed datagram without a table lookup. Weak: the driver holds this core.
+    @exclusivity(unchecked) package weak var owner: AnyObject?
     /// Makes the fresh codec that replaces `applicationCodec` when the server refuses 0-RTT.
     package var makeApplicationCodec: (() throws -> any QUICApplicationCodec)?
     /// The peer's stateless reset arrived (ngtcp2's `recv_stateless_reset`, RFC 9000 §10.3).

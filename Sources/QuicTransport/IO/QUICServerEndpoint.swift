@@ -153,11 +153,13 @@ package final class QUICServerEndpoint {
                     scheduleMemoryTrim()
                 }
                 drivers[ObjectIdentifier(connection)] = driver
+                connection.owner = driver
                 connectionsAccepted += 1
                 lastConnectionChange = NIODeadline.now()
                 onNewConnection?(driver)
-            } else if let existing = drivers[ObjectIdentifier(connection)] {
-                driver = existing
+            } else if let owner = connection.owner {
+                // Only this endpoint sets a server core's owner, always to a driver.
+                driver = unsafeDowncast(owner, to: QUICConnectionDriver.self)
             } else {
                 return
             }
