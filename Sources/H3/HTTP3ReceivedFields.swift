@@ -105,20 +105,25 @@ package struct HTTP3ReceivedFields: @unchecked Sendable {
         withBytes { raw in
             var offset = 0
             while offset < raw.count {
-                let nameCount = Int(raw.loadUnaligned(fromByteOffset: offset + 4, as: Int32.self))
-                let valueCount = Int(raw.loadUnaligned(fromByteOffset: offset + 8, as: Int32.self))
-                let nameStart = offset + Self.recordHead
-                let valueStart = nameStart + nameCount
-                offset = valueStart + valueCount
-                let line = Line(
-                    token: raw.loadUnaligned(fromByteOffset: nameStart - Self.recordHead, as: Int32.self),
-                    name: nameStart..<valueStart,
-                    value: valueStart..<offset
-                )
+                let line = Self.line(at: offset, in: raw)
+                offset = line.value.upperBound
                 if isWanted(line, raw) { return line }
             }
             return nil
         }
+    }
+
+    /// The line whose record starts at `offset`.
+    private static func line(at offset: Int, in raw: UnsafeRawBufferPointer) -> Line {
+        let nameCount = Int(raw.loadUnaligned(fromByteOffset: offset + 4, as: Int32.self))
+        let valueCount = Int(raw.loadUnaligned(fromByteOffset: offset + 8, as: Int32.self))
+        let nameStart = offset + recordHead
+        let valueStart = nameStart + nameCount
+        return Line(
+            token: raw.loadUnaligned(fromByteOffset: offset, as: Int32.self),
+            name: nameStart..<valueStart,
+            value: valueStart..<(valueStart + valueCount)
+        )
     }
 
     /// The records written so far.
@@ -138,12 +143,20 @@ package struct HTTP3ReceivedFields: @unchecked Sendable {
     func lines(named name: String) -> [Line] {
         var name = name
         return name.withUTF8 { name in
-            var named: [Line] = []
-            _ = firstLine { line, raw in
-                if Self.bytes(line.name, in: raw).equals(name) { named.append(line) }
-                return false
+            withBytes { raw in
+                // A plain loop that reads a record's name length before anything else: this runs
+                // for every request that asks for a header field.
+                var named: [Line] = []
+                var offset = 0
+                while offset < raw.count {
+                    let nameCount = Int(raw.loadUnaligned(fromByteOffset: offset + 4, as: Int32.self))
+                    if nameCount == name.count, memcmp(raw.baseAddress! + offset + Self.recordHead, name.baseAddress!, nameCount) == 0 {
+                        named.append(Self.line(at: offset, in: raw))
+                    }
+                    offset += Self.recordHead + nameCount + Int(raw.loadUnaligned(fromByteOffset: offset + 8, as: Int32.self))
+                }
+                return named
             }
-            return named
         }
     }
 
@@ -156,15 +169,20 @@ package struct HTTP3ReceivedFields: @unchecked Sendable {
     /// (RFC 9114 §4.3), so the search stops at the first regular field; of a repeated one, the
     /// first counts.
     func firstPseudoHeader(named name: StaticString) -> Line? {
-        var passedPseudoHeaders = false
-        let line = firstLine { line, raw in
-            guard Self.isPseudoHeader(line, in: raw) else {
-                passedPseudoHeaders = true
-                return true
+        withBytes { raw in
+            var offset = 0
+            while offset < raw.count {
+                let line = Self.line(at: offset, in: raw)
+                offset = line.value.upperBound
+                guard Self.isPseudoHeader(line, in: raw) else { return nil }
+                if line.name.count == name.utf8CodeUnitCount,
+                    memcmp(raw.baseAddress! + line.name.lowerBound, name.utf8Start, name.utf8CodeUnitCount) == 0
+                {
+                    return line
+                }
             }
-            return Self.bytes(line.name, in: raw).equals(name)
+            return nil
         }
-        return passedPseudoHeaders ? nil : line
     }
 
     /// A line's value as bytes, for the length of `body`.
