@@ -167,10 +167,10 @@ struct H3Serve: AsyncParsableCommand {
         let logsRequests = !quiet
         // Files are answered without waiting, so HTTP/3 requests are served on the connection's
         // loop without a task (the server's responder); TCP requests take the same path.
-        let serve: @Sendable (HTTP3ServerRequest) -> HTTP3ServerResponse = { request in
-            let started = logsRequests ? ContinuousClock.now : nil
-            let response = files.withLockedValue { $0 }.respond(to: request)
-            guard let started else { return response }
+        let respond: @Sendable (HTTP3ServerRequest) -> HTTP3ServerResponse = { files.withLockedValue { $0 }.respond(to: $0) }
+        let respondAndLog: @Sendable (HTTP3ServerRequest) -> HTTP3ServerResponse = { request in
+            let started = ContinuousClock.now
+            let response = respond(request)
             let elapsed = (ContinuousClock.now - started).components
             let microseconds = elapsed.seconds * 1_000_000 + elapsed.attoseconds / 1_000_000_000_000
             let priority = request.headerField(.priority) ?? "-"
@@ -181,6 +181,7 @@ struct H3Serve: AsyncParsableCommand {
             writeToStandardError(line)
             return response
         }
+        let serve = logsRequests ? respondAndLog : respond
         let handler: HTTP3Server.Handler = { serve($0) }
         if let generated {
             say("certificate: self-signed for localhost, 127.0.0.1, ::1; sha256 \(generated.sha256FingerprintHex)")
