@@ -13,8 +13,7 @@ struct ServerFootprintTests {
         // With its TCP listener too: the Alt-Svc side (NIOSSL, HTTP/1.1 and HTTP/2) is loaded.
         let (server, _) = try await startH3serve(root: root)
         defer { server.stop() }
-        // Read to the end: /proc reports a size of 0, and `String(contentsOfFile:)` stops at 4 KiB.
-        let maps = try FileHandle(forReadingFrom: URL(fileURLWithPath: "/proc/\(server.processIdentifier)/maps")).readToEnd() ?? Data()
+        let maps = try readProcFile("/proc/\(server.processIdentifier)/maps")
         let libraries = Set(maps.split(separator: UInt8(ascii: "\n")).compactMap { line in
             line.contains(UInt8(ascii: "/")) ? line.split(separator: UInt8(ascii: "/")).last.map { String(decoding: $0, as: UTF8.self) } : nil
         })

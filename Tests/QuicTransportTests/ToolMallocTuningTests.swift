@@ -12,7 +12,7 @@ struct ToolMallocTuningTests {
     /// The environment the process was last executed with. `setenv` alone does not change it,
     /// so a value that only `runWithMallocTunables` adds shows that its exec took place.
     private static func executedEnvironment(of pid: Int32) throws -> [String: String] {
-        let raw = try Data(contentsOf: URL(fileURLWithPath: "/proc/\(pid)/environ"))
+        let raw = try readProcFile("/proc/\(pid)/environ")
         var environment: [String: String] = [:]
         for entry in raw.split(separator: 0) {
             let text = String(decoding: entry, as: UTF8.self)
