@@ -1,6 +1,10 @@
 import ArgumentParser
 import CommandLineSupport
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import H3
 import HTTPTypes
 import Logging
@@ -154,7 +158,7 @@ struct H3Load: AsyncParsableCommand {
         guard scheme.lowercased() == "https" else { throw ValidationError("'\(url)': HTTP/3 needs https://, not \(scheme)://") }
         guard let host = components.host, !host.isEmpty else { throw ValidationError("'\(url)' has no host") }
         guard let port = UInt16(exactly: components.port ?? 443), port > 0 else { throw ValidationError("'\(url)' has a bad port") }
-        let bare = host.trimmingCharacters(in: CharacterSet(charactersIn: "[]")).lowercased()
+        let bare = host.trimming { $0 == "[" || $0 == "]" }.lowercased()
         let shownHost = bare.contains(":") ? "[\(bare)]" : bare
         var path = components.percentEncodedPath.isEmpty ? "/" : components.percentEncodedPath
         if let query = components.percentEncodedQuery { path += "?" + query }
@@ -162,6 +166,6 @@ struct H3Load: AsyncParsableCommand {
     }
 
     private func log(_ text: String) {
-        FileHandle.standardError.write(Data((text + "\n").utf8))
+        writeToStandardError(text + "\n")
     }
 }

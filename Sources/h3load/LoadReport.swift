@@ -1,4 +1,9 @@
+import CommandLineSupport
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 
 /// What a load run measured, summarised as h2load does, with latency percentiles; printed as
 /// text or as one JSON object.
@@ -166,11 +171,10 @@ struct LoadReport: Sendable {
 
     /// The report in h2load's layout, plus p50, p90 and p99 columns.
     var text: String {
-        var lines = [
-            String(
-                format: "finished in %@, %.2f req/s, %@/s", Self.duration(seconds), requestsPerSecond,
-                Self.bytes(bodyBytesPerSecond)
-            ),
+        let finished = "finished in \(Self.duration(seconds)), \(fixedPoint(requestsPerSecond, digits: 2)) req/s, "
+            + "\(Self.bytes(bodyBytesPerSecond))/s"
+        var lines: [String] = [
+            finished,
             "requests: \(requested.map(String.init) ?? "\(tally.started)") total, \(tally.started) started, "
                 + "\(tally.done) done, \(tally.succeeded) succeeded, \(failed) failed, "
                 + "\(tally.errored + abandoned) errored, \(tally.timedOut) timeout",
@@ -186,14 +190,14 @@ struct LoadReport: Sendable {
         lines.append(String(repeating: " ", count: 18) + columns.map { Self.pad($0) }.joined())
         lines.append(Self.row("time for request:", requestLatency, format: Self.duration))
         lines.append(Self.row("time for connect:", handshakeLatency, format: Self.duration))
-        lines.append(Self.row("req/s           :", requestsPerSecondPerClient) { String(format: "%.2f", $0) })
+        lines.append(Self.row("req/s           :", requestsPerSecondPerClient) { fixedPoint($0, digits: 2) })
         lines.append("clients: \(clients) total, \(connectedClients) connected, \(failedClients) failed")
         return lines.joined(separator: "\n")
     }
 
     /// The report as one JSON object; latencies in milliseconds.
     var json: String {
-        func number(_ value: Double, _ digits: Int = 3) -> String { String(format: "%.\(digits)f", value) }
+        func number(_ value: Double, _ digits: Int = 3) -> String { fixedPoint(value, digits: digits) }
         func latency(_ summary: Summary?) -> String {
             guard let summary else { return "null" }
             let members = [
@@ -229,10 +233,10 @@ struct LoadReport: Sendable {
         guard let summary else { return label + pad("-") }
         let values = [
             format(summary.min), format(summary.max), format(summary.mean), format(summary.standardDeviation),
-            String(format: "%.2f%%", summary.withinStandardDeviation * 100),
+            fixedPoint(summary.withinStandardDeviation * 100, digits: 2) + "%",
             format(summary.p50), format(summary.p90), format(summary.p99),
         ]
-        return label.padding(toLength: 18, withPad: " ", startingAt: 0) + values.map { pad($0) }.joined()
+        return label + String(repeating: " ", count: Swift.max(0, 18 - label.count)) + values.map { pad($0) }.joined()
     }
 
     private static func pad(_ text: String) -> String {
@@ -241,9 +245,9 @@ struct LoadReport: Sendable {
 
     /// A duration as h2load prints it: µs below a millisecond, ms below a second, else s.
     static func duration(_ seconds: Double) -> String {
-        if seconds < 0.001 { return String(format: "%.0fus", seconds * 1e6) }
-        if seconds < 1 { return String(format: "%.2fms", seconds * 1e3) }
-        return String(format: "%.2fs", seconds)
+        if seconds < 0.001 { return fixedPoint(seconds * 1e6, digits: 0) + "us" }
+        if seconds < 1 { return fixedPoint(seconds * 1e3, digits: 2) + "ms" }
+        return fixedPoint(seconds, digits: 2) + "s"
     }
 
     /// A byte count in h2load's binary units (1 KB = 1024 B).
@@ -255,6 +259,6 @@ struct LoadReport: Sendable {
             value /= 1024
             unit += 1
         }
-        return unit == 0 ? String(format: "%.0fB", value) : String(format: "%.2f%@", value, units[unit])
+        return fixedPoint(value, digits: unit == 0 ? 0 : 2) + units[unit]
     }
 }

@@ -1,6 +1,14 @@
 import ArgumentParser
 import CommandLineSupport
+import Dispatch
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
+#if canImport(Glibc)
+import Glibc
+#endif
 import Logging
 import QuicTransport
 
@@ -179,7 +187,10 @@ struct Connect: AsyncParsableCommand {
                 if case .failed = state { break }
             }
         }
-        let rtt = statistics.map { String(format: "%.2f ms", Double($0.smoothedRTT.components.attoseconds) / 1e15 + Double($0.smoothedRTT.components.seconds) * 1e3) } ?? "?"
+        let rtt = statistics.map { statistics in
+            let (seconds, attoseconds) = statistics.smoothedRTT.components
+            return fixedPoint(Double(attoseconds) / 1e15 + Double(seconds) * 1e3, digits: 2) + " ms"
+        } ?? "?"
         print("""
             connected to \(host):\(port) alpn \(alpn) in \(format(establishment?.duration ?? handshake))\(resumed ? " (resumed session)" : "")
             streams: \(streams) bidirectional, \(uni) unidirectional\(resetCode.map { ", resets with code \($0)" } ?? ""), datagrams: \(datagrams)
@@ -187,7 +198,7 @@ struct Connect: AsyncParsableCommand {
             qlog: \(qlog ?? "(off; use --qlog-dir or QLOGDIR)")
             """)
         if !errors.isEmpty {
-            for error in errors { FileHandle.standardError.write(Data("error: \(error)\n".utf8)) }
+            for error in errors { writeToStandardError("error: \(error)\n") }
             throw ExitCode(1)
         }
         print("ok")
@@ -202,7 +213,7 @@ struct Connect: AsyncParsableCommand {
         case .json:
             text = reportJSON(establishment: establishment, transfer: transfer)
         }
-        FileHandle.standardError.write(Data((text + "\n").utf8))
+        writeToStandardError(text + "\n")
     }
 
     /// Waits, within `--timeout`, for the handshake; a failure to connect ends the run with status 2.
@@ -238,13 +249,13 @@ struct Connect: AsyncParsableCommand {
             return contents
         }
         if isatty(STDIN_FILENO) == 0 {
-            return FileHandle.standardInput.readDataToEndOfFile()
+            return Data(readStandardInput())
         }
         return Data("hello from quic-echo over QUIC streams\n".utf8)
     }
 
     private func failure(_ message: String) -> any Error {
-        FileHandle.standardError.write(Data("error: \(message)\n".utf8))
+        writeToStandardError("error: \(message)\n")
         return ExitCode(2)
     }
 
@@ -254,12 +265,12 @@ struct Connect: AsyncParsableCommand {
         let elapsed = Double(seconds) + Double(attoseconds) / 1e18
         guard elapsed > 0 else { return "-" }
         let rate = Double(bytes) / elapsed
-        return rate >= 1e6 ? String(format: "%.1f MB/s", rate / 1e6) : String(format: "%.1f kB/s", rate / 1e3)
+        return rate >= 1e6 ? fixedPoint(rate / 1e6, digits: 1) + " MB/s" : fixedPoint(rate / 1e3, digits: 1) + " kB/s"
     }
 
     private func format(_ duration: Duration) -> String {
         let (seconds, attoseconds) = duration.components
-        return String(format: "%.1f ms", Double(seconds) * 1e3 + Double(attoseconds) / 1e15)
+        return fixedPoint(Double(seconds) * 1e3 + Double(attoseconds) / 1e15, digits: 1) + " ms"
     }
 }
 

@@ -1,6 +1,13 @@
 import ArgumentParser
 import CommandLineSupport
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
+#if canImport(Glibc)
+import Glibc
+#endif
 import Logging
 import QuicTransport
 
@@ -55,7 +62,7 @@ struct CommonOptions: ParsableArguments {
         options.congestionControl = cc
         if let ciphers {
             options.tls.cipherSuites = try ciphers.split(separator: ",").map { name in
-                guard let suite = QUICCipherSuite(rawValue: name.trimmingCharacters(in: .whitespaces)) else {
+                guard let suite = QUICCipherSuite(rawValue: String(name.trimmingASCIIWhitespace())) else {
                     throw ValidationError("unknown cipher '\(name)'; use aes128gcm, aes256gcm or chacha20")
                 }
                 return suite

@@ -1,6 +1,14 @@
 import ArgumentParser
 import CommandLineSupport
+import Dispatch
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
+#if canImport(Glibc)
+import Glibc
+#endif
 import Logging
 import QuicTransport
 
@@ -72,16 +80,14 @@ struct Serve: AsyncParsableCommand {
         do {
             listener = try NWListener(using: parameters, on: port)
         } catch {
-            FileHandle.standardError.write(Data("error: \(error)\n".utf8))
+            writeToStandardError("error: \(error)\n")
             throw ExitCode(1)
         }
         listener.maximumConcurrentTunnels = maxConnections
         listener.maximumTunnelsPerAddress = maxConnectionsPerAddress
         listener.workers = workers
         if let generated = listener.generatedCertificate {
-            FileHandle.standardOutput.write(
-                Data("certificate: self-signed for localhost, 127.0.0.1, ::1; sha256 \(generated.sha256FingerprintHex)\n".utf8)
-            )
+            writeToStandardOutput("certificate: self-signed for localhost, 127.0.0.1, ::1; sha256 \(generated.sha256FingerprintHex)\n")
         }
         let groups = listener.connectionGroups
         let states = listener.states
@@ -89,11 +95,11 @@ struct Serve: AsyncParsableCommand {
         for await state in states {
             if case .ready = state {
                 // Written unbuffered: scripts wait for this line to learn the port.
-                FileHandle.standardOutput.write(Data("listening on \(host):\(listener.port?.rawValue ?? 0) alpn \(common.alpn)\n".utf8))
+                writeToStandardOutput("listening on \(host):\(listener.port?.rawValue ?? 0) alpn \(common.alpn)\n")
                 break
             }
             if case .failed(let error) = state {
-                FileHandle.standardError.write(Data("error: cannot listen on \(host):\(port): \(error)\n".utf8))
+                writeToStandardError("error: cannot listen on \(host):\(port): \(error)\n")
                 throw ExitCode(1)
             }
         }
@@ -115,7 +121,7 @@ struct Serve: AsyncParsableCommand {
         }
         // The listener closed every tunnel; their closing periods end within a few PTOs.
         let remaining = await listener.liveConnections.remainingAfterStop(within: .seconds(5))
-        FileHandle.standardOutput.write(Data("stopped: \(remaining) connections still in memory\n".utf8))
+        writeToStandardOutput("stopped: \(remaining) connections still in memory\n")
         // Used after the wait, so the sources live until then (optimised builds free unused ones).
         stop.cancel()
         interrupt.cancel()
