@@ -1,8 +1,3 @@
-#if canImport(FoundationEssentials)
-import FoundationEssentials
-#else
-import Foundation
-#endif
 import H3
 import HTTPTypes
 import NIOConcurrencyHelpers

@@ -1,9 +1,4 @@
 import CommandLineSupport
-#if canImport(FoundationEssentials)
-import FoundationEssentials
-#else
-import Foundation
-#endif
 
 /// What a load run measured, summarised as h2load does, with latency percentiles; printed as
 /// text or as one JSON object.

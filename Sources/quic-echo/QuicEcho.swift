@@ -1,13 +1,5 @@
 import ArgumentParser
 import CommandLineSupport
-#if canImport(FoundationEssentials)
-import FoundationEssentials
-#else
-import Foundation
-#endif
-#if canImport(Glibc)
-import Glibc
-#endif
 import Logging
 import QuicTransport
 

@@ -4,9 +4,6 @@ import FoundationEssentials
 #else
 import Foundation
 #endif
-#if canImport(Glibc)
-import Glibc
-#endif
 import NIOConcurrencyHelpers
 import QuicTransport
 
