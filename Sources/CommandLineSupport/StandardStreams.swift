@@ -30,18 +30,6 @@ private func writeWhole(_ text: String, to descriptor: Int32) {
     }
 }
 
-/// Everything on standard input, read to its end (a pipe or a redirected file).
-public func readStandardInput() -> [UInt8] {
-    var contents: [UInt8] = []
-    var chunk = [UInt8](repeating: 0, count: 64 << 10)
-    while true {
-        let count = chunk.withUnsafeMutableBytes { read(STDIN_FILENO, $0.baseAddress, $0.count) }
-        if count < 0 && errno == EINTR { continue }
-        guard count > 0 else { return contents }
-        contents += chunk[..<count]
-    }
-}
-
 /// `value` with `digits` digits after the point, as C's `%.*f` prints it (`String(format:)`
 /// lives in Foundation, outside FoundationEssentials).
 public func fixedPoint(_ value: Double, digits: Int) -> String {

@@ -150,7 +150,7 @@ package struct HTTP3ReceivedFields: @unchecked Sendable {
                 var offset = 0
                 while offset < raw.count {
                     let nameCount = Int(raw.loadUnaligned(fromByteOffset: offset + 4, as: Int32.self))
-                    if nameCount == name.count, memcmp(raw.baseAddress! + offset + Self.recordHead, name.baseAddress!, nameCount) == 0 {
+                    if Self.bytes(offset + Self.recordHead..<offset + Self.recordHead + nameCount, in: raw).equals(name) {
                         named.append(Self.line(at: offset, in: raw))
                     }
                     offset += Self.recordHead + nameCount + Int(raw.loadUnaligned(fromByteOffset: offset + 8, as: Int32.self))
@@ -175,11 +175,7 @@ package struct HTTP3ReceivedFields: @unchecked Sendable {
                 let line = Self.line(at: offset, in: raw)
                 offset = line.value.upperBound
                 guard Self.isPseudoHeader(line, in: raw) else { return nil }
-                if line.name.count == name.utf8CodeUnitCount,
-                    memcmp(raw.baseAddress! + line.name.lowerBound, name.utf8Start, name.utf8CodeUnitCount) == 0
-                {
-                    return line
-                }
+                if Self.bytes(line.name, in: raw).equals(name) { return line }
             }
             return nil
         }

@@ -378,19 +378,18 @@ public struct HTTP3RequestBody: AsyncSequence, Sendable {
 public struct HTTP3ServerResponse: Sendable {
     /// The status and header fields.
     public var head: HTTPResponse {
-        get { ownHead ?? prepared!.response }
-        set {
-            ownHead = newValue
-            prepared = nil
-        }
+        get { storedHead.response }
+        set { storedHead = .given(newValue) }
     }
-    /// The head given or changed, nil while the head is `prepared`'s: exactly one is set.
-    private var ownHead: HTTPResponse?
-    /// A head made and encoded for HTTP/3 ahead of time by whoever answers with the same head
-    /// many times (`HTTP3FileHandler`, per open file), shared by reference: a copy of the
-    /// response then retains one object for its head, not the head's every part. Any change
-    /// to `head` leaves it.
-    private(set) var prepared: HTTP3PreparedHead?
+    /// The head as given, or made and encoded ahead of time by whoever answers with the same
+    /// head many times (`HTTP3FileHandler`, per open file). Any change to `head` leaves the
+    /// prepared one.
+    private(set) var storedHead: HTTP3ResponseHead
+    /// The prepared head, while the response carries one.
+    var prepared: HTTP3PreparedHead? {
+        if case .prepared(let prepared) = storedHead { return prepared }
+        return nil
+    }
     /// The body bytes, sent before any `bodyStream`; empty by default.
     public var body: [UInt8]
     /// A body produced piece by piece, sent after `body`; the server pulls the next piece only
@@ -405,13 +404,13 @@ public struct HTTP3ServerResponse: Sendable {
     package var file: HTTP3FileRegion?
     /// A response with this head and body.
     public init(head: HTTPResponse, body: [UInt8] = []) {
-        ownHead = head
+        storedHead = .given(head)
         self.body = body
     }
 
     /// A response with a head made ahead of time, and no body yet.
     init(prepared: HTTP3PreparedHead) {
-        self.prepared = prepared
+        storedHead = .prepared(prepared)
         body = []
     }
 
@@ -517,9 +516,8 @@ final class HTTP3ServerConnection: @unchecked Sendable {
         try? codec.submitShutdownNotice()
         driver.afterInput()
         // RFC 9114 §5.2: allow at least a round trip for requests already in flight.
-        let rtt = driver.core.pathStatistics.smoothedRTT.components
-        let rttNanoseconds = rtt.seconds * 1_000_000_000 + rtt.attoseconds / 1_000_000_000
-        let delay = TimeAmount.nanoseconds(max(2 * rttNanoseconds, 50_000_000))
+        let rtt = Int64(clamping: HTTP3Server.nanoseconds(driver.core.pathStatistics.smoothedRTT))
+        let delay = TimeAmount.nanoseconds(max(2 * rtt, 50_000_000))
         // Never cancelled: if the connection ends first, the task finds no codec.
         _ = driver.eventLoop.scheduleTask(in: delay) {
             try? self.codec?.shutdown()
@@ -652,7 +650,7 @@ final class HTTP3ServerConnection: @unchecked Sendable {
 
     private func respond(streamID: Int64, _ response: HTTP3ServerResponse) {
         guard let codec else { return }
-        let fields = response.prepared.map(HTTP3ResponseFieldSection.init(prepared:)) ?? HTTP3ResponseFieldSection(response.head)
+        let fields = HTTP3ResponseFieldSection(response.storedHead)
         do {
             if let priority = response.priority { try codec.setPriority(streamID: streamID, priority) }
             // A file is the whole body: `body` and `bodyStream` are not sent with one.

@@ -31,27 +31,13 @@ extension HTTPFields {
 struct HTTP3ResponseFieldSection: RandomAccessCollection, HTTP3FieldArraySource {
     /// The head, read in place: its status code is parsed from its text only when the section
     /// is read field by field, which a prepared head skips.
-    private let head: Head
-    private enum Head {
-        case given(HTTPResponse)
-        /// Made and encoded ahead of time (`HTTP3ServerResponse.prepared`).
-        case prepared(HTTP3PreparedHead)
+    private let head: HTTP3ResponseHead
+
+    init(_ head: HTTP3ResponseHead) {
+        self.head = head
     }
 
-    init(_ response: HTTPResponse) {
-        head = .given(response)
-    }
-
-    init(prepared: HTTP3PreparedHead) {
-        head = .prepared(prepared)
-    }
-
-    var response: HTTPResponse {
-        switch head {
-        case .given(let response): response
-        case .prepared(let prepared): prepared.response
-        }
-    }
+    var response: HTTPResponse { head.response }
 
     var fields: HTTPFields { response.headerFields }
 
@@ -82,6 +68,21 @@ struct HTTP3ResponseFieldSection: RandomAccessCollection, HTTP3FieldArraySource 
     }
 }
 
+/// A response's head: one given (or changed) by a handler, or one made ahead of time.
+enum HTTP3ResponseHead: Sendable {
+    case given(HTTPResponse)
+    /// Made and encoded once, shared by reference: copying the response then retains one
+    /// object for its head, not the head's every part.
+    case prepared(HTTP3PreparedHead)
+
+    var response: HTTPResponse {
+        switch self {
+        case .given(let response): response
+        case .prepared(let prepared): prepared.response
+        }
+    }
+}
+
 /// A response head made once and encoded once for HTTP/3, shared by every response that
 /// carries it (a served file's 200, `HTTP3ServedFile`).
 final class HTTP3PreparedHead: Sendable {
@@ -90,6 +91,6 @@ final class HTTP3PreparedHead: Sendable {
 
     init(_ response: HTTPResponse) {
         self.response = response
-        encoded = HTTP3FieldArray(HTTP3ResponseFieldSection(response))
+        encoded = HTTP3FieldArray(HTTP3ResponseFieldSection(.given(response)))
     }
 }

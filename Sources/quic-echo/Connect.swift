@@ -249,7 +249,11 @@ struct Connect: AsyncParsableCommand {
             return contents
         }
         if isatty(STDIN_FILENO) == 0 {
-            return Data(readStandardInput())
+            do {
+                return Data(try readToEnd(STDIN_FILENO))
+            } catch {
+                throw failure("cannot read standard input: \(error)")
+            }
         }
         return Data("hello from quic-echo over QUIC streams\n".utf8)
     }

@@ -49,7 +49,7 @@ struct HTTP3FileHandlerTests {
 
     /// What nghttp3 would be handed for a response's head: each entry's name and value.
     static func submitted(_ response: HTTP3ServerResponse) -> [String] {
-        (response.prepared.map(HTTP3ResponseFieldSection.init(prepared:)) ?? HTTP3ResponseFieldSection(response.head)).withFieldArray { array, count in
+        HTTP3ResponseFieldSection(response.storedHead).withFieldArray { array, count in
             (0..<count).map { index in
                 let field = array[index]
                 let name = String(decoding: UnsafeBufferPointer(start: field.name, count: field.namelen), as: UTF8.self)

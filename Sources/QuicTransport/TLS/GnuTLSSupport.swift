@@ -1,5 +1,6 @@
 // @preconcurrency lets Swift 6 mode call through the imported C global `gnutls_free` in Swift 6 mode.
 @preconcurrency import CQuicShims
+import NIOCore
 
 #if canImport(Glibc)
 import Glibc
@@ -26,15 +27,25 @@ func readTLSFile(_ path: String) throws -> [UInt8] {
         throw TLSError.unreadableFile(path: path, reason: String(cString: strerror(err)))
     }
     defer { close(fd) }
+    do {
+        return try readToEnd(fd)
+    } catch {
+        throw TLSError.unreadableFile(path: path, reason: String(cString: strerror((error as? IOError)?.errnoCode ?? EIO)))
+    }
+}
+
+/// Everything `descriptor` yields until its end (a file, a pipe, standard input), retrying
+/// interrupted reads; a failed read throws NIO's `IOError` with its errno.
+package func readToEnd(_ descriptor: Int32) throws -> [UInt8] {
     var contents: [UInt8] = []
-    var chunk = [UInt8](repeating: 0, count: 16 * 1024)
+    var chunk = [UInt8](repeating: 0, count: 64 * 1024)
     while true {
-        let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+        let count = chunk.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
         if count == 0 { return contents }
         if count < 0 {
             let err = errno
             if err == EINTR { continue }
-            throw TLSError.unreadableFile(path: path, reason: String(cString: strerror(err)))
+            throw IOError(errnoCode: err, reason: "read")
         }
         contents.append(contentsOf: chunk[..<count])
     }

@@ -18,7 +18,7 @@ final class QUICTLSSession {
         connectionRef: UnsafeMutablePointer<ngtcp2_crypto_conn_ref>
     ) throws {
         var session: gnutls_session_t?
-        try Self.check(
+        try checkGnuTLS(
             gnutls_init(&session, UInt32(GNUTLS_CLIENT.rawValue) | UInt32(GNUTLS_ENABLE_EARLY_DATA.rawValue)
                 | UInt32(GNUTLS_NO_END_OF_EARLY_DATA.rawValue)),
             "gnutls_init"
@@ -29,7 +29,7 @@ final class QUICTLSSession {
             throw TLSError.gnutlsFailure(function: "ngtcp2_crypto_gnutls_configure_client_session", code: -1)
         }
         if let serverName {
-            try Self.check(gnutls_server_name_set(raw, GNUTLS_NAME_DNS, serverName, serverName.utf8.count), "gnutls_server_name_set")
+            try checkGnuTLS(gnutls_server_name_set(raw, GNUTLS_NAME_DNS, serverName, serverName.utf8.count), "gnutls_server_name_set")
         }
         try setALPN(alpn, flags: UInt32(GNUTLS_ALPN_MANDATORY.rawValue))
         if let resumptionTicket {
@@ -55,7 +55,7 @@ final class QUICTLSSession {
         var flags = UInt32(GNUTLS_SERVER.rawValue) | UInt32(GNUTLS_NO_AUTO_SEND_TICKET.rawValue)
             | UInt32(GNUTLS_NO_END_OF_EARLY_DATA.rawValue)
         if antiReplay != nil { flags |= UInt32(GNUTLS_ENABLE_EARLY_DATA.rawValue) }
-        try Self.check(gnutls_init(&session, flags), "gnutls_init")
+        try checkGnuTLS(gnutls_init(&session, flags), "gnutls_init")
         self.raw = session!
         try configureCommon(credentials: credentials, alpn: alpn, priority: priority, connectionRef: connectionRef)
         guard ngtcp2_crypto_gnutls_configure_server_session(raw) == 0 else {
@@ -64,7 +64,7 @@ final class QUICTLSSession {
         try setALPN(alpn, flags: UInt32(GNUTLS_ALPN_MANDATORY.rawValue) | UInt32(GNUTLS_ALPN_SERVER_PRECEDENCE.rawValue))
         if let ticketKey {
             var key = ticketKey.datum
-            try Self.check(gnutls_session_ticket_enable_server(raw, &key), "gnutls_session_ticket_enable_server")
+            try checkGnuTLS(gnutls_session_ticket_enable_server(raw, &key), "gnutls_session_ticket_enable_server")
         }
         if let antiReplay {
             // Early data only with replay protection (RFC 8446 §8); QUIC has no size limit of its own.
@@ -114,9 +114,9 @@ final class QUICTLSSession {
         priority: TLSPriority,
         connectionRef: UnsafeMutablePointer<ngtcp2_crypto_conn_ref>
     ) throws {
-        try Self.check(gnutls_priority_set(raw, priority.raw), "gnutls_priority_set")
+        try checkGnuTLS(gnutls_priority_set(raw, priority.raw), "gnutls_priority_set")
         gnutls_session_set_ptr(raw, connectionRef)
-        try Self.check(
+        try checkGnuTLS(
             gnutls_credentials_set(raw, GNUTLS_CRD_CERTIFICATE, UnsafeMutableRawPointer(credentials.raw)),
             "gnutls_credentials_set"
         )
@@ -136,7 +136,7 @@ final class QUICTLSSession {
             datums.append(gnutls_datum_t(data: storage + offset, size: UInt32(name.count)))
             offset += name.count
         }
-        try Self.check(gnutls_alpn_set_protocols(raw, datums, UInt32(datums.count), flags), "gnutls_alpn_set_protocols")
+        try checkGnuTLS(gnutls_alpn_set_protocols(raw, datums, UInt32(datums.count), flags), "gnutls_alpn_set_protocols")
     }
 
     /// Installs the client's certificate check, which runs inside the handshake (RFC 9001 §4.4).
@@ -144,9 +144,6 @@ final class QUICTLSSession {
         gnutls_session_set_verify_function(raw, function)
     }
 
-    private static func check(_ rv: Int32, _ function: String) throws {
-        if rv < 0 { throw TLSError.gnutlsFailure(function: function, code: rv) }
-    }
 }
 
 /// The protocol ALPN settled on in `session`, if any (RFC 7301 §3.2).
