@@ -665,7 +665,7 @@ private final class HTTP3OutgoingBody {
     static let fileChunkSize = 64 << 10
 
     /// The body's bytes in order, one chunk each, let go as the peer acknowledges them.
-    @exclusivity(unchecked) private var chunks: [Chunk] = []
+    @exclusivity(unchecked) private var chunks = ChunkQueue()
     /// Bytes queued for sending: memory this body allocated and frees, or a small file's
     /// contents, which its reader keeps (held in `keptReader` until the body is done).
     private struct Chunk {
@@ -673,6 +673,32 @@ private final class HTTP3OutgoingBody {
         let isOwned: Bool
 
         func release() { if isOwned { bytes.deallocate() } }
+    }
+
+    /// Chunks in order. Most bodies are one chunk (a small file, a complete body), and that one
+    /// is held inline: only a body of several chunks allocates an array.
+    private struct ChunkQueue {
+        /// Nil only while `rest` is empty too.
+        private var front: Chunk?
+        private var rest: [Chunk] = []
+
+        var count: Int { front == nil ? 0 : 1 + rest.count }
+        var first: Chunk? { front }
+
+        subscript(index: Int) -> Chunk { index == 0 ? front! : rest[index - 1] }
+
+        mutating func append(_ chunk: Chunk) {
+            if front == nil { front = chunk } else { rest.append(chunk) }
+        }
+
+        mutating func removeFirst() {
+            front = rest.isEmpty ? nil : rest.removeFirst()
+        }
+
+        func releaseAll() {
+            front?.release()
+            for chunk in rest { chunk.release() }
+        }
     }
     /// The reader whose in-memory contents chunks point into.
     @exclusivity(unchecked) private var keptReader: HTTP3FileReader?
@@ -781,7 +807,7 @@ private final class HTTP3OutgoingBody {
     }
 
     deinit {
-        for chunk in chunks { chunk.release() }
+        chunks.releaseAll()
     }
 }
 

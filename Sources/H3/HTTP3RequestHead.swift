@@ -65,11 +65,18 @@ final class HTTP3RequestHeadSource: Sendable {
     /// values legalized), read from the section without building the head.
     subscript(name: HTTPField.Name) -> String? {
         if let built { return built.headerFields[name] }
-        var matching = HTTPFields()
-        for line in fields.lines(named: name.canonicalName) {
-            matching.append(HTTPField(name: name, value: fields.value(of: line)))
+        let lines = fields.lines(named: name.canonicalName)
+        switch lines.count {
+        case 0:
+            return nil
+        case 1:
+            // Legalized as a field of its own; nothing to join.
+            return HTTPField(name: name, value: fields.value(of: lines[0])).value
+        default:
+            var matching = HTTPFields()
+            for line in lines { matching.append(HTTPField(name: name, value: fields.value(of: line))) }
+            return matching[name]
         }
-        return matching.isEmpty ? nil : matching[name]
     }
 
     /// The request head from the field section, around the method and path read on arrival:
