@@ -1,6 +1,13 @@
 import ArgumentParser
 import CommandLineSupport
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
+#if canImport(Glibc)
+import Glibc
+#endif
 import H3
 import HTTPTypes
 import Logging
@@ -208,7 +215,7 @@ struct H3Get: AsyncParsableCommand {
                 if let failure = try emit(transfer, index: index) { exit = exit ?? failure }
             case .failure(let error):
                 let code = Self.exitCode(for: error)
-                if !silent { FileHandle.standardError.write(Data("h3get: \(urls[index]): \(error)\n".utf8)) }
+                if !silent { writeToStandardError("h3get: \(urls[index]): \(error)\n") }
                 exit = exit ?? code
             }
         }
@@ -271,27 +278,29 @@ struct H3Get: AsyncParsableCommand {
         }
         // Bodies stream to their file, or to stdout when there is one URL; several URLs to stdout
         // are kept so they come out in the order given.
-        let output: FileHandle?
+        let output: OutputFile?
         if let destination = destination(for: url, index: index) {
-            // open(2) with O_TRUNC, not a replace-by-rename: -o /dev/null must stay a device.
-            let descriptor = open(destination, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
-            guard descriptor >= 0 else { return finish(nil, 0, "cannot write \(destination): \(String(cString: strerror(errno)))") }
-            output = FileHandle(fileDescriptor: descriptor, closeOnDealloc: true)
+            do { output = try OutputFile(creatingOrTruncating: destination) } catch { return finish(nil, 0, "\(error)") }
         } else {
-            output = urls.count == 1 ? FileHandle.standardOutput : nil
+            output = urls.count == 1 ? OutputFile() : nil
         }
         var buffered: [UInt8] = []
         var size = 0
         // A progress line on a terminal only, and never over a body written to the terminal.
-        var progress = showsProgress(writingToStdout: output === FileHandle.standardOutput || output == nil)
+        var progress = showsProgress(writingToStdout: output?.isStandardOutput ?? true)
             ? Progress(total: response.head.headerFields[.contentLength].flatMap(Int.init)) : nil
-        for try await chunk in response.body {
-            size += chunk.count
-            if let output { try output.write(contentsOf: chunk) } else { buffered += chunk }
-            progress?.update(size)
+        do {
+            for try await chunk in response.body {
+                size += chunk.count
+                // A failed write ends the transfer as curl's does (exit 23); the rest is not fetched.
+                if let output { try output.write(chunk) } else { buffered += chunk }
+                progress?.update(size)
+            }
+            progress?.finish(size)
+            try output?.close()
+        } catch let error as OutputFileError {
+            return finish(nil, size, "\(error)")
         }
-        progress?.finish(size)
-        if let output, output !== FileHandle.standardOutput { try output.close() }
         if let stats { await printStatistics(of: response, url: url, style: stats) }
         return finish(output == nil ? buffered : nil, size, nil)
     }
@@ -300,20 +309,20 @@ struct H3Get: AsyncParsableCommand {
     private func emit(_ transfer: Transfer, index: Int) throws -> Exit? {
         let status = transfer.response.head.status.code
         if fail && status >= 400 {
-            if !silent { FileHandle.standardError.write(Data("h3get: \(transfer.url): the requested URL returned error: \(status)\n".utf8)) }
+            if !silent { writeToStandardError("h3get: \(transfer.url): the requested URL returned error: \(status)\n") }
             printWriteOut(transfer)
             return .httpError
         }
         if let failure = transfer.writeFailure {
-            if !silent { FileHandle.standardError.write(Data("h3get: \(failure)\n".utf8)) }
+            if !silent { writeToStandardError("h3get: \(failure)\n") }
             return .writeError
         }
         if head {
             var text = "HTTP/\(transfer.response.version.rawValue) \(status)\r\n"
             for field in transfer.response.head.headerFields { text += "\(field.name): \(field.value)\r\n" }
-            FileHandle.standardOutput.write(Data((text + "\r\n").utf8))
+            writeToStandardOutput(text + "\r\n")
         } else if let buffered = transfer.buffered {
-            FileHandle.standardOutput.write(Data(buffered))
+            writeToStandardOutput(buffered)
         }
         printWriteOut(transfer)
         return nil
@@ -367,16 +376,21 @@ struct H3Get: AsyncParsableCommand {
         private func draw(_ received: Int, final: Bool) {
             let (seconds, attoseconds) = (ContinuousClock.now - started).components
             let elapsed = max(Double(seconds) + Double(attoseconds) / 1e18, 0.001)
-            let rate = String(format: "%.1f MB/s", Double(received) / elapsed / 1e6)
-            var line = String(format: "%10.1f MB  %@", Double(received) / 1e6, rate)
+            let rate = fixedPoint(Double(received) / elapsed / 1e6, digits: 1) + " MB/s"
+            var line = Self.rightAligned(fixedPoint(Double(received) / 1e6, digits: 1), width: 10) + " MB  " + rate
             if let total, total > 0 {
                 let fraction = min(1, Double(received) / Double(total))
                 let width = 30
                 let filled = Int(fraction * Double(width))
                 line = "[" + String(repeating: "#", count: filled) + String(repeating: " ", count: width - filled) + "]"
-                    + String(format: " %5.1f%%", fraction * 100) + line
+                    + " " + Self.rightAligned(fixedPoint(fraction * 100, digits: 1), width: 5) + "%" + line
             }
-            FileHandle.standardError.write(Data(("\r" + line + (final ? "\n" : "")).utf8))
+            writeToStandardError("\r" + line + (final ? "\n" : ""))
+        }
+
+        /// `text` padded on the left to `width`, as printf's `%10s`.
+        static func rightAligned(_ text: String, width: Int) -> String {
+            String(repeating: " ", count: max(0, width - text.count)) + text
         }
     }
 
@@ -394,10 +408,10 @@ struct H3Get: AsyncParsableCommand {
     }
 
     private func printWriteOut(_ transfer: Transfer) {
-        guard var format = writeOut else { return }
+        guard let format = writeOut else { return }
         let seconds: (Duration) -> String = { duration in
             let (whole, attoseconds) = duration.components
-            return String(format: "%.6f", Double(whole) + Double(attoseconds) / 1e18)
+            return fixedPoint(Double(whole) + Double(attoseconds) / 1e18, digits: 6)
         }
         let values: [String: String] = [
             "http_version": transfer.response.version.rawValue,
@@ -408,9 +422,9 @@ struct H3Get: AsyncParsableCommand {
             "url": transfer.url,
             "content_type": transfer.response.head.headerFields[.contentType] ?? "",
         ]
-        for (key, value) in values { format = format.replacingOccurrences(of: "%{\(key)}", with: value) }
-        format = format.replacingOccurrences(of: "\\n", with: "\n").replacingOccurrences(of: "\\t", with: "\t")
-        FileHandle.standardOutput.write(Data(format.utf8))
+        let (text, unknown) = writeOutText(format, values: values)
+        for name in unknown where !silent { writeToStandardError("h3get: unknown --write-out variable: '\(name)'\n") }
+        writeToStandardOutput(text)
     }
 
     private func loadBody() throws -> [UInt8]? {
@@ -442,11 +456,11 @@ struct H3Get: AsyncParsableCommand {
 
     /// One line to stderr.
     private func log(_ text: String) {
-        FileHandle.standardError.write(Data((text + "\n").utf8))
+        writeToStandardError(text + "\n")
     }
 
     private func die(_ message: String, _ code: Exit) -> any Error {
-        if !silent { FileHandle.standardError.write(Data("h3get: \(message)\n".utf8)) }
+        if !silent { writeToStandardError("h3get: \(message)\n") }
         return ExitCode(code.rawValue)
     }
 }

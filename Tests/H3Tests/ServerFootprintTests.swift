@@ -2,10 +2,10 @@ import Foundation
 import QuicTestSupport
 import Testing
 
-/// What h3serve maps into memory. The stack imports FoundationEssentials only: libFoundation,
-/// its internationalization layer and ICU add about 6 MiB of resident code to a process that
-/// uses none of it, which is most of what stood between h3serve's resting RSS and 32 MiB.
-@Suite("h3serve's footprint", .timeLimit(TestEnvironment.minutes(1)))
+/// What the tools load. The stack imports FoundationEssentials only: libFoundation, its
+/// internationalization layer and ICU add about 6 MiB of resident code to a process that uses
+/// none of it, which is most of what stood between h3serve's resting RSS and 32 MiB.
+@Suite("The tools' footprint", .timeLimit(TestEnvironment.minutes(1)))
 struct ServerFootprintTests {
     @Test func h3serveLoadsNeitherFoundationNorICU() async throws {
         let root = FileManager.default.temporaryDirectory.appendingPathComponent("footprint-\(UUID())")
@@ -20,6 +20,19 @@ struct ServerFootprintTests {
         #expect(libraries.contains("libFoundationEssentials.so"), "the check reads the maps it means to: \(libraries.sorted())")
         for library in ["libFoundation.so", "libFoundationInternationalization.so", "lib_FoundationICU.so"] {
             #expect(!libraries.contains(library), "h3serve maps \(library); a module it links imports Foundation, not FoundationEssentials")
+        }
+    }
+
+    /// The other tools link no more: a curl-like h3get run once per fetch pays for every library
+    /// it loads (Foundation and ICU cost it about 7 MiB and 2 ms of each run).
+    @Test(arguments: ["h3get", "quic-echo", "h3load"])
+    func aToolLinksNeitherFoundationNorICU(tool: String) async throws {
+        let ldd = try ChildProcess(URL(fileURLWithPath: "/usr/bin/ldd"), [try TestEnvironment.executable(tool).path])
+        #expect(try await ldd.waitForExit() == 0, "ldd: \(ldd.standardError)")
+        let libraries = ldd.standardOutput
+        #expect(libraries.contains("libFoundationEssentials.so"), "the check reads what it means to: \(libraries)")
+        for library in ["libFoundation.so", "libFoundationInternationalization.so", "lib_FoundationICU.so"] {
+            #expect(!libraries.contains(library), "\(tool) links \(library); it or a module it links imports Foundation")
         }
     }
 }

@@ -14,6 +14,14 @@ struct ToolOutputTests {
         }
     }
 
+    /// `--write-out` in one pass: what a value holds is written as it is.
+    @Test func writeOutReplacesInOnePass() {
+        let values = ["url": "https://h/%{response_code}\\n", "response_code": "200"]
+        let (text, unknown) = writeOutText("%{response_code} %{url} 50%% %{nope}\\n\\t\\r\\x %{open", values: values)
+        #expect(text == "200 https://h/%{response_code}\\n 50% \n\t\r\\x %{open")
+        #expect(unknown == ["nope"])
+    }
+
     /// quic-echo connect sends what arrives on standard input when it is not a terminal, as it
     /// sends the same bytes given with `--data`.
     @Test func quicEchoSendsItsStandardInput() async throws {

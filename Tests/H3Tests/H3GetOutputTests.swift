@@ -1,0 +1,55 @@
+import Foundation
+import QuicTestSupport
+import Testing
+
+/// What h3get writes, and what it does when it cannot: curl's behaviour, from its own code
+/// (h3get writes through file descriptors, without Foundation's `FileHandle`).
+@Suite("h3get's output", .timeLimit(TestEnvironment.minutes(2)))
+struct H3GetOutputTests {
+    private static let text = String(repeating: "h3get writes what it receives, byte for byte.\n", count: 3000)  // 141 KB
+
+    private static func withServer(_ body: (_ url: String) async throws -> Void) async throws {
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("h3get-output-\(UUID())")
+        try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: root) }
+        try Data(text.utf8).write(to: root.appendingPathComponent("text.txt"))
+        let (server, port) = try await startH3serve(root: root, ["--no-tcp"])
+        defer { server.stop() }
+        try await body("https://127.0.0.1:\(port)/text.txt")
+    }
+
+    private static func h3get(_ arguments: [String]) async throws -> (status: Int32, output: String, error: String) {
+        let run = try ChildProcess(try TestEnvironment.executable("h3get"), ["-k", "--http3-only"] + arguments)
+        let status = try await run.waitForExit()
+        return (status, run.standardOutput, run.standardError)
+    }
+
+    @Test func aBodyGoesToStandardOutputWhole() async throws {
+        try await Self.withServer { url in
+            let run = try await Self.h3get([url])
+            #expect(run.status == 0, "\(run.error)")
+            #expect(run.output == Self.text, "\(run.output.utf8.count) bytes written of \(Self.text.utf8.count)")
+        }
+    }
+
+    /// curl exits 23 ("Failure writing output to destination") when the body cannot be written.
+    @Test func aFailedWriteExitsWith23AndSaysWhy() async throws {
+        try await Self.withServer { url in
+            let full = try await Self.h3get(["-o", "/dev/full", url])
+            #expect(full.status == 23, "\(full.error)")
+            #expect(full.error.contains("cannot write /dev/full: No space left on device"), "\(full.error)")
+            let missing = try await Self.h3get(["-o", "/nonexistent-\(UUID())/file", url])
+            #expect(missing.status == 23, "\(missing.error)")
+            #expect(missing.error.contains("No such file or directory"), "\(missing.error)")
+        }
+    }
+
+    @Test func writeOutNamesVariablesAsCurlDoes() async throws {
+        try await Self.withServer { url in
+            let run = try await Self.h3get(["-o", "/dev/null", "-w", "%{response_code} %{size_download} 100%%%{no_such_thing}\\n", url])
+            #expect(run.status == 0, "\(run.error)")
+            #expect(run.output == "200 \(Self.text.utf8.count) 100%\n")
+            #expect(run.error.contains("unknown --write-out variable: 'no_such_thing'"), "\(run.error)")
+        }
+    }
+}
