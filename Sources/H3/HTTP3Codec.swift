@@ -22,9 +22,9 @@ package final class HTTP3Codec: QUICApplicationCodec {
     /// The connection this codec runs in; set once the handshake completes.
     @exclusivity(unchecked) private unowned(unsafe) var core: QUICConnectionCore?
     /// The bodies being sent, owned here until their stream closes. nghttp3 also holds each
-    /// one, unretained, as its stream's user data, so the callbacks for every chunk read and
-    /// acknowledged reach it without hashing; whoever drops a body here clears that first.
-    @exclusivity(unchecked) private var bodies = HTTP3StreamTable<HTTP3OutgoingBody>()
+    /// queued one, unretained, as its stream's user data, so the callbacks for every chunk read
+    /// and acknowledged reach it without hashing; whoever drops a body here clears that first.
+    @exclusivity(unchecked) private var bodies = HTTP3StreamTable<StreamBody>()
     /// File bodies whose window an acknowledgement just reopened: resumed once nghttp3's call
     /// returns, since its callbacks must not call it again.
     @exclusivity(unchecked) private var resumableBodies: [Int64] = []
@@ -162,14 +162,17 @@ package final class HTTP3Codec: QUICApplicationCodec {
 
     /// Adds to a streaming body, and ends it with `finished`.
     package func appendBody(streamID: Int64, _ bytes: [UInt8], finished: Bool) {
-        guard let conn, let body = bodies[streamID] else { return }
+        guard let conn, case .queued(let body)? = bodies[streamID] else { return }
         body.append(bytes)
         if finished { body.finish() }
         _ = nghttp3_conn_resume_stream(conn, streamID)
     }
 
     /// Body bytes queued on a stream and not yet acknowledged by the peer.
-    package func bufferedBodyBytes(streamID: Int64) -> Int { bodies[streamID]?.unacknowledgedBytes ?? 0 }
+    package func bufferedBodyBytes(streamID: Int64) -> Int {
+        guard case .queued(let body)? = bodies[streamID] else { return 0 }
+        return body.unacknowledgedBytes
+    }
 
     /// Gives flow-control credit back for body bytes the application has taken (RFC 9000 §4.1):
     /// received DATA is credited only once read, which is what holds a fast sender back.
@@ -219,20 +222,31 @@ package final class HTTP3Codec: QUICApplicationCodec {
         call: (OpaquePointer, UnsafePointer<nghttp3_nv>, Int, UnsafePointer<nghttp3_data_reader>?) -> Int32
     ) throws {
         guard let conn else { return }
-        let outgoing = body != nil || file != nil || streaming || trailers != nil
-            ? HTTP3OutgoingBody(copying: body, file: file, finished: !streaming, trailers: trailers) : nil
+        let outgoing: StreamBody?
+        if body == nil, !streaming, trailers == nil, let file, let contents = file.reader.contents, file.range == 0..<contents.count {
+            outgoing = .resident(file.reader)
+        } else if body != nil || file != nil || streaming || trailers != nil {
+            outgoing = .queued(HTTP3OutgoingBody(copying: body, file: file, finished: !streaming, trailers: trailers))
+        } else {
+            outgoing = nil
+        }
         if core?.isQLogEnabled == true { submittedHeaders[streamID, default: []].append(Array(headers)) }
         // nghttp3 copies the field section, so the names and values only have to outlive the call.
-        var reader = nghttp3_data_reader(read_data: Self.readBody)
+        var reader: nghttp3_data_reader
+        switch outgoing {
+        case .resident?: reader = nghttp3_data_reader(read_data: Self.readResidentBody)
+        case .queued?, nil: reader = nghttp3_data_reader(read_data: Self.readBody)
+        }
         let rv = headers.withFieldArray { nva, count in
             outgoing != nil ? call(conn, nva, count, &reader) : call(conn, nva, count, nil)
         }
         guard rv == 0 else { throw HTTP3CodecError(function: "nghttp3_conn_submit", code: rv) }
-        if let outgoing {
-            bodies[streamID] = outgoing
+        guard let outgoing else { return }
+        bodies[streamID] = outgoing
+        if case .queued(let queued) = outgoing {
             // The stream exists now (a request's was made by the call); nghttp3 reads the body
             // only from later write calls.
-            nghttp3_conn_set_stream_user_data(conn, streamID, Unmanaged.passUnretained(outgoing).toOpaque())
+            nghttp3_conn_set_stream_user_data(conn, streamID, Unmanaged.passUnretained(queued).toOpaque())
         }
     }
 
@@ -251,7 +265,7 @@ package final class HTTP3Codec: QUICApplicationCodec {
         for (streamID, action) in due {
             switch action {
             case .submitTrailers:
-                guard let fields = bodies[streamID]?.trailers else { continue }
+                guard case .queued(let body)? = bodies[streamID], let fields = body.trailers else { continue }
                 let rv = fields.withFieldArray { nva, count in nghttp3_conn_submit_trailers(conn, streamID, nva, count) }
                 try check(rv, "nghttp3_conn_submit_trailers")
                 if core?.isQLogEnabled == true { submittedHeaders[streamID, default: []].append(fields) }
@@ -415,6 +429,16 @@ package final class HTTP3Codec: QUICApplicationCodec {
         Unmanaged<HTTP3OutgoingBody>.fromOpaque(streamUserData)._withUnsafeGuaranteedRef(body)
     }
 
+    /// Reads a resident body: all of it at once, from where it lies.
+    private static let readResidentBody: nghttp3_read_data_callback = { _, streamID, vectors, count, flags, userData, _ in
+        nghttp3_ssize(HTTP3Codec.withCodec(userData) { codec in
+            flags!.pointee |= UInt32(NGHTTP3_DATA_FLAG_EOF)
+            guard count > 0, case .resident(let reader)? = codec.bodies[streamID], let contents = reader.contents else { return 0 }
+            vectors![0] = nghttp3_vec(base: UnsafeMutablePointer(mutating: contents.baseAddress?.assumingMemoryBound(to: UInt8.self)), len: contents.count)
+            return 1
+        })
+    }
+
     private static let readBody: nghttp3_read_data_callback = { _, streamID, vectors, count, flags, userData, streamUserData in
         nghttp3_ssize(HTTP3Codec.withCodec(userData) { codec in
             guard let streamUserData else {
@@ -459,7 +483,8 @@ package final class HTTP3Codec: QUICApplicationCodec {
         callbacks.stream_close = { _, streamID, code, userData, streamUserData in
             HTTP3Codec.withCodec(userData) { codec in
                 codec.append(.closed(streamID: streamID, code: HTTP3ErrorCode(rawValue: code)), streamID: streamID)
-                if streamUserData != nil { codec.bodies[streamID] = nil }
+                // A resident body has no user data; it is in `bodies` all the same.
+                if !codec.bodies.isEmpty { codec.bodies[streamID] = nil }
                 return 0
             }
         }
@@ -658,6 +683,16 @@ package enum HTTP3Event: Sendable {
 /// into chunks of its own as nghttp3 asks for data, at most `windowLimit` ahead of the
 /// peer's acknowledgements: the bytes go from the page cache into the memory ngtcp2 encrypts
 /// from, with no copy in between. Owned by its codec and confined like it (exclusivity unchecked).
+/// A response or request body as the codec holds it until its stream closes.
+private enum StreamBody {
+    /// Bytes queued in chunks and let go as the peer acknowledges them: a body given in
+    /// memory, a streamed one, or a file read piece by piece.
+    case queued(HTTP3OutgoingBody)
+    /// A whole small file its reader holds in memory for as long as the reader lives: sent
+    /// from where it lies in one vector, with nothing to queue, track or free per request.
+    case resident(HTTP3FileReader)
+}
+
 private final class HTTP3OutgoingBody {
     /// Bytes a file body reads ahead of the peer's acknowledgements.
     static let windowLimit = HTTP3BodyPump.bufferLimit

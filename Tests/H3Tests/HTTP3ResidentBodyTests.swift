@@ -1,0 +1,115 @@
+import CQuicShims
+import Foundation
+@testable import H3
+import QuicTestSupport
+import QuicTransport
+import Testing
+
+/// A whole small file goes out from its reader's memory, with no queued body of its own
+/// (`StreamBody.resident`): the codec holds the reader until the stream closes, and no longer.
+@Suite("Resident file bodies")
+struct HTTP3ResidentBodyTests {
+    /// A reader holding `bytes` in memory, as the file handler opens a small file.
+    static func residentReader(_ bytes: [UInt8]) throws -> HTTP3FileReader {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("resident-\(UUID())").path
+        try Data(bytes).write(to: URL(fileURLWithPath: path))
+        defer { unlink(path) }
+        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+        try #require(descriptor >= 0)
+        let reader = HTTP3FileReader(descriptor: descriptor, size: bytes.count)
+        try #require(reader.contents != nil, "a file of \(bytes.count) bytes is read into memory")
+        return reader
+    }
+
+    /// The region the server answers with; set to nil once every response is submitted.
+    final class Served: @unchecked Sendable {
+        var region: HTTP3FileRegion?
+        var closed = Set<Int64>()
+        var submitted = 0
+    }
+
+    static func makePair(serving served: Served) throws -> (InMemoryPair, HTTP3Codec, HTTP3CodecTests.ServerBox) {
+        let client = try HTTP3Codec(role: .client)
+        let box = HTTP3CodecTests.ServerBox()
+        let pair = try InMemoryPair(
+            clientConfiguration: HTTP3CodecTests.configuration(),
+            serverConfiguration: HTTP3CodecTests.configuration(),
+            seed: 5,
+            clientCodec: client,
+            serverCodec: { box.make() }
+        )
+        pair.afterStep = {
+            guard let server = box.codec else { return }
+            for event in server.takeEvents() {
+                switch event {
+                case .headers(let stream, _, false):
+                    guard let region = served.region else { continue }
+                    try? server.submitResponse(
+                        streamID: stream,
+                        headers: [(":status", "200"), ("content-length", "\(region.range.count)")],
+                        body: nil,
+                        file: region
+                    )
+                    served.submitted += 1
+                case .closed(let stream, _):
+                    served.closed.insert(stream)
+                default:
+                    break
+                }
+            }
+        }
+        return (pair, client, box)
+    }
+
+    @Test func concurrentResponsesArriveWholeAndTheReaderIsLetGoWhenTheyClose() throws {
+        let bytes = (0..<10_000).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 7) }
+        let served = Served()
+        weak var released: HTTP3FileReader?
+        do {
+            let reader = try Self.residentReader(bytes)
+            released = reader
+            served.region = HTTP3FileRegion(reader: reader, range: 0..<bytes.count)
+        }
+        let (pair, client, _) = try Self.makePair(serving: served)
+        try pair.run(until: { pair.client.isHandshakeCompleted })
+        var streams: [Int64] = []
+        for index in 0..<30 {
+            streams.append(try #require(try client.submitRequest(headers: HTTP3CodecTests.request("/r\(index)"), body: nil)))
+        }
+        var bodies: [Int64: [UInt8]] = [:]
+        var ended = Set<Int64>()
+        try pair.run(until: {
+            if served.submitted == streams.count { served.region = nil }
+            for event in client.takeEvents() {
+                if case .data(let stream, let chunk) = event { bodies[stream, default: []] += chunk }
+                if case .end(let stream) = event { ended.insert(stream) }
+            }
+            return ended.count == streams.count && served.closed.isSuperset(of: streams)
+        })
+        for stream in streams { #expect(bodies[stream] == bytes, "stream \(stream): \(bodies[stream]?.count ?? 0) bytes") }
+        #expect(released == nil, "the codec still holds the reader after every stream closed")
+    }
+
+    /// A connection that goes away with responses unacknowledged takes its hold on the reader
+    /// with it.
+    @Test func aCodecThatGoesAwayLetsTheReaderGo() throws {
+        let served = Served()
+        weak var released: HTTP3FileReader?
+        do {
+            let reader = try Self.residentReader(Array(repeating: 0x61, count: 4_000))
+            released = reader
+            served.region = HTTP3FileRegion(reader: reader, range: 0..<4_000)
+        }
+        do {
+            let (pair, client, box) = try Self.makePair(serving: served)
+            try pair.run(until: { pair.client.isHandshakeCompleted })
+            _ = try #require(try client.submitRequest(headers: HTTP3CodecTests.request("/a"), body: nil))
+            try pair.run(until: { served.submitted == 1 })
+            served.region = nil
+            #expect(released != nil, "the codec holds the reader while the response is in flight")
+            pair.afterStep = nil
+            box.codec = nil
+        }
+        #expect(released == nil, "the reader outlived the connection that was sending it")
+    }
+}
