@@ -451,8 +451,10 @@ final class HTTP3ServerConnection: @unchecked Sendable {
     /// Handlers run on this connection's loop: a response is submitted where it was produced,
     /// and the responses to one batch of requests leave in one pass.
     private lazy var handlerExecutor = EventLoopTaskExecutor(eventLoop: driver.eventLoop)
-    /// Streams response bodies that come from an AsyncThrowingStream.
-    private lazy var pump = HTTP3BodyPump(driver: driver, logger: logger) { [weak self] in self?.codec }
+    /// Streams response bodies that come from an AsyncThrowingStream; made for the first one.
+    /// Not a lazy property: every closed stream asks it, and a lazy one is checked for
+    /// exclusive access at run time on each read.
+    @exclusivity(unchecked) private var pump: HTTP3BodyPump?
 
     /// `HTTP3Server.Configuration.requestHeaderTimeout` in nanoseconds, nil when off.
     private let requestHeaderTimeout: UInt64?
@@ -495,7 +497,7 @@ final class HTTP3ServerConnection: @unchecked Sendable {
         active.removeAll()
         requestHeaderTimer?.cancel()
         requestHeaderTimer = nil
-        pump.connectionClosed()
+        pump?.connectionClosed()
         onFinished?()
         onFinished = nil
     }
@@ -591,12 +593,12 @@ final class HTTP3ServerConnection: @unchecked Sendable {
                     incoming.removeValue(forKey: streamID)?.body.finish(throwing: HTTP3RequestBodyError.clientReset(code))
                 }
                 active.removeValue(forKey: streamID)
-                pump.streamClosed(streamID)
+                pump?.streamClosed(streamID)
                 if isShuttingDown { driver.eventLoop.execute { self.closeIfIdle() } }
             case .goaway:
                 break
             case .bodyAcknowledged(let streamID):
-                pump.acknowledged(streamID)
+                pump?.acknowledged(streamID)
             }
         }
         return !events.isEmpty
@@ -648,6 +650,13 @@ final class HTTP3ServerConnection: @unchecked Sendable {
         }
     }
 
+    private func bodyPump() -> HTTP3BodyPump {
+        if let pump { return pump }
+        let made = HTTP3BodyPump(driver: driver, logger: logger) { [weak self] in self?.codec }
+        pump = made
+        return made
+    }
+
     private func respond(streamID: Int64, _ response: HTTP3ServerResponse) {
         guard let codec else { return }
         let fields = HTTP3ResponseFieldSection(response.storedHead)
@@ -663,7 +672,7 @@ final class HTTP3ServerConnection: @unchecked Sendable {
                 streaming: streaming,
                 trailers: response.trailers.map(\.pairs)
             )
-            if streaming, let stream = response.bodyStream { pump.pump(streamID: streamID, from: stream) }
+            if streaming, let stream = response.bodyStream { bodyPump().pump(streamID: streamID, from: stream) }
         } catch {
             logger.warning("cannot submit response", metadata: ["stream": "\(streamID)", "error": "\(error)"])
             codec.cancel(streamID: streamID, code: .internalError)

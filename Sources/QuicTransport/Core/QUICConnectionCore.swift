@@ -63,7 +63,15 @@ package final class QUICConnectionCore {
     @exclusivity(unchecked) var events: [QUICConnectionEvent] = []
     var verificationFailure: TLSVerificationFailure?
     /// The application protocol running inside the read and write loops, if any (HTTP/3).
-    @exclusivity(unchecked) package var applicationCodec: (any QUICApplicationCodec)?
+    ///
+    /// Computed, so another module reads it through this getter: a stored property read from
+    /// outside its module is checked for exclusive access at run time there, whatever
+    /// `@exclusivity(unchecked)` says here (HTTP/3 reads it for every response).
+    package var applicationCodec: (any QUICApplicationCodec)? {
+        get { storedApplicationCodec }
+        set { storedApplicationCodec = newValue }
+    }
+    @exclusivity(unchecked) private var storedApplicationCodec: (any QUICApplicationCodec)?
     /// Whatever runs this connection's I/O (a server endpoint's driver), for the endpoint to find
     /// it from a routed datagram without a table lookup. Weak: the driver holds this core.
     @exclusivity(unchecked) package weak var owner: AnyObject?
@@ -593,77 +601,81 @@ package final class QUICConnectionCore {
         var batchStart = 0
         var batchEnd = 0
         var segmentSize = 0
-        // The batch's addresses as ngtcp2 writes them, to compare each packet's path with in
-        // place (`ngtcp2_path_eq`). Set from the first packet: ngtcp2_path_eq aborts on the
-        // empty path a zeroed storage holds, hence the flag.
-        var batchAddresses = ngtcp2_path_storage()
-        ngtcp2_path_storage_zero(&batchAddresses)
         var hasBatchAddresses = false
         // ngtcp2 picks each packet's ECN codepoint (ECT(0) while validating and after, RFC 9000
         // §13.4.2); a GSO batch shares one, so a change ends the batch.
         var batchECN: UInt32 = 0
         var written = 0
-        var pathStorage = ngtcp2_path_storage()
-        ngtcp2_path_storage_zero(&pathStorage)
 
-        func flushBatch() {
-            if batchEnd > batchStart {
-                emit(UnsafeRawBufferPointer(rebasing: scratch[batchStart..<batchEnd]), segmentSize, QUICPath(batchAddresses.path), batchECN)
+        // ngtcp2 writes each packet's path into `packetPath`; `batchPath` keeps the batch's
+        // addresses, to compare each packet's path with in place (`ngtcp2_path_eq`). It is set
+        // from the first packet: ngtcp2_path_eq aborts on the empty path a zeroed storage holds,
+        // hence `hasBatchAddresses`. Both live in temporary memory: as captured variables, each
+        // `&` would be checked for exclusive access at run time.
+        return withUnsafeTemporaryAllocation(of: ngtcp2_path_storage.self, capacity: 2) { paths -> Bool in
+            let packetPath = paths.baseAddress!, batchPath = packetPath + 1
+            ngtcp2_path_storage_zero(packetPath)
+            ngtcp2_path_storage_zero(batchPath)
+
+            func flushBatch() {
+                if batchEnd > batchStart {
+                    emit(UnsafeRawBufferPointer(rebasing: scratch[batchStart..<batchEnd]), segmentSize, QUICPath(batchPath.pointee.path), batchECN)
+                }
+                batchStart = batchEnd
+                segmentSize = 0
             }
-            batchStart = batchEnd
-            segmentSize = 0
-        }
 
-        return withUnsafeTemporaryAllocation(of: ngtcp2_vec.self, capacity: 16) { vectors -> Bool in
-            while true {
-                let capacity = segmentSize == 0 ? maxPacket : segmentSize
-                // One GSO batch stays under 64 KiB, the most one UDP send can carry.
-                if batchEnd - batchStart + capacity > 65_000 { flushBatch() }
-                if batchEnd + maxPacket > scratch.count {
-                    // The scratch is full (a send quantum fits in it, so this is rare): go on next pass.
-                    flushBatch()
-                    ngtcp2_conn_update_pkt_tx_time(conn, now)
-                    return true
-                }
-                let destination = scratch.baseAddress!.advanced(by: batchEnd).assumingMemoryBound(to: UInt8.self)
-                let packetSize: Int
-                let packetECN: UInt32
-                switch writeOnePacket(into: destination, capacity: capacity, path: &pathStorage.path, vectors: vectors, now: now) {
-                case .packet(let size, let ecn): (packetSize, packetECN) = (size, ecn)
-                case .nothing:
-                    ngtcp2_conn_update_pkt_tx_time(conn, now)
-                    flushBatch()
-                    return false
-                case .failed(let rv):
-                    flushBatch()
-                    if let failure = codecFailure {
-                        codecFailure = nil
-                        closeForCodec(failure, now: now)
-                    } else {
-                        closeWithTransportError(rv, reason: "", now: now)
+            return withUnsafeTemporaryAllocation(of: ngtcp2_vec.self, capacity: 16) { vectors -> Bool in
+                while true {
+                    let capacity = segmentSize == 0 ? maxPacket : segmentSize
+                    // One GSO batch stays under 64 KiB, the most one UDP send can carry.
+                    if batchEnd - batchStart + capacity > 65_000 { flushBatch() }
+                    if batchEnd + maxPacket > scratch.count {
+                        // The scratch is full (a send quantum fits in it, so this is rare): go on next pass.
+                        flushBatch()
+                        ngtcp2_conn_update_pkt_tx_time(conn, now)
+                        return true
                     }
-                    return writePackets(now: now, scratch: UnsafeMutableRawBufferPointer(rebasing: scratch[batchEnd...]), emit: emit)
-                }
-                // A packet for another path or with another ECN mark ends the batch before it.
-                let samePath = hasBatchAddresses && ngtcp2_path_eq(&pathStorage.path, &batchAddresses.path) != 0
-                if !samePath || packetECN != batchECN { flushBatch() }
-                if batchEnd == batchStart {
-                    if !samePath {
-                        ngtcp2_path_copy(&batchAddresses.path, &pathStorage.path)
-                        hasBatchAddresses = true
+                    let destination = scratch.baseAddress!.advanced(by: batchEnd).assumingMemoryBound(to: UInt8.self)
+                    let packetSize: Int
+                    let packetECN: UInt32
+                    switch writeOnePacket(into: destination, capacity: capacity, path: &packetPath.pointee.path, vectors: vectors, now: now) {
+                    case .packet(let size, let ecn): (packetSize, packetECN) = (size, ecn)
+                    case .nothing:
+                        ngtcp2_conn_update_pkt_tx_time(conn, now)
+                        flushBatch()
+                        return false
+                    case .failed(let rv):
+                        flushBatch()
+                        if let failure = codecFailure {
+                            codecFailure = nil
+                            closeForCodec(failure, now: now)
+                        } else {
+                            closeWithTransportError(rv, reason: "", now: now)
+                        }
+                        return writePackets(now: now, scratch: UnsafeMutableRawBufferPointer(rebasing: scratch[batchEnd...]), emit: emit)
                     }
-                    batchECN = packetECN
-                }
-                if segmentSize == 0 { segmentSize = packetSize }
-                batchEnd += packetSize
-                written += 1
-                counters.sentDatagrams += 1
-                counters.sentBytes += UInt64(packetSize)
-                if packetSize < segmentSize { flushBatch() }
-                if written >= quantumPackets {
-                    ngtcp2_conn_update_pkt_tx_time(conn, now)
-                    flushBatch()
-                    return true
+                    // A packet for another path or with another ECN mark ends the batch before it.
+                    let samePath = hasBatchAddresses && ngtcp2_path_eq(&packetPath.pointee.path, &batchPath.pointee.path) != 0
+                    if !samePath || packetECN != batchECN { flushBatch() }
+                    if batchEnd == batchStart {
+                        if !samePath {
+                            ngtcp2_path_copy(&batchPath.pointee.path, &packetPath.pointee.path)
+                            hasBatchAddresses = true
+                        }
+                        batchECN = packetECN
+                    }
+                    if segmentSize == 0 { segmentSize = packetSize }
+                    batchEnd += packetSize
+                    written += 1
+                    counters.sentDatagrams += 1
+                    counters.sentBytes += UInt64(packetSize)
+                    if packetSize < segmentSize { flushBatch() }
+                    if written >= quantumPackets {
+                        ngtcp2_conn_update_pkt_tx_time(conn, now)
+                        flushBatch()
+                        return true
+                    }
                 }
             }
         }
