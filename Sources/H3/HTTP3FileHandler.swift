@@ -252,25 +252,21 @@ final class HTTP3RootDirectory: Sendable {
     /// Built into every file's fields when it is opened.
     let additionalFields: HTTPFields
 
-    /// A file found by a recent lookup, and when it stops being trusted (monotonic nanoseconds).
-    private struct RecentFile: Sendable {
-        let file: HTTP3ServedFile
-        let expires: UInt64
-    }
-
-    /// The recent lookups by request path. Expired ones are swept out (a file closes once no
-    /// response reads it either) at most once per reuse time and only when a lookup misses, so
-    /// an idle server keeps at most `recentLimit` descriptors open.
-    private struct RecentFiles: Sendable {
-        var byPath: [String: RecentFile] = [:]
+    /// The recent lookups by request path, each trusted until a monotonic time in nanoseconds.
+    /// Expired ones are swept out (a file closes once no response reads it either) at most once
+    /// per reuse time and only when a lookup misses, so an idle server keeps at most
+    /// `recentLimit` descriptors open.
+    private struct RecentFiles: @unchecked Sendable {
+        // @unchecked Sendable: only ever used inside `recent`'s lock.
+        var byPath = HTTP3RecentPaths<HTTP3ServedFile>(capacity: HTTP3RootDirectory.recentLimit)
         var nextSweep: UInt64 = 0
     }
 
     /// How long a file is reused, in nanoseconds; zero turns reuse off.
     private let reuse: UInt64
     private let recent = NIOLockedValueBox(RecentFiles())
-    /// The most entries (and so open descriptors) kept; when full, new ones are not kept until
-    /// a sweep makes room.
+    /// The most entries (and so open descriptors) kept. A new path takes a free place in its
+    /// set of four, or the place of the one that expires first.
     static let recentLimit = 256
 
     init(path: String, reuse: Duration, additionalFields: HTTPFields) {
@@ -291,17 +287,17 @@ final class HTTP3RootDirectory: Sendable {
     func recentFile(requestedAs path: String, orLookUp lookUp: () -> HTTP3ServedFile?) -> HTTP3ServedFile? {
         guard reuse > 0 else { return lookUp() }
         let now = NIODeadline.now().uptimeNanoseconds
-        if let hit = recent.withLockedValue({ $0.byPath[path] }), now < hit.expires { return hit.file }
+        if let hit = recent.withLockedValue({ $0.byPath.value(for: path, now: now) }) { return hit }
         let file = lookUp()
         recent.withLockedValue { recent in
             if now >= recent.nextSweep {
-                recent.byPath = recent.byPath.filter { now < $0.value.expires }
+                recent.byPath.removeExpired(now: now)
                 recent.nextSweep = now + reuse
             }
-            if let file, recent.byPath.count < Self.recentLimit || recent.byPath[path] != nil {
-                recent.byPath[path] = RecentFile(file: file, expires: now + reuse)
+            if let file {
+                recent.byPath.set(file, for: path, expires: now + reuse)
             } else {
-                recent.byPath[path] = nil
+                recent.byPath.removeValue(for: path)
             }
         }
         return file
