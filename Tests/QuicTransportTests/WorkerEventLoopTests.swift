@@ -73,6 +73,42 @@ struct WorkerEventLoopTests {
         #expect(seen.filter(\.early).isEmpty, "fired before their deadline: \(seen.filter(\.early).map(\.index))")
     }
 
+    /// Alarms (a connection's one timer, moved to its next deadline on every pass) fire once, at
+    /// the last deadline they were set to and not before, in the order of those deadlines; a
+    /// cancelled one never fires. Each is moved several times, earlier and later, among the others.
+    @Test func movedAlarmsFireOnceAtTheirLastDeadline() async throws {
+        let loop = try QUICEventLoop(name: "test-alarms")
+        let fired = NIOLockedValueBox<[(index: Int, early: Bool)]>([])
+        let count = 60
+        let base = NIODeadline.now().uptimeNanoseconds + 100_000_000
+        var generator = SeededGenerator(seed: 0xA1A5)
+        // Four deadlines each, 0.1 ms apart in a scrambled grid so no two final ones tie; the last wins.
+        let moves = (0..<count).map { _ in (0..<4).map { _ in base + (generator.next() % 100_000) * 1_000 + 100 } }
+        let cancelled = Set(stride(from: 0, to: count, by: 9))
+        let alarms = try await loop.submit {
+            (0..<count).map { index in
+                let deadline = moves[index].last!
+                let alarm = loop.makeAlarm {
+                    fired.withLockedValue { $0.append((index, NIODeadline.now().uptimeNanoseconds < deadline)) }
+                }
+                for deadline in moves[index] { alarm.set(deadline: deadline) }
+                if cancelled.contains(index) { alarm.cancel() }
+                return alarm
+            }
+        }
+        let expected = (0..<count).filter { !cancelled.contains($0) }.sorted { moves[$0].last! < moves[$1].last! }
+        // However slow the machine: until all have fired, then a while longer for any second firing.
+        let waitUntil = ContinuousClock.now + .seconds(20)
+        while fired.withLockedValue({ $0.count }) < expected.count, ContinuousClock.now < waitUntil {
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        try await Task.sleep(for: .milliseconds(150))
+        let result = fired.withLockedValue { $0 }
+        #expect(result.map(\.index) == expected, "fired \(result.count) of \(expected.count), in another order or twice")
+        #expect(result.allSatisfy { !$0.early }, "an alarm fired before its last deadline")
+        withExtendedLifetime(alarms) {}
+    }
+
     @Test func tasksFromManyThreadsAllRunOnTheLoopInTheOrderEachThreadQueuedThem() async throws {
         let loop = try QUICEventLoop(name: "test-tasks")
         let seen = NIOLockedValueBox<[Int: [Int]]>([:])

@@ -13,7 +13,14 @@ package final class QUICConnectionDriver: @unchecked Sendable {
     /// The sockets packets leave from: one, or two while a client migrates (RFC 9000 §9.2).
     /// The first is the default; a packet goes out of the one bound at its path's local address.
     private(set) var sockets: [QUICUDPSocket]
-    private var timer: Scheduled<Void>?
+    /// Fires at the core's next deadline (`rearmTimer`).
+    private lazy var timer = eventLoop.makeAlarm { [weak self] in
+        guard let self else { return }
+        self.timerDeadline = .max
+        self.core.handleTimeout(now: Self.now())
+        self.afterInput()
+    }
+    /// Where `timer` is set; `.max` when it is not.
     private var timerDeadline: UInt64 = .max
     /// A pass is queued on the loop (`schedulePass`), so another request for one is redundant.
     private var passScheduled = false
@@ -130,24 +137,16 @@ package final class QUICConnectionDriver: @unchecked Sendable {
         if more { queuePass() }
     }
 
-    /// Keeps one timer armed at or before the core's next deadline.
+    /// Keeps the timer at the core's next deadline.
     ///
     /// ngtcp2's expiry moves on almost every pass (ACK delay, loss detection, idle timeout), and
-    /// mostly later. A timer that would fire too early is kept: firing early costs one check
-    /// (`handleTimeout` ignores a call before the expiry) and a re-arm, where cancelling and
-    /// scheduling anew on every pass costs timer heap work and allocations each time.
+    /// mostly later. The timer moves with it, to the deadline itself: a timer left earlier would
+    /// wake the loop for nothing, and moving it (`QUICLoopAlarm`) costs no allocation.
     private func rearmTimer() {
         let deadline = core.nextDeadline
-        guard deadline < timerDeadline else { return }
-        timer?.cancel()
+        guard deadline != timerDeadline else { return }
         timerDeadline = deadline
-        timer = eventLoop.scheduleTask(deadline: .uptimeNanoseconds(deadline)) { [weak self] in
-            guard let self else { return }
-            self.timerDeadline = .max
-            self.timer = nil
-            self.core.handleTimeout(now: Self.now())
-            self.afterInput()
-        }
+        if deadline == .max { timer.cancel() } else { timer.set(deadline: deadline) }
     }
 
     /// Once the core is closed nothing runs here again, so the driver lets go of every hook:
@@ -162,8 +161,8 @@ package final class QUICConnectionDriver: @unchecked Sendable {
         if core.isOver { core.releaseConnectionState() }
         guard core.state == .closed else { return }
         finished = true
-        timer?.cancel()
-        timer = nil
+        timer.cancel()
+        timerDeadline = .max
         let finish = onFinished
         onFinished = nil
         eventHandler = nil
