@@ -256,8 +256,7 @@ final class HTTP3RootDirectory: Sendable {
     /// Expired ones are swept out (a file closes once no response reads it either) at most once
     /// per reuse time and only when a lookup misses, so an idle server keeps at most
     /// `recentLimit` descriptors open.
-    private struct RecentFiles: @unchecked Sendable {
-        // @unchecked Sendable: only ever used inside `recent`'s lock.
+    private struct RecentFiles: Sendable {
         var byPath = HTTP3RecentPaths<HTTP3ServedFile>(capacity: HTTP3RootDirectory.recentLimit)
         var nextSweep: UInt64 = 0
     }

@@ -6,7 +6,7 @@
 /// misses (the caller looks again), never a longer search. This is the open-file cache's index:
 /// a `Dictionary`'s SipHash was the largest part of serving a cached file.
 struct HTTP3RecentPaths<Value> {
-    private struct Entry {
+    fileprivate struct Entry {
         let path: String
         let value: Value
         let expires: UInt64
@@ -95,3 +95,6 @@ struct HTTP3RecentPaths<Value> {
     /// Whether `a` and `b` share a set (tests).
     func shareASet(_ a: String, _ b: String) -> Bool { firstWay(of: a) == firstWay(of: b) }
 }
+
+extension HTTP3RecentPaths: Sendable where Value: Sendable {}
+extension HTTP3RecentPaths.Entry: Sendable where Value: Sendable {}
