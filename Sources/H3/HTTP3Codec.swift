@@ -242,12 +242,12 @@ package final class HTTP3Codec: QUICApplicationCodec {
         }
         guard rv == 0 else { throw HTTP3CodecError(function: "nghttp3_conn_submit", code: rv) }
         guard let outgoing else { return }
-        bodies[streamID] = outgoing
         if case .queued(let queued) = outgoing {
             // The stream exists now (a request's was made by the call); nghttp3 reads the body
             // only from later write calls.
             nghttp3_conn_set_stream_user_data(conn, streamID, Unmanaged.passUnretained(queued).toOpaque())
         }
+        bodies[streamID] = outgoing
     }
 
     /// Forgets a body before its stream closes, and nghttp3's reference to it (no callback
