@@ -8,7 +8,10 @@ import QuicTransport
 /// the requests in flight on it (RFC 9114 §4).
 ///
 /// Loop-confined: every method runs on `eventLoop`, where the codec runs inside the core.
-// @unchecked Sendable: all state is touched only on `eventLoop`; `HTTP3Client` hops there.
+// @unchecked Sendable: all state is touched only on `eventLoop`; `HTTP3Client` hops there. For
+// the same reason, and because no access to a property spans a call that can reach it again
+// (the closures given to `removeAll` and `first(where:)` only compare), its state skips Swift's
+// run-time exclusivity check, as the server connection's does: a request read several.
 final class HTTP3ClientConnection: @unchecked Sendable {
     enum State {
         case connecting
@@ -29,24 +32,24 @@ final class HTTP3ClientConnection: @unchecked Sendable {
 
     let eventLoop: QUICEventLoop
     let logger: Logger
-    private(set) var state: State = .connecting
-    private var connector: QUICClientConnector?
-    private var driver: QUICConnectionDriver?
-    private var codec: HTTP3Codec?
+    @exclusivity(unchecked) private(set) var state: State = .connecting
+    @exclusivity(unchecked) private var connector: QUICClientConnector?
+    @exclusivity(unchecked) private var driver: QUICConnectionDriver?
+    @exclusivity(unchecked) private var codec: HTTP3Codec?
     /// Streams request bodies that come from an AsyncThrowingStream.
-    private var pump: HTTP3BodyPump?
-    private var pending: [Pending] = []
+    @exclusivity(unchecked) private var pump: HTTP3BodyPump?
+    @exclusivity(unchecked) private var pending: [Pending] = []
     /// Requests sent in 0-RTT, kept until the handshake says whether the server took them.
-    private var sentEarly: [Pending] = []
-    private var exchanges: [Int64: HTTP3Exchange] = [:]
+    @exclusivity(unchecked) private var sentEarly: [Pending] = []
+    @exclusivity(unchecked) private var exchanges: [Int64: HTTP3Exchange] = [:]
     /// Callers of `whenReady()` waiting for the handshake.
-    private var readyWaiters: [EventLoopPromise<HTTP3ConnectionInfo>] = []
+    @exclusivity(unchecked) private var readyWaiters: [EventLoopPromise<HTTP3ConnectionInfo>] = []
     /// Runs once the connection is over, so the client can forget it.
-    var onClosed: (() -> Void)?
+    @exclusivity(unchecked) var onClosed: (() -> Void)?
     /// Handshake figures for `-v` and `-w`.
-    private(set) var connectedAt: ContinuousClock.Instant?
-    private(set) var negotiatedALPN: String?
-    private(set) var qlogPath: String?
+    @exclusivity(unchecked) private(set) var connectedAt: ContinuousClock.Instant?
+    @exclusivity(unchecked) private(set) var negotiatedALPN: String?
+    @exclusivity(unchecked) private(set) var qlogPath: String?
 
     /// What to do once the handshake is confirmed (`HTTP3Client.Configuration`).
     private let initiatesKeyUpdate: Bool

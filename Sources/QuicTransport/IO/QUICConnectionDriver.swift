@@ -6,13 +6,15 @@ import NIOCore
 ///
 /// Everything here happens on `eventLoop`; public handles post commands to it with `execute`.
 // @unchecked Sendable: every stored property is read and written only on `eventLoop`; the one
-// cross-thread entry point, `perform`, hops there first.
+// cross-thread entry point, `perform`, hops there first. For the same reason, and because no
+// access to a property spans a call that can reach it again (hooks are read, then called), its
+// plain state skips Swift's run-time exclusivity check, as the core's does: a pass read several.
 package final class QUICConnectionDriver: @unchecked Sendable {
     package let eventLoop: QUICEventLoop
     package let core: QUICConnectionCore
     /// The sockets packets leave from: one, or two while a client migrates (RFC 9000 §9.2).
     /// The first is the default; a packet goes out of the one bound at its path's local address.
-    private(set) var sockets: [QUICUDPSocket]
+    @exclusivity(unchecked) private(set) var sockets: [QUICUDPSocket]
     /// Fires at the core's next deadline (`rearmTimer`).
     private lazy var timer = eventLoop.makeAlarm { [weak self] in
         guard let self else { return }
@@ -21,19 +23,19 @@ package final class QUICConnectionDriver: @unchecked Sendable {
         self.afterInput()
     }
     /// Where `timer` is set; `.max` when it is not.
-    private var timerDeadline: UInt64 = .max
+    @exclusivity(unchecked) private var timerDeadline: UInt64 = .max
     /// A pass is queued on the loop (`schedulePass`), so another request for one is redundant.
-    private var passScheduled = false
-    private var finished = false
+    @exclusivity(unchecked) private var passScheduled = false
+    @exclusivity(unchecked) private var finished = false
     /// Receives the core's events after every input; set by the API layer.
-    package var eventHandler: (([QUICConnectionEvent]) -> Void)?
+    @exclusivity(unchecked) package var eventHandler: (([QUICConnectionEvent]) -> Void)?
     /// Pulls events out of the core; the server's endpoint wraps this to keep its routing table current.
-    var takeEvents: (QUICConnectionCore) -> [QUICConnectionEvent] = { $0.takeEvents() }
+    @exclusivity(unchecked) var takeEvents: (QUICConnectionCore) -> [QUICConnectionEvent] = { $0.takeEvents() }
     /// Runs once the core reaches `.closed` and may be freed; the driver drops its hooks first.
-    package var onFinished: ((QUICConnectionDriver) -> Void)?
+    @exclusivity(unchecked) package var onFinished: ((QUICConnectionDriver) -> Void)?
     /// Runs after every pass, for an application codec's own events; returns true when it queued
     /// work that needs another pass (new requests, consumed data).
-    package var afterPass: (() -> Bool)?
+    @exclusivity(unchecked) package var afterPass: (() -> Bool)?
 
     init(core: QUICConnectionCore, socket: QUICUDPSocket, eventLoop: QUICEventLoop) {
         self.core = core
@@ -77,8 +79,8 @@ package final class QUICConnectionDriver: @unchecked Sendable {
         checkFinished()
     }
 
-    private var servicing = false
-    private var serviceAgain = false
+    @exclusivity(unchecked) private var servicing = false
+    @exclusivity(unchecked) private var serviceAgain = false
 
     /// Runs a pass once the loop has finished what it is doing now, and only one however often
     /// this is called meanwhile: answers produced by several tasks in one turn of the loop (the

@@ -178,19 +178,21 @@ package enum QUICClientLoops {
 /// `QUICEventLoop` in front of it, so the tasks and timers it holds keep that alive, not itself.
 // @unchecked Sendable: `queue`, `timers`, `wakeupPending`, `state` and `shutdownCallbacks` are
 // guarded by `lock`; `sources` is touched only on the loop's thread; `thread` is written once,
-// before `init` returns.
+// before `init` returns. The lock and the thread already keep accesses apart, and none spans a
+// call that can reach the same property (the closures passed under the lock fill locals), so
+// they skip Swift's run-time exclusivity check: every task queued and timer moved paid it.
 private final class LoopCore: @unchecked Sendable {
     private let epoll: CInt
     private let wakeupDescriptor: CInt
     private let lock = NIOLock()
-    private var queue: [() -> Void] = []
-    private var timers = TimerHeap()
-    private var wakeupPending = false
-    private var state = State.running
-    private var shutdownCallbacks: [(DispatchQueue, @Sendable ((any Error)?) -> Void)] = []
+    @exclusivity(unchecked) private var queue: [() -> Void] = []
+    @exclusivity(unchecked) private var timers = TimerHeap()
+    @exclusivity(unchecked) private var wakeupPending = false
+    @exclusivity(unchecked) private var state = State.running
+    @exclusivity(unchecked) private var shutdownCallbacks: [(DispatchQueue, @Sendable ((any Error)?) -> Void)] = []
     private var thread = pthread_t()
     /// The descriptors registered for readiness, and who handles them (a loop holds one or two).
-    private var sources: [(descriptor: CInt, source: any QUICEventLoopSource)] = []
+    @exclusivity(unchecked) private var sources: [(descriptor: CInt, source: any QUICEventLoopSource)] = []
 
     private enum State { case running, stopping, stopped }
 
