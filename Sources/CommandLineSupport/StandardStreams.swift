@@ -98,6 +98,11 @@ public struct OutputFileError: Error, CustomStringConvertible {
     public var description: String { "cannot write \(name): \(String(cString: strerror(code)))" }
 }
 
+/// `text` padded on the left with spaces to `width` characters, as printf's `%*s` prints it.
+public func rightAligned(_ text: String, width: Int) -> String {
+    String(repeating: " ", count: max(0, width - text.count)) + text
+}
+
 /// `value` with `digits` digits after the point, as C's `%.*f` prints it (`String(format:)`
 /// lives in Foundation, outside FoundationEssentials).
 public func fixedPoint(_ value: Double, digits: Int) -> String {

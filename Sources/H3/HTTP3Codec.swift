@@ -223,8 +223,8 @@ package final class HTTP3Codec: QUICApplicationCodec {
     ) throws {
         guard let conn else { return }
         let outgoing: StreamBody?
-        if body == nil, !streaming, trailers == nil, let file, let contents = file.reader.contents, file.range == 0..<contents.count {
-            outgoing = .resident(file.reader)
+        if body == nil, !streaming, trailers == nil, let file, file.inMemoryBytes != nil {
+            outgoing = .resident(file)
         } else if body != nil || file != nil || streaming || trailers != nil {
             outgoing = .queued(HTTP3OutgoingBody(copying: body, file: file, finished: !streaming, trailers: trailers))
         } else {
@@ -433,8 +433,9 @@ package final class HTTP3Codec: QUICApplicationCodec {
     private static let readResidentBody: nghttp3_read_data_callback = { _, streamID, vectors, count, flags, userData, _ in
         nghttp3_ssize(HTTP3Codec.withCodec(userData) { codec in
             flags!.pointee |= UInt32(NGHTTP3_DATA_FLAG_EOF)
-            guard count > 0, case .resident(let reader)? = codec.bodies[streamID], let contents = reader.contents else { return 0 }
-            vectors![0] = nghttp3_vec(base: UnsafeMutablePointer(mutating: contents.baseAddress?.assumingMemoryBound(to: UInt8.self)), len: contents.count)
+            guard count > 0, case .resident(let region)? = codec.bodies[streamID], let bytes = region.inMemoryBytes, !bytes.isEmpty
+            else { return 0 }
+            vectors![0] = nghttp3_vec(base: UnsafeMutablePointer(mutating: bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)), len: bytes.count)
             return 1
         })
     }
@@ -677,22 +678,23 @@ package enum HTTP3Event: Sendable {
     case bodyAcknowledged(streamID: Int64)
 }
 
+/// A response or request body as the codec holds it until its stream closes.
+private enum StreamBody {
+    /// Bytes queued in chunks and let go as the peer acknowledges them: a body given in
+    /// memory, a streamed one, or a file read piece by piece.
+    case queued(HTTP3OutgoingBody)
+    /// A file region whose reader holds the file in memory for as long as the reader lives
+    /// (`HTTP3FileRegion.inMemoryBytes`): sent from where it lies in one vector, with nothing
+    /// to queue, track or free per request.
+    case resident(HTTP3FileRegion)
+}
+
 /// A request or response body nghttp3 sends from: a queue of chunks, each kept until the peer
 /// acknowledges it (nghttp3, like ngtcp2, sends straight from the application's memory). A
 /// streaming body grows with `append` and ends with `finish`. A file body reads its region
 /// into chunks of its own as nghttp3 asks for data, at most `windowLimit` ahead of the
 /// peer's acknowledgements: the bytes go from the page cache into the memory ngtcp2 encrypts
 /// from, with no copy in between. Owned by its codec and confined like it (exclusivity unchecked).
-/// A response or request body as the codec holds it until its stream closes.
-private enum StreamBody {
-    /// Bytes queued in chunks and let go as the peer acknowledges them: a body given in
-    /// memory, a streamed one, or a file read piece by piece.
-    case queued(HTTP3OutgoingBody)
-    /// A whole small file its reader holds in memory for as long as the reader lives: sent
-    /// from where it lies in one vector, with nothing to queue, track or free per request.
-    case resident(HTTP3FileReader)
-}
-
 private final class HTTP3OutgoingBody {
     /// Bytes a file body reads ahead of the peer's acknowledgements.
     static let windowLimit = HTTP3BodyPump.bufferLimit
@@ -795,10 +797,10 @@ private final class HTTP3OutgoingBody {
     /// file is all read, or reading failed.
     private func readFromFile() -> Bool {
         guard let region = file, !readFailed, unacknowledgedBytes < Self.windowLimit else { return false }
-        if let contents = region.reader.contents, region.range.upperBound <= contents.count {
+        if let bytes = region.inMemoryBytes {
             // A small file in memory: the whole region at once, sent from where it is.
             keptReader = region.reader
-            enqueue(Chunk(bytes: UnsafeRawBufferPointer(rebasing: contents[region.range]), isOwned: false))
+            enqueue(Chunk(bytes: bytes, isOwned: false))
             file = nil
             return true
         }

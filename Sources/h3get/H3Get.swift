@@ -377,20 +377,15 @@ struct H3Get: AsyncParsableCommand {
             let (seconds, attoseconds) = (ContinuousClock.now - started).components
             let elapsed = max(Double(seconds) + Double(attoseconds) / 1e18, 0.001)
             let rate = fixedPoint(Double(received) / elapsed / 1e6, digits: 1) + " MB/s"
-            var line = Self.rightAligned(fixedPoint(Double(received) / 1e6, digits: 1), width: 10) + " MB  " + rate
+            var line = rightAligned(fixedPoint(Double(received) / 1e6, digits: 1), width: 10) + " MB  " + rate
             if let total, total > 0 {
                 let fraction = min(1, Double(received) / Double(total))
                 let width = 30
                 let filled = Int(fraction * Double(width))
                 line = "[" + String(repeating: "#", count: filled) + String(repeating: " ", count: width - filled) + "]"
-                    + " " + Self.rightAligned(fixedPoint(fraction * 100, digits: 1), width: 5) + "%" + line
+                    + " " + rightAligned(fixedPoint(fraction * 100, digits: 1), width: 5) + "%" + line
             }
             writeToStandardError("\r" + line + (final ? "\n" : ""))
-        }
-
-        /// `text` padded on the left to `width`, as printf's `%10s`.
-        static func rightAligned(_ text: String, width: Int) -> String {
-            String(repeating: " ", count: max(0, width - text.count)) + text
         }
     }
 

@@ -235,7 +235,7 @@ struct LoadReport: Sendable {
     }
 
     private static func pad(_ text: String) -> String {
-        String(repeating: " ", count: Swift.max(0, 11 - text.count)) + text
+        rightAligned(text, width: 11)
     }
 
     /// A duration as h2load prints it: µs below a millisecond, ms below a second, else s.

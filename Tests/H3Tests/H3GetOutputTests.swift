@@ -19,9 +19,7 @@ struct H3GetOutputTests {
     }
 
     private static func h3get(_ arguments: [String]) async throws -> (status: Int32, output: String, error: String) {
-        let run = try ChildProcess(try TestEnvironment.executable("h3get"), ["-k", "--http3-only"] + arguments)
-        let status = try await run.waitForExit()
-        return (status, run.standardOutput, run.standardError)
+        try await runH3get(["-k", "--http3-only"] + arguments)
     }
 
     @Test func aBodyGoesToStandardOutputWhole() async throws {

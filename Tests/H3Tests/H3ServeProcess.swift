@@ -15,6 +15,14 @@ func startH3serve(root: URL, _ arguments: [String] = []) async throws -> (proces
     return (server, port)
 }
 
+/// Runs h3get to its end. The handshake gets 10 s before TCP joins, since a loaded test machine
+/// can exceed the default 300 ms and tests that expect HTTP/3 would then see TCP win.
+func runH3get(_ arguments: [String]) async throws -> (status: Int32, output: String, error: String) {
+    let run = try ChildProcess(try TestEnvironment.executable("h3get"), ["--happy-eyeballs-timeout-ms", "10000"] + arguments)
+    let status = try await run.waitForExit()
+    return (status, run.standardOutput, run.standardError)
+}
+
 /// A fresh directory for h3serve to serve, holding the file `name` of `size` bytes (byte i is
 /// i·`multiplier`, mod 256), with `traces` for `--qlog-dir` and an empty `downloads` directory
 /// for a client inside it.

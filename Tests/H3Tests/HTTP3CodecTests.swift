@@ -17,29 +17,37 @@ struct HTTP3CodecTests {
         lossRate: Double = 0,
         body: @escaping @Sendable (String) -> [UInt8]
     ) throws -> (InMemoryPair, HTTP3Codec, ServerBox) {
+        try makePair(lossRate: lossRate) { server, event in
+            guard case .headers(let stream, let fields, false) = event else { return }
+            let path = fields.pairs.first { $0.name == ":path" }?.value ?? "/"
+            let payload = body(path)
+            try? server.submitResponse(
+                streamID: stream,
+                headers: [(":status", "200"), ("content-length", "\(payload.count)")],
+                body: payload
+            )
+        }
+    }
+
+    /// A pair whose server codec's every event goes to `serve`, after each step.
+    static func makePair(
+        lossRate: Double = 0,
+        seed: UInt64 = 3,
+        serve: @escaping (HTTP3Codec, HTTP3Event) -> Void
+    ) throws -> (InMemoryPair, HTTP3Codec, ServerBox) {
         let client = try HTTP3Codec(role: .client)
         let box = ServerBox()
         let pair = try InMemoryPair(
             clientConfiguration: configuration(),
             serverConfiguration: configuration(),
-            seed: 3,
+            seed: seed,
             clientCodec: client,
             serverCodec: { box.make() }
         )
         pair.lossRate = lossRate
         pair.afterStep = {
             guard let server = box.codec else { return }
-            for event in server.takeEvents() {
-                if case .headers(let stream, let fields, false) = event {
-                    let path = fields.pairs.first { $0.name == ":path" }?.value ?? "/"
-                    let payload = body(path)
-                    try? server.submitResponse(
-                        streamID: stream,
-                        headers: [(":status", "200"), ("content-length", "\(payload.count)")],
-                        body: payload
-                    )
-                }
-            }
+            for event in server.takeEvents() { serve(server, event) }
         }
         return (pair, client, box)
     }

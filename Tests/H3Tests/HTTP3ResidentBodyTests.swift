@@ -5,7 +5,7 @@ import QuicTestSupport
 import QuicTransport
 import Testing
 
-/// A whole small file goes out from its reader's memory, with no queued body of its own
+/// A region of a small file goes out from its reader's memory, with no queued body of its own
 /// (`StreamBody.resident`): the codec holds the reader until the stream closes, and no longer.
 @Suite("Resident file bodies")
 struct HTTP3ResidentBodyTests {
@@ -29,46 +29,36 @@ struct HTTP3ResidentBodyTests {
     }
 
     static func makePair(serving served: Served) throws -> (InMemoryPair, HTTP3Codec, HTTP3CodecTests.ServerBox) {
-        let client = try HTTP3Codec(role: .client)
-        let box = HTTP3CodecTests.ServerBox()
-        let pair = try InMemoryPair(
-            clientConfiguration: HTTP3CodecTests.configuration(),
-            serverConfiguration: HTTP3CodecTests.configuration(),
-            seed: 5,
-            clientCodec: client,
-            serverCodec: { box.make() }
-        )
-        pair.afterStep = {
-            guard let server = box.codec else { return }
-            for event in server.takeEvents() {
-                switch event {
-                case .headers(let stream, _, false):
-                    guard let region = served.region else { continue }
-                    try? server.submitResponse(
-                        streamID: stream,
-                        headers: [(":status", "200"), ("content-length", "\(region.range.count)")],
-                        body: nil,
-                        file: region
-                    )
-                    served.submitted += 1
-                case .closed(let stream, _):
-                    served.closed.insert(stream)
-                default:
-                    break
-                }
+        try HTTP3CodecTests.makePair(seed: 5) { server, event in
+            switch event {
+            case .headers(let stream, _, false):
+                guard let region = served.region else { return }
+                try? server.submitResponse(
+                    streamID: stream,
+                    headers: [(":status", "200"), ("content-length", "\(region.range.count)")],
+                    body: nil,
+                    file: region
+                )
+                served.submitted += 1
+            case .closed(let stream, _):
+                served.closed.insert(stream)
+            default:
+                break
             }
         }
-        return (pair, client, box)
     }
 
-    @Test func concurrentResponsesArriveWholeAndTheReaderIsLetGoWhenTheyClose() throws {
-        let bytes = (0..<10_000).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 7) }
+    /// The whole file, and a range of it (a 206's body).
+    @Test(arguments: [0..<10_000, 1_234..<8_765])
+    func concurrentResponsesArriveWholeAndTheReaderIsLetGoWhenTheyClose(range: Range<Int>) throws {
+        let file = (0..<10_000).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 7) }
+        let bytes = Array(file[range])
         let served = Served()
         weak var released: HTTP3FileReader?
         do {
-            let reader = try Self.residentReader(bytes)
+            let reader = try Self.residentReader(file)
             released = reader
-            served.region = HTTP3FileRegion(reader: reader, range: 0..<bytes.count)
+            served.region = HTTP3FileRegion(reader: reader, range: range)
         }
         let (pair, client, _) = try Self.makePair(serving: served)
         try pair.run(until: { pair.client.isHandshakeCompleted })

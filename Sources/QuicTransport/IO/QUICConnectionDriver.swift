@@ -15,13 +15,8 @@ package final class QUICConnectionDriver: @unchecked Sendable {
     /// The sockets packets leave from: one, or two while a client migrates (RFC 9000 §9.2).
     /// The first is the default; a packet goes out of the one bound at its path's local address.
     @exclusivity(unchecked) private(set) var sockets: [QUICUDPSocket]
-    /// Fires at the core's next deadline (`rearmTimer`).
-    private lazy var timer = eventLoop.makeAlarm { [weak self] in
-        guard let self else { return }
-        self.timerDeadline = .max
-        self.core.handleTimeout(now: Self.now())
-        self.afterInput()
-    }
+    /// Fires at the core's next deadline (`rearmTimer`); made in `init`, where it can name `self`.
+    @exclusivity(unchecked) private var timer: QUICLoopAlarm?
     /// Where `timer` is set; `.max` when it is not.
     @exclusivity(unchecked) private var timerDeadline: UInt64 = .max
     /// A pass is queued on the loop (`schedulePass`), so another request for one is redundant.
@@ -41,6 +36,12 @@ package final class QUICConnectionDriver: @unchecked Sendable {
         self.core = core
         self.sockets = [socket]
         self.eventLoop = eventLoop
+        timer = eventLoop.makeAlarm { [weak self] in
+            guard let self else { return }
+            self.timerDeadline = .max
+            self.core.handleTimeout(now: Self.now())
+            self.afterInput()
+        }
     }
 
     /// The monotonic clock the cores run on, in nanoseconds.
@@ -148,7 +149,7 @@ package final class QUICConnectionDriver: @unchecked Sendable {
         let deadline = core.nextDeadline
         guard deadline != timerDeadline else { return }
         timerDeadline = deadline
-        if deadline == .max { timer.cancel() } else { timer.set(deadline: deadline) }
+        if deadline == .max { timer?.cancel() } else { timer?.set(deadline: deadline) }
     }
 
     /// Once the core is closed nothing runs here again, so the driver lets go of every hook:
@@ -163,7 +164,7 @@ package final class QUICConnectionDriver: @unchecked Sendable {
         if core.isOver { core.releaseConnectionState() }
         guard core.state == .closed else { return }
         finished = true
-        timer.cancel()
+        timer?.cancel()
         timerDeadline = .max
         let finish = onFinished
         onFinished = nil
