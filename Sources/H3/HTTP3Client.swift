@@ -173,9 +173,12 @@ public final class HTTP3Client: Sendable {
                 host: host, port: port, configuration: self.configuration, liveConnections: self.liveConnections,
                 eventLoop: self.eventLoop, logger: self.logger
             )
-            created.onClosed = { [weak self, weak created] in
-                self?.connections.withLockedValue { pool in
-                    if pool[key] === created { pool[key] = nil }
+            // The pool, not the client, and no weak reference: an object referred to weakly keeps
+            // its reference counts in a side table, which slows every retain of it (the client's,
+            // once a request). The pool holds the connection only until this runs.
+            created.onClosed = { [connections = self.connections] closed in
+                connections.withLockedValue { pool in
+                    if pool[key] === closed { pool[key] = nil }
                 }
             }
             pool[key] = created
@@ -419,9 +422,10 @@ final class HTTP3Exchange: Sendable {
     }
 
     private struct State {
-        var onConsumed: (@Sendable (Int) -> Void)?
+        /// Where bytes the caller took earn back flow-control credit; set with `streamID`.
+        var flowCredit: HTTP3FlowCredit?
         var head: Result<HTTPResponse, HTTP3ClientError>?
-        var headWaiter: CheckedContinuation<HTTPResponse, any Error>?
+        var headWaiter: UnsafeContinuation<HTTPResponse, any Error>?
         var trailers: HTTPFields?
         var finished = false
         var streamID: Int64?
@@ -487,14 +491,19 @@ final class HTTP3Exchange: Sendable {
 
     var trailers: HTTPFields? { state.withLockedValue { $0.trailers } }
 
-    /// Set by the connection: credits flow control for bytes the caller took.
-    var onConsumed: (@Sendable (Int) -> Void)? {
-        get { state.withLockedValue { $0.onConsumed } }
-        set { state.withLockedValue { $0.onConsumed = newValue } }
+    /// Set by the connection with the stream: the request is on `streamID`, and bytes the
+    /// caller takes earn back flow-control credit through `flowCredit`.
+    func sent(on streamID: Int64, flowCredit: HTTP3FlowCredit) {
+        state.withLockedValue { state in
+            state.streamID = streamID
+            state.flowCredit = flowCredit
+        }
     }
 
+    /// Credits flow control for bytes the caller took.
     func consumed(_ count: Int) {
-        onConsumed?(count)
+        let (flowCredit, streamID) = state.withLockedValue { ($0.flowCredit, $0.streamID) }
+        if let flowCredit, let streamID { flowCredit.credit(streamID: streamID, bytes: count) }
     }
 
     /// Resets the request with H3_REQUEST_CANCELLED (RFC 9114 §4.1.1), on the loop.
@@ -511,7 +520,7 @@ final class HTTP3Exchange: Sendable {
     }
 
     func head() async throws -> HTTPResponse {
-        try await withCheckedThrowingContinuation { continuation in
+        try await withUnsafeThrowingContinuation { continuation in
             let ready: Result<HTTPResponse, HTTP3ClientError>? = state.withLockedValue { state in
                 if let head = state.head { return head }
                 state.headWaiter = continuation
@@ -574,9 +583,7 @@ final class HTTP3Exchange: Sendable {
             return
         }
         if (100..<200).contains(code) { return }  // Interim responses (RFC 9114 §4.1) carry no body.
-        var response = HTTPResponse(status: .init(code: code))
-        response.headerFields = HTTPFields(fields)
-        resolveHead(.success(response))
+        resolveHead(.success(HTTPResponse(status: .init(code: code), headerFields: HTTPFields(fields))))
     }
 
     func receive(body: [UInt8]) {
@@ -599,7 +606,7 @@ final class HTTP3Exchange: Sendable {
     }
 
     private func resolveHead(_ result: Result<HTTPResponse, HTTP3ClientError>) {
-        let waiter: CheckedContinuation<HTTPResponse, any Error>? = state.withLockedValue { state in
+        let waiter: UnsafeContinuation<HTTPResponse, any Error>? = state.withLockedValue { state in
             guard state.head == nil else { return nil }
             state.head = result
             defer { state.headWaiter = nil }

@@ -10,7 +10,7 @@ import QuicTransport
 /// Loop-confined: every method runs on `eventLoop`, where the codec runs inside the core.
 // @unchecked Sendable: all state is touched only on `eventLoop`; `HTTP3Client` hops there. For
 // the same reason, and because no access to a property spans a call that can reach it again
-// (the closures given to `removeAll` and `first(where:)` only compare), its state skips Swift's
+// (the closures given to `removeAll` only compare), its state skips Swift's
 // run-time exclusivity check, as the server connection's does: a request read several.
 final class HTTP3ClientConnection: @unchecked Sendable {
     enum State {
@@ -41,11 +41,11 @@ final class HTTP3ClientConnection: @unchecked Sendable {
     @exclusivity(unchecked) private var pending: [Pending] = []
     /// Requests sent in 0-RTT, kept until the handshake says whether the server took them.
     @exclusivity(unchecked) private var sentEarly: [Pending] = []
-    @exclusivity(unchecked) private var exchanges: [Int64: HTTP3Exchange] = [:]
+    @exclusivity(unchecked) private var exchanges = HTTP3StreamTable<HTTP3Exchange>()
     /// Callers of `whenReady()` waiting for the handshake.
     @exclusivity(unchecked) private var readyWaiters: [EventLoopPromise<HTTP3ConnectionInfo>] = []
-    /// Runs once the connection is over, so the client can forget it.
-    @exclusivity(unchecked) var onClosed: (() -> Void)?
+    /// Runs once the connection is over, with it, so the client can forget it.
+    @exclusivity(unchecked) var onClosed: ((HTTP3ClientConnection) -> Void)?
     /// Handshake figures for `-v` and `-w`.
     @exclusivity(unchecked) private(set) var connectedAt: ContinuousClock.Instant?
     @exclusivity(unchecked) private(set) var negotiatedALPN: String?
@@ -89,7 +89,9 @@ final class HTTP3ClientConnection: @unchecked Sendable {
         connector.onAttempt = { driver in
             self.driver = driver
             self.codec = driver?.core.applicationCodec as? HTTP3Codec
-            self.pump = driver.map { HTTP3BodyPump(driver: $0, logger: logger) { [weak self] in self?.codec } }
+            // The pump holds the driver already; reaching the codec through it, and not through a
+            // weak reference to this connection, keeps this object's counts out of a side table.
+            self.pump = driver.map { driver in HTTP3BodyPump(driver: driver, logger: logger) { driver.core.applicationCodec as? HTTP3Codec } }
             driver?.afterPass = { self.drainCodec() }
             self.sendPending()
         }
@@ -104,7 +106,7 @@ final class HTTP3ClientConnection: @unchecked Sendable {
             self.pump?.connectionClosed()
             self.pump = nil
             self.connector = nil
-            self.onClosed?()
+            self.onClosed?(self)
         }
         self.connector = connector
         connector.start()
@@ -157,7 +159,7 @@ final class HTTP3ClientConnection: @unchecked Sendable {
     /// Cancels one request with H3_REQUEST_CANCELLED (RFC 9114 §4.1.1).
     func cancel(_ exchange: HTTP3Exchange) {
         eventLoop.assertInEventLoop()
-        guard let streamID = exchanges.first(where: { $0.value === exchange })?.key else {
+        guard let streamID = exchange.streamID, exchanges[streamID] === exchange else {
             pending.removeAll { $0.exchange === exchange }
             return
         }
@@ -273,9 +275,8 @@ final class HTTP3ClientConnection: @unchecked Sendable {
                 pending.removeFirst()
                 if early { sentEarly.append(next) }
                 exchanges[streamID] = next.exchange
-                next.exchange.streamID = streamID
                 // Body bytes earn flow-control credit back only as the caller reads them.
-                next.exchange.onConsumed = { [flowCredit] count in flowCredit.credit(streamID: streamID, bytes: count) }
+                next.exchange.sent(on: streamID, flowCredit: flowCredit)
             } catch {
                 pending.removeFirst()
                 next.exchange.fail(.protocolError("\(error)"))
@@ -283,10 +284,12 @@ final class HTTP3ClientConnection: @unchecked Sendable {
         }
     }
 
-    /// Credit for response bytes the callers have read. Weak: response bodies outlive the
-    /// connection, and a strong capture would make the connection hold itself.
-    private lazy var flowCredit = HTTP3FlowCredit(eventLoop: eventLoop) { [weak self] credits in
-        guard let self else { return }
+    /// Credit for response bytes the callers have read. Response bodies outlive the connection,
+    /// so its hold on this connection is let go (`detach`) once the connection has failed or is
+    /// over, as the connector's hooks are. A weak capture would not need that, but an object
+    /// referred to weakly keeps its reference counts in a side table, and every retain of this
+    /// connection then took the slow path, about ten times a request.
+    private lazy var flowCredit = HTTP3FlowCredit(eventLoop: eventLoop) { credits in
         for (streamID, bytes) in credits { self.codec?.consumeBody(streamID: streamID, bytes: bytes) }
         self.driver?.afterInput()
     }
@@ -321,7 +324,7 @@ final class HTTP3ClientConnection: @unchecked Sendable {
                 state = .draining
                 for request in pending { request.exchange.fail(.requestRejected) }
                 pending.removeAll()
-                for (streamID, exchange) in exchanges where streamID >= lastID {
+                for (streamID, exchange) in exchanges.entries where streamID >= lastID {
                     exchanges[streamID] = nil
                     exchange.fail(.requestRejected)
                 }
@@ -333,11 +336,12 @@ final class HTTP3ClientConnection: @unchecked Sendable {
     private func fail(_ error: HTTP3ClientError) {
         if case .failed = state { return }
         state = .failed(error)
+        flowCredit.detach()
         for waiter in readyWaiters { waiter.fail(error) }
         readyWaiters.removeAll()
         for request in pending { request.exchange.fail(error) }
         pending.removeAll()
-        for exchange in exchanges.values { exchange.fail(error) }
+        for (_, exchange) in exchanges.entries { exchange.fail(error) }
         exchanges.removeAll()
         sentEarly.removeAll()
     }

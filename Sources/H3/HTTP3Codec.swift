@@ -29,9 +29,10 @@ package final class HTTP3Codec: QUICApplicationCodec {
     /// returns, since its callbacks must not call it again.
     @exclusivity(unchecked) private var resumableBodies: [Int64] = []
     @exclusivity(unchecked) private var events: [HTTP3Event] = []
-    /// `.data` events still open for more bytes: stream to event index, and the bytes by index.
-    @exclusivity(unchecked) private var openData: [Int64: Int] = [:]
-    @exclusivity(unchecked) private var dataBuffers: [Int: [UInt8]] = [:]
+    /// The bytes of the `.data` events taken so far, each with the event's index, and the
+    /// events still open for more bytes: by stream, the place of their bytes in `dataBuffers`.
+    @exclusivity(unchecked) private var dataBuffers: [(event: Int, bytes: [UInt8])] = []
+    @exclusivity(unchecked) private var openData = HTTP3StreamTable<Int>()
     /// The field section being decoded, kept out of a dictionary because nghttp3 usually
     /// decodes a section whole. A HEADERS frame split across packets pauses its section; one
     /// paused while another stream's starts waits in `pausedFieldSections`.
@@ -99,10 +100,11 @@ package final class HTTP3Codec: QUICApplicationCodec {
         guard !events.isEmpty else { return [] }
         if !dataBuffers.isEmpty {
             for (index, buffer) in dataBuffers {
-                if case .data(let streamID, _) = events[index] { events[index] = .data(streamID: streamID, bytes: buffer) }
+                guard case .data(let streamID, _) = events[index] else { continue }
+                events[index] = .data(streamID: streamID, bytes: buffer)
+                openData.removeValue(forKey: streamID)
             }
             dataBuffers.removeAll(keepingCapacity: true)
-            openData.removeAll(keepingCapacity: true)
         }
         // Handed over whole: keeping the capacity of an array that is also returned would copy it.
         defer { events = [] }
@@ -111,19 +113,19 @@ package final class HTTP3Codec: QUICApplicationCodec {
 
     /// Adds body bytes to the stream's latest `.data` event when nothing else came after it.
     private func appendData(streamID: Int64, _ bytes: UnsafeBufferPointer<UInt8>) {
-        if let index = openData[streamID] {
-            dataBuffers[index]!.append(contentsOf: bytes)
+        if let buffer = openData[streamID] {
+            dataBuffers[buffer].bytes.append(contentsOf: bytes)
             return
         }
-        openData[streamID] = events.count
-        dataBuffers[events.count] = Array(bytes)
+        openData[streamID] = dataBuffers.count
+        dataBuffers.append((events.count, Array(bytes)))
         events.append(.data(streamID: streamID, bytes: []))
     }
 
     /// Records an event; later body bytes of its stream start a new `.data` event.
     private func append(_ event: HTTP3Event, streamID: Int64?) {
         // Usually empty (a request without a body): skip the hashing then.
-        if let streamID, !openData.isEmpty { openData[streamID] = nil }
+        if let streamID, !openData.isEmpty { openData.removeValue(forKey: streamID) }
         events.append(event)
     }
 

@@ -1,5 +1,6 @@
 import CQuicShims
 import Glibc
+import HTTPTypes
 
 /// A field section as nghttp3's QPACK decoder hands it over (RFC 9114 §4.2), one field line at
 /// a time, kept as bytes in one buffer: each line is a record of its name's token, the lengths
@@ -181,6 +182,15 @@ package struct HTTP3ReceivedFields: @unchecked Sendable {
         }
     }
 
+    /// Each regular line (not a pseudo-header field, RFC 9114 §4.3) in wire order, with its
+    /// name's and value's bytes, valid for the length of the call.
+    func forEachRegularLine(_ body: (Line, UnsafeBufferPointer<UInt8>, UnsafeBufferPointer<UInt8>) -> Void) {
+        _ = firstLine { line, raw in
+            if !Self.isPseudoHeader(line, in: raw) { body(line, Self.bytes(line.name, in: raw), Self.bytes(line.value, in: raw)) }
+            return false
+        }
+    }
+
     /// A line's value as bytes, for the length of `body`.
     func withValueBytes<R>(of line: Line, _ body: (UnsafeBufferPointer<UInt8>) -> R) -> R {
         withBytes { body(Self.bytes(line.value, in: $0)) }
@@ -286,6 +296,16 @@ enum QPACKToken {
     /// The constant for `token`'s name, nil for -1 and tokens left out.
     static func name(of token: Int32) -> String? {
         token >= 0 && token < names.count ? names[Int(token)] : nil
+    }
+
+    /// The names as `HTTPField.Name`s, checked once; nil for the pseudo-header fields, which
+    /// are not field names.
+    private static let fieldNames: [HTTPField.Name?] = names.map { name in name.flatMap { HTTPField.Name($0) } }
+
+    /// The field name for `token`, made once: a received field with a token skips the name's
+    /// validation.
+    static func fieldName(of token: Int32) -> HTTPField.Name? {
+        token >= 0 && token < fieldNames.count ? fieldNames[Int(token)] : nil
     }
 
 }

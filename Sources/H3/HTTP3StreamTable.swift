@@ -1,4 +1,4 @@
-/// Values by stream ID, for the tables a server touches on every request: open addressing
+/// Values by stream ID, for the tables touched on every request: open addressing
 /// with linear probing over a power-of-two array, and Fibonacci hashing, so a lookup costs a
 /// multiply and a compare or two.
 ///
@@ -10,7 +10,7 @@
 /// which the multiplication spreads over the slots.
 struct HTTP3StreamTable<Value> {
     /// A stream ID (never negative, RFC 9000 §2.1), `empty` or `removed`, and its value.
-    private struct Slot {
+    fileprivate struct Slot {
         var key: Int64
         var value: Value?
     }
@@ -67,6 +67,17 @@ struct HTTP3StreamTable<Value> {
             }
             return value
         }
+    }
+
+    /// The stream IDs held and their values, in no particular order: a copy, so the table may
+    /// change while a caller goes through it.
+    var entries: [(streamID: Int64, value: Value)] {
+        var entries: [(streamID: Int64, value: Value)] = []
+        entries.reserveCapacity(count)
+        for slot in slots where slot.key >= 0 {
+            if let value = slot.value { entries.append((slot.key, value)) }
+        }
+        return entries
     }
 
     mutating func removeAll() {
@@ -130,3 +141,7 @@ struct HTTP3StreamTable<Value> {
         return Int(truncatingIfNeeded: product >> UInt64(64 - mask.nonzeroBitCount))
     }
 }
+
+/// A table of Sendable values (flow credit gathered under a lock) crosses threads.
+extension HTTP3StreamTable: Sendable where Value: Sendable {}
+extension HTTP3StreamTable.Slot: Sendable where Value: Sendable {}

@@ -20,8 +20,9 @@ extension HTTPFields {
     init(_ received: HTTP3ReceivedFields) {
         self.init()
         reserveCapacity(received.count)
-        for line in received.lines where !received.isPseudoHeader(line) {
-            if let name = HTTPField.Name(received.name(of: line)) { append(HTTPField(name: name, value: received.value(of: line))) }
+        received.forEachRegularLine { line, name, value in
+            guard let name = QPACKToken.fieldName(of: line.token) ?? HTTPField.Name(String(decoding: name, as: UTF8.self)) else { return }
+            append(HTTPField(name: name, value: String(decoding: value, as: UTF8.self)))
         }
     }
 }

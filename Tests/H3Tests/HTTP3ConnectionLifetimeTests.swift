@@ -1,5 +1,5 @@
 import Foundation
-import H3
+@testable import H3
 import HTTPTypes
 import QuicTestSupport
 import QuicTransport
@@ -43,6 +43,25 @@ struct HTTP3ConnectionLifetimeTests {
 
     /// The real `h3serve`: after h3get and aioquic have fetched from it, it stops (SIGTERM)
     /// with no connection left in memory, which it reports from its own count.
+    /// A client connection holds its flow-control credit, its pump and its pool entry without
+    /// weak references (which would slow every retain of it); each hold is let go when the
+    /// connection is over, so the connection is freed once the responses that name it are.
+    @Test func aClosedClientConnectionIsFreed() async throws {
+        let (server, port, identity) = try await HTTP3LoopbackTests.startServer { _ in HTTP3ServerResponse(status: .ok, body: Array("hello".utf8)) }
+        defer { server.shutdown() }
+        let client = HTTP3LoopbackTests.client(trusting: identity)
+        weak var connection: HTTP3ClientConnection?
+        do {
+            let response = try await client.execute(HTTPRequest(method: .get, scheme: "https", authority: "localhost:\(port)", path: "/"))
+            #expect(try await response.body.collect() == Array("hello".utf8))
+            connection = response.body.exchange.connection
+            #expect(connection != nil)
+        }
+        await client.close()
+        let freed = await eventually(within: 20) { connection == nil }
+        #expect(freed, "the client connection outlived its close and its last response")
+    }
+
     @Test func h3serveStopsWithNoConnectionInMemory() async throws {
         let root = FileManager.default.temporaryDirectory.appendingPathComponent("h3serve-lifetime-\(UUID())")
         try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)

@@ -1,4 +1,5 @@
 @testable import H3
+import CQuicShims
 import HTTPTypes
 import Testing
 
@@ -34,6 +35,33 @@ struct HTTP3ReceivedFieldsTests {
         #expect(fields.lines(named: "cookie").isEmpty)
         // Names read back as they came (nghttp3's tokens only spare making their strings).
         #expect(fields.lines.map(fields.name(of:)) == ["range", "accept", "range", "ranges"])
+    }
+
+    /// A response's fields as the client hands them out: the regular lines in wire order,
+    /// repeats and cookies kept apart, a name nghttp3 gave a token read as that token's name,
+    /// and a line whose name is no valid field name dropped.
+    @Test func regularLinesBecomeHTTPFieldsInWireOrder() {
+        var fields = HTTP3ReceivedFields()
+        func append(_ name: String, _ value: String, token: Int32 = -1) {
+            var name = name, value = value
+            name.withUTF8 { name in value.withUTF8 { fields.append(name: name, value: $0, token: token) } }
+        }
+        append(":status", "200", token: Int32(NGHTTP3_QPACK_TOKEN__STATUS.rawValue))
+        append("set-cookie", "a=1", token: Int32(NGHTTP3_QPACK_TOKEN_SET_COOKIE.rawValue))
+        append("x-trace", "one")
+        append("cookie", "b=2; c=3", token: Int32(NGHTTP3_QPACK_TOKEN_COOKIE.rawValue))
+        append("bad name", "dropped")
+        append("set-cookie", "d=4", token: Int32(NGHTTP3_QPACK_TOKEN_SET_COOKIE.rawValue))
+        // The token decides the name, as nghttp3's tokens stand for exactly these bytes.
+        append("content-length", "7", token: Int32(NGHTTP3_QPACK_TOKEN_CONTENT_LENGTH.rawValue))
+        append("x-trace", "two")
+        let http = HTTPFields(fields)
+        #expect(http.map { "\($0.name.canonicalName)=\($0.value)" } == [
+            "set-cookie=a=1", "x-trace=one", "cookie=b=2; c=3", "set-cookie=d=4", "content-length=7", "x-trace=two",
+        ])
+        #expect(http[values: .setCookie] == ["a=1", "d=4"])
+        #expect(http[.contentLength] == "7")
+        #expect(HTTPFields(HTTP3ReceivedFields()).isEmpty)
     }
 
     @Test func linesPastTheLimitAreCountedButNotKept() {

@@ -37,6 +37,9 @@ struct HTTP3StreamTableTests {
             if table.count != reference.count { return }
         }
         for (key, value) in reference { #expect(table[key] == value) }
+        let entries = table.entries
+        #expect(entries.count == reference.count)
+        #expect(Dictionary(entries.map { ($0.streamID, $0.value) }, uniquingKeysWith: { first, _ in first }) == reference)
         table.removeAll()
         #expect(table.isEmpty && table[reference.keys.first ?? 0] == nil)
     }
