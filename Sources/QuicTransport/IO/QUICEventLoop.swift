@@ -49,7 +49,7 @@ package final class QUICEventLoop: EventLoop, Sendable {
 
     /// Runs `job` on the loop, or, once the loop has shut down, on the global executor.
     package func enqueueOrRunElsewhere(_ job: UnownedJob, executor: UnownedTaskExecutor) {
-        let accepted = core.enqueue { job.runSynchronously(on: executor) }
+        let accepted = core.enqueue(.job(job, executor))
         if !accepted { globalConcurrentExecutor.enqueue(job) }
     }
 
@@ -174,6 +174,21 @@ package enum QUICClientLoops {
     }
 }
 
+/// What the loop's queue holds, in the order it was queued: a closure, or a Swift job for an
+/// executor over the loop (`EventLoopTaskExecutor`), held as it is, where a closure around it
+/// would be allocated for every job.
+private enum LoopWork {
+    case task(() -> Void)
+    case job(UnownedJob, UnownedTaskExecutor)
+
+    func run() {
+        switch self {
+        case .task(let task): task()
+        case .job(let job, let executor): job.runSynchronously(on: executor)
+        }
+    }
+}
+
 /// The thread, its `epoll` set, its timers and its queue. It knows nothing of the
 /// `QUICEventLoop` in front of it, so the tasks and timers it holds keep that alive, not itself.
 // @unchecked Sendable: `queue`, `timers`, `wakeupPending`, `state` and `shutdownCallbacks` are
@@ -185,7 +200,7 @@ private final class LoopCore: @unchecked Sendable {
     private let epoll: CInt
     private let wakeupDescriptor: CInt
     private let lock = NIOLock()
-    @exclusivity(unchecked) private var queue: [() -> Void] = []
+    @exclusivity(unchecked) private var queue: [LoopWork] = []
     @exclusivity(unchecked) private var timers = TimerHeap()
     @exclusivity(unchecked) private var wakeupPending = false
     @exclusivity(unchecked) private var state = State.running
@@ -247,10 +262,15 @@ private final class LoopCore: @unchecked Sendable {
 
     /// Queues `task`; false when the loop has stopped and the task is dropped.
     func enqueue(_ task: @escaping () -> Void) -> Bool {
+        enqueue(.task(task))
+    }
+
+    /// Queues `work`; false when the loop has stopped and the work is dropped.
+    func enqueue(_ work: LoopWork) -> Bool {
         let onLoop = isCurrent
         let (accepted, wake): (Bool, Bool) = lock.withLock {
             guard state != .stopped else { return (false, false) }
-            queue.append(task)
+            queue.append(work)
             return (true, wakeIfNeeded(onLoop: onLoop))
         }
         if wake { signalWakeup() }
@@ -323,7 +343,7 @@ private final class LoopCore: @unchecked Sendable {
 
     fileprivate func run() {
         var events = [epoll_event](repeating: epoll_event(), count: 64)
-        var running: [() -> Void] = []
+        var running: [LoopWork] = []
         var due: [() -> Void] = []
         while true {
             // How long to sleep: not at all with tasks queued, else until the next timer.
@@ -358,7 +378,7 @@ private final class LoopCore: @unchecked Sendable {
             }
             for body in due { body() }
             due.removeAll(keepingCapacity: true)
-            for task in running { task() }
+            for work in running { work.run() }
             running.removeAll(keepingCapacity: true)
         }
         finish()
@@ -393,7 +413,7 @@ private final class LoopCore: @unchecked Sendable {
         for fail in left { fail() }
         var callbacks: [(DispatchQueue, @Sendable ((any Error)?) -> Void)] = []
         while true {
-            let tasks: [() -> Void] = lock.withLock {
+            let tasks: [LoopWork] = lock.withLock {
                 let tasks = queue
                 queue.removeAll()
                 if tasks.isEmpty {
@@ -404,7 +424,7 @@ private final class LoopCore: @unchecked Sendable {
                 return tasks
             }
             if tasks.isEmpty { break }
-            for task in tasks { task() }
+            for work in tasks { work.run() }
         }
         sources.removeAll()
         Glibc.close(epoll)
