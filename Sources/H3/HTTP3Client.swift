@@ -56,6 +56,17 @@ public final class HTTP3Client: Sendable {
     private let eventLoop: QUICEventLoop
     private let logger: Logger
     private let connections = NIOLockedValueBox([String: HTTP3ClientConnection]())
+    private let loopExecutor: EventLoopTaskExecutor
+
+    /// The thread this client's connections run on, as a task executor (SE-0417), much as a
+    /// Network.framework connection runs on the queue it is started on.
+    ///
+    /// A task that sends requests and reads responses with this as its preference
+    /// (`withTaskExecutorPreference(client.taskExecutor) { … }`, or
+    /// `group.addTask(executorPreference:)`) runs beside the connections' I/O: a response wakes
+    /// its reader on the same thread, with no hop to the global pool and back. Such a task must
+    /// not block, since the connections wait while it runs. h3load runs its requests this way.
+    public var taskExecutor: any TaskExecutor { loopExecutor }
     /// The QUIC connections this client made that are still in memory, closed or not.
     package let liveConnections: QUICLiveConnections
 
@@ -70,6 +81,7 @@ public final class HTTP3Client: Sendable {
         self.configuration = configuration
         self.liveConnections = liveConnections
         self.eventLoop = QUICClientLoops.next()
+        self.loopExecutor = EventLoopTaskExecutor(eventLoop: eventLoop)
         self.logger = Logger(label: "h3.client")
     }
 

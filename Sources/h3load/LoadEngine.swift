@@ -88,8 +88,12 @@ struct LoadEngine: Sendable {
         result.handshake = (ContinuousClock.now - connecting).seconds
         let stop = NIOLockedValueBox<String?>(nil)
         let outcomes = await withTaskGroup(of: (LoadReport.Tally, HTTP3Response?)?.self) { group in
+            // On the connection's own thread: each response wakes its loop there, with no hop to
+            // the global pool and back (`HTTP3Client.taskExecutor`).
             for _ in 0..<streamsPerClient {
-                group.addTask { await requestLoop(client: client, supply: supply, measuredFrom: measuredFrom, stop: stop) }
+                group.addTask(executorPreference: client.taskExecutor) {
+                    await requestLoop(client: client, supply: supply, measuredFrom: measuredFrom, stop: stop)
+                }
             }
             // Requests still in flight a second after a -D deadline are cancelled and count as
             // timeouts, rather than waiting for a silent server's idle timeout.

@@ -747,6 +747,36 @@ struct HTTP3LoopbackTests {
         #expect(trace.contains("\"error_code\":268"), "no H3_REQUEST_CANCELLED in the server trace")
     }
 
+    /// A task run with the client's task executor as its preference comes back to the
+    /// connections' loop after every await: a response wakes its reader there, not on the
+    /// global pool, and off that preference the same reads do not run there.
+    @Test func requestsOnTheClientsExecutorRunOnItsLoop() async throws {
+        let (server, port, identity) = try await Self.startServer { _ in
+            HTTP3ServerResponse(status: .ok, body: [UInt8](repeating: 0x61, count: 200_000))
+        }
+        defer { server.shutdown() }
+        let client = Self.client(trusting: identity)
+        let loop = try #require((client.taskExecutor as? EventLoopTaskExecutor)?.eventLoop)
+        let request = HTTPRequest(method: .get, scheme: "https", authority: "localhost:\(port)", path: "/")
+        @Sendable func fetch() async throws -> (size: Int, onLoop: [Bool]) {
+            let response = try await client.execute(request)
+            var onLoop = [loop.inEventLoop]
+            var size = 0
+            for try await chunk in response.body {
+                size += chunk.count
+                onLoop.append(loop.inEventLoop)
+            }
+            return (size, onLoop)
+        }
+        let preferring = try await withTaskExecutorPreference(client.taskExecutor) { try await fetch() }
+        #expect(preferring.size == 200_000)
+        #expect(preferring.onLoop.count > 2 && preferring.onLoop.allSatisfy { $0 })
+        let elsewhere = try await Task.detached { try await fetch() }.value
+        #expect(elsewhere.size == 200_000)
+        #expect(!elsewhere.onLoop.contains(true), "without the preference the reader runs on the global pool")
+        await client.close()
+    }
+
     @Test func requestBodiesStreamUp() async throws {
         let (server, port, identity) = try await Self.startServer { request in
             let body = try await request.body.collect()
