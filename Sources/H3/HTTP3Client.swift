@@ -90,7 +90,11 @@ public final class HTTP3Client: Sendable {
     /// With a `priority`, the request carries it in the `priority` field (RFC 9218 §5); the
     /// request's own `priority` field wins if it has one. Cancelling the task that awaits
     /// resets the request with H3_REQUEST_CANCELLED.
-    public func execute(
+    ///
+    /// It runs on the caller's executor (`nonisolated(nonsending)`, SE-0461), as reading the
+    /// response body does: a call makes no hop of its own, which matters most to a task on
+    /// ``taskExecutor``.
+    nonisolated(nonsending) public func execute(
         _ request: HTTPRequest,
         body: [UInt8]? = nil,
         trailers: HTTPFields? = nil,
@@ -102,7 +106,7 @@ public final class HTTP3Client: Sendable {
     /// Sends `request` with a body produced piece by piece (an upload): the next piece is taken
     /// only while less than 4 MiB waits for the server's acknowledgement. Not retried on GOAWAY,
     /// since a stream cannot be replayed.
-    public func execute(
+    nonisolated(nonsending) public func execute(
         _ request: HTTPRequest,
         bodyStream: AsyncThrowingStream<[UInt8], any Error>,
         trailers: HTTPFields? = nil,
@@ -111,7 +115,7 @@ public final class HTTP3Client: Sendable {
         try await execute(request, body: nil, bodyStream: bodyStream, trailers: trailers, priority: priority)
     }
 
-    private func execute(
+    nonisolated(nonsending) private func execute(
         _ request: HTTPRequest,
         body: [UInt8]?,
         bodyStream: AsyncThrowingStream<[UInt8], any Error>?,
@@ -140,7 +144,7 @@ public final class HTTP3Client: Sendable {
         }
     }
 
-    private func send(
+    nonisolated(nonsending) private func send(
         fields: [(name: String, value: String)],
         body: [UInt8]?,
         bodyStream: AsyncThrowingStream<[UInt8], any Error>?,
@@ -313,7 +317,7 @@ public struct HTTP3ResponseBody: AsyncSequence, Sendable {
     public struct Iterator: AsyncIteratorProtocol {
         let exchange: HTTP3Exchange
 
-        public mutating func next() async throws -> [UInt8]? {
+        nonisolated(nonsending) public mutating func next() async throws -> [UInt8]? {
             guard let chunk = try await exchange.nextChunk() else { return nil }
             exchange.consumed(chunk.count)
             return chunk
@@ -531,7 +535,7 @@ final class HTTP3Exchange: Sendable {
         (try? await eventLoop.submit { self.connection?.statistics }.get()) ?? nil
     }
 
-    func head() async throws -> HTTPResponse {
+    nonisolated(nonsending) func head() async throws -> HTTPResponse {
         try await withUnsafeThrowingContinuation { continuation in
             let ready: Result<HTTPResponse, HTTP3ClientError>? = state.withLockedValue { state in
                 if let head = state.head { return head }
@@ -545,7 +549,7 @@ final class HTTP3Exchange: Sendable {
     /// The next body chunk; nil after the last. Throws the stream's error once, or
     /// `CancellationError` when the task was cancelled before the body ended, which also resets
     /// the request.
-    func nextChunk() async throws -> [UInt8]? {
+    nonisolated(nonsending) func nextChunk() async throws -> [UInt8]? {
         if !Task.isCancelled, let ready = state.withLockedValue({ $0.takeReady() }) {
             return try ready.get()
         }
