@@ -18,7 +18,7 @@ struct HTTP3AuthorityTests {
         #expect(Int(split.1) == port)
     }
 
-    @Test(arguments: ["", ":443", "host:", "host:99999", "host:4x", "a:b:c", "[::1", "[::1]443", "[::1]:", "[]:443"])
+    @Test(arguments: ["", ":443", "host:", "host:99999", "host:4x", "a:b:c", "[::1", "[::1]443", "[::1]:", "[]:443", "host:+80", "host:-0", "host:080000"])
     func aMalformedAuthorityIsRefused(authority: String) {
         #expect(HTTP3Client.split(authority: authority) == nil)
     }
