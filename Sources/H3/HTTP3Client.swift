@@ -55,7 +55,13 @@ public final class HTTP3Client: Sendable {
     public let configuration: Configuration
     private let eventLoop: QUICEventLoop
     private let logger: Logger
-    private let connections = NIOLockedValueBox([String: HTTP3ClientConnection]())
+    private let connections = NIOLockedValueBox([Origin: HTTP3ClientConnection]())
+
+    /// A pooled connection's host and port: a key made without formatting a string.
+    private struct Origin: Hashable {
+        let host: String
+        let port: UInt16
+    }
     private let loopExecutor: EventLoopTaskExecutor
 
     /// The thread this client's connections run on, as a task executor (SE-0417), much as a
@@ -182,7 +188,7 @@ public final class HTTP3Client: Sendable {
     /// The live pooled connection for `host:port`, created when there is none. On the loop.
     private func connection(host: String, port: UInt16) -> HTTP3ClientConnection {
         eventLoop.assertInEventLoop()
-        let key = "\(host):\(port)"
+        let key = Origin(host: host, port: port)
         return connections.withLockedValue { pool in
             if let existing = pool[key], !existing.isFinished { return existing }
             let created = HTTP3ClientConnection(
