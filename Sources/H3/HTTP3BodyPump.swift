@@ -17,18 +17,20 @@ final class HTTP3BodyPump: @unchecked Sendable {
     static let resumeLevel = bufferLimit / 2
 
     private let driver: QUICConnectionDriver
-    private let codec: () -> HTTP3Codec?
     private let logger: Logger
     /// A producer waiting for room (nil while it is running), by stream.
     @exclusivity(unchecked) private var producers: [Int64: CheckedContinuation<Bool, Never>?] = [:]
     /// The task pulling each stream's body, cancelled when the stream or connection ends.
     @exclusivity(unchecked) private var tasks: [Int64: Task<Void, Never>] = [:]
 
-    init(driver: QUICConnectionDriver, logger: Logger, codec: @escaping () -> HTTP3Codec?) {
+    init(driver: QUICConnectionDriver, logger: Logger) {
         self.driver = driver
         self.logger = logger
-        self.codec = codec
     }
+
+    /// The codec running in the driver's core, nil once the connection's state is freed. Read
+    /// through the driver this pump holds anyway, not through a hook into its owner.
+    private var codec: HTTP3Codec? { driver.core.applicationCodec as? HTTP3Codec }
 
     /// Starts pulling `stream` into the body of `streamID`, which was submitted as streaming.
     func pump(streamID: Int64, from stream: AsyncThrowingStream<[UInt8], any Error>) {
@@ -40,7 +42,7 @@ final class HTTP3BodyPump: @unchecked Sendable {
                     let chunk = try await iterator.next()
                     self.driver.eventLoop.execute {
                         guard self.producers[streamID] != nil else { return }
-                        self.codec()?.appendBody(streamID: streamID, chunk ?? [], finished: chunk == nil)
+                        self.codec?.appendBody(streamID: streamID, chunk ?? [], finished: chunk == nil)
                         if chunk == nil { self.stop(streamID) }
                         self.driver.afterInput()
                     }
@@ -51,7 +53,7 @@ final class HTTP3BodyPump: @unchecked Sendable {
                     guard self.producers[streamID] != nil else { return }  // Ended by the stream's close.
                     self.stop(streamID)
                     self.logger.warning("body producer failed", metadata: ["stream": "\(streamID)", "error": "\(error)"])
-                    self.codec()?.cancel(streamID: streamID, code: .internalError)
+                    self.codec?.cancel(streamID: streamID, code: .internalError)
                     self.driver.afterInput()
                 }
             }
@@ -60,7 +62,7 @@ final class HTTP3BodyPump: @unchecked Sendable {
 
     /// The peer acknowledged more of the stream's body: wake its producer when below half the limit.
     func acknowledged(_ streamID: Int64) {
-        guard !producers.isEmpty, let waiting = producers[streamID], let continuation = waiting, let codec = codec() else { return }
+        guard !producers.isEmpty, let waiting = producers[streamID], let continuation = waiting, let codec = codec else { return }
         guard codec.bufferedBodyBytes(streamID: streamID) < Self.resumeLevel else { return }
         producers[streamID] = .some(nil)
         continuation.resume(returning: true)
@@ -88,7 +90,7 @@ final class HTTP3BodyPump: @unchecked Sendable {
     private func waitForRoom(_ streamID: Int64) async -> Bool {
         await withCheckedContinuation { continuation in
             driver.eventLoop.execute {
-                guard self.producers[streamID] != nil, let codec = self.codec() else {
+                guard self.producers[streamID] != nil, let codec = self.codec else {
                     continuation.resume(returning: false)
                     return
                 }

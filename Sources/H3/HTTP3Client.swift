@@ -56,13 +56,13 @@ public final class HTTP3Client: Sendable {
     private let eventLoop: QUICEventLoop
     private let logger: Logger
     private let connections = NIOLockedValueBox([Origin: HTTP3ClientConnection]())
+    private let loopExecutor: EventLoopTaskExecutor
 
     /// A pooled connection's host and port: a key made without formatting a string.
     private struct Origin: Hashable {
         let host: String
         let port: UInt16
     }
-    private let loopExecutor: EventLoopTaskExecutor
 
     /// The thread this client's connections run on, as a task executor (SE-0417), much as a
     /// Network.framework connection runs on the queue it is started on.

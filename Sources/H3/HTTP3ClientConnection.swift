@@ -89,9 +89,7 @@ final class HTTP3ClientConnection: @unchecked Sendable {
         connector.onAttempt = { driver in
             self.driver = driver
             self.codec = driver?.core.applicationCodec as? HTTP3Codec
-            // The pump holds the driver already; reaching the codec through it, and not through a
-            // weak reference to this connection, keeps this object's counts out of a side table.
-            self.pump = driver.map { driver in HTTP3BodyPump(driver: driver, logger: logger) { driver.core.applicationCodec as? HTTP3Codec } }
+            self.pump = driver.map { HTTP3BodyPump(driver: $0, logger: logger) }
             driver?.afterPass = { self.drainCodec() }
             self.sendPending()
         }

@@ -29,8 +29,9 @@ package final class HTTP3Codec: QUICApplicationCodec {
     /// returns, since its callbacks must not call it again.
     @exclusivity(unchecked) private var resumableBodies: [Int64] = []
     @exclusivity(unchecked) private var events: [HTTP3Event] = []
-    /// The bytes of the `.data` events taken so far, each with the event's index, and the
-    /// events still open for more bytes: by stream, the place of their bytes in `dataBuffers`.
+    /// The bytes of the `.data` events gathered since the last `takeEvents`, each with its
+    /// event's index, and the events still open for more bytes: by stream, the place of their
+    /// bytes in `dataBuffers`.
     @exclusivity(unchecked) private var dataBuffers: [(event: Int, bytes: [UInt8])] = []
     @exclusivity(unchecked) private var openData = HTTP3StreamTable<Int>()
     /// The field section being decoded, kept out of a dictionary because nghttp3 usually

@@ -652,7 +652,7 @@ final class HTTP3ServerConnection: @unchecked Sendable {
 
     private func bodyPump() -> HTTP3BodyPump {
         if let pump { return pump }
-        let made = HTTP3BodyPump(driver: driver, logger: logger) { [weak self] in self?.codec }
+        let made = HTTP3BodyPump(driver: driver, logger: logger)
         pump = made
         return made
     }

@@ -41,8 +41,6 @@ struct HTTP3ConnectionLifetimeTests {
         #expect(clientCore == nil && clientCodec == nil, "the client's core or codec outlived its owner")
     }
 
-    /// The real `h3serve`: after h3get and aioquic have fetched from it, it stops (SIGTERM)
-    /// with no connection left in memory, which it reports from its own count.
     /// A client connection holds its flow-control credit, its pump and its pool entry without
     /// weak references (which would slow every retain of it); each hold is let go when the
     /// connection is over, so the connection is freed once the responses that name it are.
@@ -62,6 +60,8 @@ struct HTTP3ConnectionLifetimeTests {
         #expect(freed, "the client connection outlived its close and its last response")
     }
 
+    /// The real `h3serve`: after h3get and aioquic have fetched from it, it stops (SIGTERM)
+    /// with no connection left in memory, which it reports from its own count.
     @Test func h3serveStopsWithNoConnectionInMemory() async throws {
         let root = FileManager.default.temporaryDirectory.appendingPathComponent("h3serve-lifetime-\(UUID())")
         try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
