@@ -88,7 +88,7 @@ public struct HTTPSRecord: Hashable, Sendable {
 
 /// Looks up HTTPS records over UDP DNS (RFC 1035 §4, RFC 9460 §9), following AliasMode.
 public struct HTTPSRecordResolver: Sendable {
-    /// Why a lookup failed, in words: the DNS server was not found or did not answer in time,
+    /// Why a lookup failed, in words: the DNS server was not found, refused or did not answer in time,
     /// the name or the answer was malformed, or the aliases went on for more than 8 steps.
     public struct Failure: Error, Sendable, CustomStringConvertible {
         public let description: String
@@ -191,6 +191,10 @@ package enum DNSMessage {
         while Date() < deadline {
             let count = recv(socketFD, &buffer, buffer.count, 0)
             if count < 0 {
+                // A connected UDP socket reports the peer's ICMP port unreachable as ECONNREFUSED.
+                if errno == ECONNREFUSED {
+                    throw HTTPSRecordResolver.Failure(description: "the DNS server \(server.host):\(server.port) refused the query: nothing listens there")
+                }
                 throw HTTPSRecordResolver.Failure(description: "no answer from the DNS server \(server.host):\(server.port) within \(timeoutMicroseconds / 1000) ms")
             }
             // Ignore stray datagrams that are not the answer to this query.

@@ -126,10 +126,9 @@ struct DiscoveryTests {
         defer { Task { await servers.stop() } }
         let session = Self.session(.assumesHTTP3Capable) { $0.happyEyeballsDelay = .seconds(10) }
         defer { Task { await session.shutdown() } }
-        let started = ContinuousClock.now
         let response = try await session.execute(Self.get("127.0.0.1:\(servers.port)"))
-        // ICMP port unreachable ends the HTTP/3 attempt; TCP does not wait for the 10 s delay.
-        #expect(ContinuousClock.now - started < TestEnvironment.scaled(.seconds(5)))
+        // ICMP port unreachable ends the HTTP/3 attempt; TCP does not wait for the 10 s delay,
+        // which would have given the reason "did not finish within 10 s".
         #expect(response.version == .http2)
         #expect(response.discovery == .assumed)
         #expect(response.fallbackReason?.contains("HTTP/3 to 127.0.0.1:\(servers.port) failed") == true, "\(response.fallbackReason ?? "nil")")
@@ -216,10 +215,9 @@ struct DiscoveryTests {
         #expect(second.notes.contains { $0.contains("marked broken") }, "\(second.notes)")
     }
 
-    /// The look-up gives up after its own timeout (1 s here) and the request goes on over TCP.
-    /// The bound is far above that timeout, so a busy machine passes while a look-up that
-    /// waited for the system resolver's retries (or forever) still fails.
-    @Test func anUnreachableDNSServerMeansTCPAfterTheLookUpTimeout() async throws {
+    /// The configured DNS server is not there: the look-up fails with its own error, not the
+    /// system resolver's, and the request goes on over TCP with a note saying why.
+    @Test func anUnreachableDNSServerMeansTCPAndANote() async throws {
         let servers = try await Servers.start(quic: false, handler: Self.answering(altSvc: nil))
         defer { Task { await servers.stop() } }
         let session = Self.session(.discovery) {
@@ -227,11 +225,9 @@ struct DiscoveryTests {
             $0.connectTo = ("127.0.0.1", servers.port)
         }
         defer { Task { await session.shutdown() } }
-        let started = ContinuousClock.now
         let response = try await session.execute(Self.get("nodns.test:\(servers.port)"))
-        #expect(ContinuousClock.now - started < TestEnvironment.scaled(.seconds(20)))
         #expect(response.version == .http2)
-        #expect(response.notes.contains { $0.hasPrefix("HTTPS record look-up failed") }, "\(response.notes)")
+        #expect(response.notes.contains { $0.hasPrefix("HTTPS record look-up failed") && $0.contains("127.0.0.1:9") }, "\(response.notes)")
     }
 
     @Test func http1ClientsGetTheSameFilesAndTheAdvertisement() async throws {
