@@ -234,14 +234,21 @@ package final class HTTP3Codec: QUICApplicationCodec {
             outgoing = nil
         }
         if core?.isQLogEnabled == true { submittedHeaders[streamID, default: []].append(Array(headers)) }
-        // nghttp3 copies the field section, so the names and values only have to outlive the call.
         var reader: nghttp3_data_reader
         switch outgoing {
         case .resident?: reader = nghttp3_data_reader(read_data: Self.readResidentBody)
         case .queued?, nil: reader = nghttp3_data_reader(read_data: Self.readBody)
         }
-        let rv = headers.withFieldArray { nva, count in
-            outgoing != nil ? call(conn, nva, count, &reader) : call(conn, nva, count, nil)
+        // nghttp3 copies the field section during the call, unless it may read it in place
+        // when it encodes the HEADERS frame: a resident body holds its file's reader until
+        // the stream closes, and with it the whole-file head that reader keeps.
+        let rv: Int32
+        if case .resident(let region)? = outgoing, let shared = headers.sharedFieldArray, region.reader.wholeFileFields === shared {
+            rv = shared.withUncopiedFieldArray { nva, count in call(conn, nva, count, &reader) }
+        } else {
+            rv = headers.withFieldArray { nva, count in
+                outgoing != nil ? call(conn, nva, count, &reader) : call(conn, nva, count, nil)
+            }
         }
         guard rv == 0 else { throw HTTP3CodecError(function: "nghttp3_conn_submit", code: rv) }
         guard let outgoing else { return }

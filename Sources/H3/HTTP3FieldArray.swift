@@ -6,10 +6,16 @@ import CQuicShims
 package protocol HTTP3FieldArraySource: Collection<(name: String, value: String)> {
     /// Runs `body` with the fields as an `nghttp3_nv` array valid for the duration of the call.
     func withFieldArray<R>(_ body: (UnsafePointer<nghttp3_nv>, Int) -> R) -> R
+
+    /// The section encoded once and kept by reference, when it is: a submitter that holds it
+    /// until the stream closes lets nghttp3 read it in place instead of copying it.
+    var sharedFieldArray: HTTP3FieldArray? { get }
 }
 
 extension HTTP3FieldArraySource {
     package func withFieldArray<R>(_ body: (UnsafePointer<nghttp3_nv>, Int) -> R) -> R { withCopiedFieldArray(body) }
+
+    package var sharedFieldArray: HTTP3FieldArray? { nil }
 
     /// Builds the array over one contiguous copy of the names and values: two temporary
     /// allocations however many fields there are.
@@ -28,26 +34,41 @@ extension Array: HTTP3FieldArraySource where Element == (name: String, value: St
 /// many times (the head of a file that many requests fetch): submitting it copies no field
 /// and reads no string.
 ///
+/// It holds the entries twice over the same bytes: once for nghttp3 to copy during the
+/// submit call, and once flagged `NGHTTP3_NV_FLAG_NO_COPY_NAME | NO_COPY_VALUE`, which
+/// nghttp3 reads in place when it encodes the HEADERS frame, later; that saves it a copy and
+/// a lower-casing pass per field.
+///
 /// Sendable invariant: immutable after `init`. The memory it points at is written only
 /// there, and freed only in `deinit`.
-final class HTTP3FieldArray: @unchecked Sendable {
-    /// The `nghttp3_nv` entries, then the names' and values' bytes they point into.
+package final class HTTP3FieldArray: @unchecked Sendable {
+    /// The copied entries, the uncopied ones, then the names' and values' bytes they point into.
     private let storage: UnsafeMutableRawPointer
     private let count: Int
 
     init(_ fields: some Collection<(name: String, value: String)>) {
         let byteCount = Self.byteCount(of: fields)
         let arraySize = MemoryLayout<nghttp3_nv>.stride * fields.count
-        storage = .allocate(byteCount: max(arraySize + byteCount, 1), alignment: MemoryLayout<nghttp3_nv>.alignment)
-        let array = storage.bindMemory(to: nghttp3_nv.self, capacity: fields.count)
-        let bytes = (storage + arraySize).bindMemory(to: UInt8.self, capacity: byteCount)
-        count = Self.fill(array, bytes: bytes, from: fields)
+        storage = .allocate(byteCount: max(2 * arraySize + byteCount, 1), alignment: MemoryLayout<nghttp3_nv>.alignment)
+        let copied = storage.bindMemory(to: nghttp3_nv.self, capacity: 2 * fields.count)
+        let bytes = (storage + 2 * arraySize).bindMemory(to: UInt8.self, capacity: byteCount)
+        count = Self.fill(copied, bytes: bytes, from: fields)
+        let uncopied = copied + count
+        uncopied.initialize(from: copied, count: count)
+        for index in 0..<count { uncopied[index].flags = UInt8(NGHTTP3_NV_FLAG_NO_COPY_NAME | NGHTTP3_NV_FLAG_NO_COPY_VALUE) }
     }
 
     deinit { storage.deallocate() }
 
+    /// The entries for nghttp3 to copy: valid for the duration of the call.
     func withFieldArray<R>(_ body: (UnsafePointer<nghttp3_nv>, Int) -> R) -> R {
         body(UnsafePointer(storage.assumingMemoryBound(to: nghttp3_nv.self)), count)
+    }
+
+    /// The entries nghttp3 reads in place: the caller keeps this array until the stream they
+    /// are submitted on closes (nghttp3 encodes the frame at some later write call).
+    func withUncopiedFieldArray<R>(_ body: (UnsafePointer<nghttp3_nv>, Int) -> R) -> R {
+        body(UnsafePointer(storage.assumingMemoryBound(to: nghttp3_nv.self) + count), count)
     }
 
     /// The bytes `fill` copies: every name and value, back to back.

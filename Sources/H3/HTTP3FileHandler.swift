@@ -360,6 +360,7 @@ final class HTTP3ServedFile: Sendable {
         fields.append(HTTPField(name: .contentLength, value: String(reader.size)))
         fields.append(contentsOf: additionalFields)
         wholeFile = HTTP3PreparedHead(HTTPResponse(status: .ok, headerFields: fields))
+        reader.keepWholeFileFields(wholeFile.encoded)
     }
 
     private static let acceptRanges = HTTPField(name: .acceptRanges, value: "bytes")
@@ -404,12 +405,16 @@ package struct HTTP3FileRegion: Sendable {
 /// straight from `contents`, with no read and no copy, for as long as the lookup is reused.
 /// Like a file replaced by a rename, a change in place is then seen when the lookup expires.
 // @unchecked Sendable: the descriptor is only read with pread, which is safe from any thread,
-// and `contents` is written once, in init.
+// `contents` is written once, in init, and `wholeFileFields` once, before the reader is shared.
 final class HTTP3FileReader: @unchecked Sendable {
     let descriptor: Int32
     let size: Int
     /// The whole file, for one of at most `inMemoryLimit` bytes that read in full when opened.
     let contents: UnsafeRawBufferPointer?
+    /// The whole file's response head as encoded for nghttp3 (`HTTP3ServedFile.wholeFile`),
+    /// kept for as long as the reader: a response sending from the reader's memory holds the
+    /// reader until its stream closes, so nghttp3 may read that head in place (`HTTP3Codec`).
+    private(set) var wholeFileFields: HTTP3FieldArray?
     /// The largest file kept in memory: 16 KiB, so the 256 lookups kept at most
     /// (`HTTP3RootDirectory.recentLimit`) hold at most 4 MiB.
     static let inMemoryLimit = 16 << 10
@@ -434,6 +439,11 @@ final class HTTP3FileReader: @unchecked Sendable {
     deinit {
         contents?.deallocate()
         close(descriptor)
+    }
+
+    /// Keeps the whole file's encoded head; called once, before the reader is shared.
+    func keepWholeFileFields(_ fields: HTTP3FieldArray) {
+        wholeFileFields = fields
     }
 
     func read(_ range: Range<Int>) throws -> [UInt8] {

@@ -47,6 +47,11 @@ struct HTTP3ResponseFieldSection: RandomAccessCollection, HTTP3FieldArraySource 
         return withCopiedFieldArray(body)
     }
 
+    var sharedFieldArray: HTTP3FieldArray? {
+        if case .prepared(let prepared) = head { return prepared.encoded }
+        return nil
+    }
+
     var startIndex: Int { 0 }
     var endIndex: Int { fields.count + 1 }
 

@@ -1,6 +1,7 @@
 import CQuicShims
 import Foundation
 @testable import H3
+import HTTPTypes
 import QuicTestSupport
 import QuicTransport
 import Testing
@@ -26,6 +27,8 @@ struct HTTP3ResidentBodyTests {
         var region: HTTP3FileRegion?
         var closed = Set<Int64>()
         var submitted = 0
+        /// The head to answer with, when the test gives one.
+        var head: HTTP3PreparedHead?
     }
 
     static func makePair(serving served: Served) throws -> (InMemoryPair, HTTP3Codec, HTTP3CodecTests.ServerBox) {
@@ -101,5 +104,58 @@ struct HTTP3ResidentBodyTests {
             box.codec = nil
         }
         #expect(released == nil, "the reader outlived the connection that was sending it")
+    }
+
+    /// A served file's whole-file head goes to nghttp3 uncopied, to be read when the HEADERS
+    /// frame is encoded at a later write: the file's reader keeps it, and the resident body
+    /// holds the reader until the stream closes, however soon everything else lets go.
+    @Test func aWholeFileHeadLivesWithItsReaderUntilTheStreamCloses() throws {
+        let served = Served()
+        weak var heldFields: HTTP3FieldArray?
+        weak var released: HTTP3FileReader?
+        do {
+            let reader = try Self.residentReader(Array(repeating: 0x62, count: 3_000))
+            released = reader
+            let file = HTTP3ServedFile(reader: reader, contentType: "application/x-held")
+            heldFields = file.wholeFile.encoded
+            served.head = file.wholeFile
+            served.region = HTTP3FileRegion(reader: reader, range: 0..<3_000)
+        }
+        let (pair, client, _) = try HTTP3CodecTests.makePair(seed: 7) { server, event in
+            switch event {
+            case .headers(let stream, _, false):
+                guard let head = served.head, let region = served.region else { return }
+                try? server.submitResponse(streamID: stream, headers: HTTP3ResponseFieldSection(.prepared(head)), body: nil, file: region)
+                served.submitted += 1
+            case .closed(let stream, _):
+                served.closed.insert(stream)
+            default:
+                break
+            }
+        }
+        try pair.run(until: { pair.client.isHandshakeCompleted })
+        let stream = try #require(try client.submitRequest(headers: HTTP3CodecTests.request("/held"), body: nil))
+        var contentType: String?
+        var body: [UInt8] = []
+        var heldInFlight: Bool?
+        try pair.run(until: {
+            if served.submitted == 1, heldInFlight == nil {
+                // Submitted, and possibly not yet encoded: from now on only the codec holds on.
+                served.head = nil
+                served.region = nil
+                heldInFlight = heldFields != nil
+            }
+            for event in client.takeEvents() {
+                if case .headers(stream, let fields, false) = event {
+                    contentType = fields.pairs.first { $0.name == "content-type" }?.value
+                }
+                if case .data(stream, let chunk) = event { body += chunk }
+            }
+            return served.closed.contains(stream)
+        })
+        #expect(contentType == "application/x-held")
+        #expect(body == Array(repeating: 0x62, count: 3_000))
+        #expect(heldInFlight == true, "the response's head was let go while its stream was open")
+        #expect(heldFields == nil && released == nil, "the head and its reader outlived the stream")
     }
 }
