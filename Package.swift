@@ -209,6 +209,7 @@ let package = Package(
             name: "H3Tests",
             dependencies: [
                 "H3", "QuicTransport", "CQuicShims", "QuicTestSupport", "CommandLineSupport",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings

@@ -14,8 +14,11 @@ public enum ReportStyle: String, ExpressibleByArgument, CaseIterable, Sendable {
 extension AsyncParsableCommand {
     /// Parses and runs the command as `main()` does, reading a bare `--stats` as `--stats=text`:
     /// ArgumentParser options always take a value, and curl-style tools want both forms.
-    public static func mainAcceptingBareStats() async {
-        let arguments = CommandLine.arguments.dropFirst().map { $0 == "--stats" ? "--stats=text" : $0 }
+    /// With `joiningPositionalValues`, many values of the command's positional argument reach
+    /// the parser as one (`PositionalValues`), which the command's `validate()` splits.
+    public static func mainAcceptingBareStats(joiningPositionalValues: Bool = false) async {
+        var arguments = CommandLine.arguments.dropFirst().map { $0 == "--stats" ? "--stats=text" : $0 }
+        if joiningPositionalValues, let joined = PositionalValues.joined(arguments, for: Self.self) { arguments = joined }
         do {
             var command = try parseAsRoot(arguments)
             if var asyncCommand = command as? any AsyncParsableCommand {

@@ -117,7 +117,7 @@ struct H3Get: AsyncParsableCommand {
     var stats: ReportStyle?
 
     /// `--stats` alone means `--stats=text`.
-    static func main() async { await mainAcceptingBareStats() }
+    static func main() async { await mainAcceptingBareStats(joiningPositionalValues: true) }
 
     /// curl's exit codes, so scripts written for curl keep working.
     enum Exit: Int32 {
@@ -145,7 +145,8 @@ struct H3Get: AsyncParsableCommand {
         }
     }
 
-    func validate() throws {
+    mutating func validate() throws {
+        urls = PositionalValues.split(urls)
         guard !urls.isEmpty else { throw ValidationError("no URL given") }
         for url in urls {
             guard let components = URLComponents(string: url), let scheme = components.scheme else {

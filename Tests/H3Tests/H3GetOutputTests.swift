@@ -50,4 +50,19 @@ struct H3GetOutputTests {
             #expect(run.error.contains("unknown --write-out variable: 'no_such_thing'"), "\(run.error)")
         }
     }
+
+    /// Past `PositionalValues.minimumCount` the URLs reach the parser as one value; each is
+    /// still fetched, in order, with the options around them.
+    @Test func hundredsOfURLsAreFetchedInOrder() async throws {
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("h3get-many-\(UUID())")
+        try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: root) }
+        try Data().write(to: root.appendingPathComponent("empty"))
+        let (server, port) = try await startH3serve(root: root, ["--no-tcp"])
+        defer { server.stop() }
+        let urls = (0..<300).map { "https://127.0.0.1:\(port)/empty?\($0)" }
+        let run = try await Self.h3get(Array(urls[..<150]) + ["-w", "%{response_code} %{url}\\n"] + Array(urls[150...]))
+        #expect(run.status == 0, "\(run.error)")
+        #expect(run.output == urls.map { "200 \($0)\n" }.joined())
+    }
 }
