@@ -38,7 +38,10 @@ final class HTTP3ClientConnection: @unchecked Sendable {
     @exclusivity(unchecked) private var codec: HTTP3Codec?
     /// Streams request bodies that come from an AsyncThrowingStream.
     @exclusivity(unchecked) private var pump: HTTP3BodyPump?
-    @exclusivity(unchecked) private var pending: [Pending] = []
+    /// Requests waiting for a stream, oldest first. A ring buffer: a caller may queue
+    /// thousands at once (h3get with many URLs) while the server grants 100 streams, and an
+    /// array's `removeFirst` moved all the rest on every send (quadratic in the queue).
+    @exclusivity(unchecked) private var pending = CircularBuffer<Pending>()
     /// Requests sent in 0-RTT, kept until the handshake says whether the server took them.
     @exclusivity(unchecked) private var sentEarly: [Pending] = []
     @exclusivity(unchecked) private var exchanges = HTTP3StreamTable<HTTP3Exchange>()
@@ -248,7 +251,7 @@ final class HTTP3ClientConnection: @unchecked Sendable {
             if let streamID = request.exchange.streamID { exchanges[streamID] = nil }
             request.exchange.streamID = nil
         }
-        pending.insert(contentsOf: sentEarly, at: 0)
+        pending.insert(contentsOf: sentEarly, at: pending.startIndex)
         sentEarly.removeAll()
     }
 

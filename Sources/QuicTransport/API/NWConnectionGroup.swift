@@ -81,7 +81,9 @@ public final class NWConnectionGroup: @unchecked Sendable {
     // MARK: Loop-confined
     var driver: QUICConnectionDriver?
     var streams: [Int64: NWConnection] = [:]
-    private var pendingOpens: [NWConnection] = []
+    /// Streams waiting for the peer's stream limit, oldest first; a ring buffer, so thousands
+    /// queued at once open in linear time.
+    private var pendingOpens = CircularBuffer<NWConnection>()
     /// Streams and datagrams that arrived before `start(queue:)`, delivered once it runs.
     private var heldInbound: [NWConnection] = []
     private var heldDatagrams: [Data] = []

@@ -1,5 +1,6 @@
 import CQuicShims
 import Logging
+import NIOCore  // CircularBuffer
 
 /// One QUIC connection as a sans-I/O state machine: the single owner of an `ngtcp2_conn` and its
 /// GnuTLS session.
@@ -59,7 +60,9 @@ package final class QUICConnectionCore {
     var writeQueue: [Int64] = []
     var writeQueueHead = 0
     var queuedForWrite: Set<Int64> = []
-    @exclusivity(unchecked) var pendingDatagrams: [[UInt8]] = []
+    /// Datagrams queued to send (RFC 9221), oldest first; a ring buffer, so a burst drains in
+    /// linear time.
+    @exclusivity(unchecked) var pendingDatagrams = CircularBuffer<[UInt8]>()
     @exclusivity(unchecked) var events: [QUICConnectionEvent] = []
     var verificationFailure: TLSVerificationFailure?
     /// The application protocol running inside the read and write loops, if any (HTTP/3).
@@ -699,7 +702,7 @@ package final class QUICConnectionCore {
         while true {
             if !pendingDatagrams.isEmpty && isHandshakeCompleted {
                 var accepted: Int32 = 0
-                let datagram = pendingDatagrams[0]
+                let datagram = pendingDatagrams.first!
                 let rv = datagram.withUnsafeBufferPointer { bytes -> Int in
                     var vec = ngtcp2_vec(base: UnsafeMutablePointer(mutating: bytes.baseAddress), len: bytes.count)
                     return cqs_ngtcp2_conn_writev_datagram(
