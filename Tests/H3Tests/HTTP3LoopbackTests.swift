@@ -609,8 +609,19 @@ struct HTTP3LoopbackTests {
     }
 
     @Test func qlogCarriesHTTPFramesOnTheTransportClock() async throws {
+        // The body's second half waits for the priority update: a request that was over
+        // before it got no PRIORITY_UPDATE to log.
+        let (secondHalf, release) = AsyncStream.makeStream(of: Void.self)
         let (server, port, identity) = try await Self.startServer { _ in
-            HTTP3ServerResponse(status: .ok, body: [UInt8](repeating: 0x66, count: 2_000_000))
+            var response = HTTP3ServerResponse(status: .ok, body: [UInt8](repeating: 0x66, count: 1_000_000))
+            var waited = false
+            response.bodyStream = AsyncThrowingStream(unfolding: {
+                guard !waited else { return nil }
+                waited = true
+                for await _ in secondHalf { break }
+                return [UInt8](repeating: 0x66, count: 1_000_000)
+            })
+            return response
         }
         defer { server.shutdown() }
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("h3-qlog-\(UUID())").path
@@ -621,6 +632,7 @@ struct HTTP3LoopbackTests {
         let request = HTTPRequest(method: .get, scheme: "https", authority: "localhost:\(port)", path: "/traced")
         let response = try await client.execute(request, priority: HTTPPriority(urgency: 5))
         try await response.updatePriority(HTTPPriority(urgency: 0, incremental: true))
+        release.yield()
         _ = try await response.body.collect()
         let path = try #require(response.connection.qlogPath)
         client.shutdown()

@@ -28,8 +28,9 @@ package final class QUICConnectionDriver: @unchecked Sendable {
     @exclusivity(unchecked) var takeEvents: (QUICConnectionCore) -> [QUICConnectionEvent] = { $0.takeEvents() }
     /// Runs once the core reaches `.closed` and may be freed; the driver drops its hooks first.
     @exclusivity(unchecked) package var onFinished: ((QUICConnectionDriver) -> Void)?
-    /// Runs after every pass, for an application codec's own events; returns true when it queued
-    /// work that needs another pass (new requests, consumed data).
+    /// Runs in every pass, for an application codec's own events, and once before the pass
+    /// first writes; returns true when it queued work that needs writing (new requests,
+    /// consumed data).
     @exclusivity(unchecked) package var afterPass: (() -> Bool)?
 
     init(core: QUICConnectionCore, socket: QUICUDPSocket, eventLoop: QUICEventLoop) {
@@ -53,7 +54,12 @@ package final class QUICConnectionDriver: @unchecked Sendable {
         core.receive(datagram: datagram, path: path, ecn: ecn, now: Self.now())
     }
 
-    /// After any input: write what is ready, report events, re-arm the timer.
+    /// After any input: report events, write what is ready, re-arm the timer.
+    ///
+    /// The events go first, so that what the application answers (an HTTP/3 response to the
+    /// requests just read) leaves in the same packets as ngtcp2's ACK and flow-control frames.
+    /// Writing first sent those frames in a small packet of their own ahead of every answer:
+    /// under `h3load -c 1 -m 50`, most of the server's sends were such packets.
     ///
     /// Re-entrant calls (an event handler opening a stream, say) only ask the running pass to
     /// go round once more, so handlers never see events out of order.
@@ -64,6 +70,10 @@ package final class QUICConnectionDriver: @unchecked Sendable {
             return
         }
         servicing = true
+        // What the input raised first; whatever the application queues now goes out below.
+        let inputEvents = takeEvents(core)
+        if !inputEvents.isEmpty { eventHandler?(inputEvents) }
+        _ = afterPass?()
         repeat {
             serviceAgain = false
             flush()
