@@ -359,8 +359,8 @@ class Bench:
         o, t = self.both_orders(lambda: marginal(ours_cmd), lambda: marginal(theirs_cmd))
         self.add(Row(group, f"client CPU per 1 KiB GET, {n} on one connection (start-up excluded)", "µs", o, t, "h3get", "gtlsclient"))
 
-        # The same requests from the library without h3get's command line: swift-argument-parser
-        # reads n positional URLs in time quadratic in n, which the row above includes. 100 in
+        # The same requests from the library without h3get's command line (its parsing, URL
+        # checks, HTTPSession's discovery and a task per URL, which the row above includes). 100 in
         # flight, as many as gtlsclient gets from the server's stream limit. Ten times as many
         # requests: 1000 take about 20 ms of CPU, too little to tell apart from start-up's noise.
         def library_cmd(count: int) -> list[str]:
