@@ -49,6 +49,8 @@ public final class AltServiceCache: Sendable {
     private struct State {
         var entries: [Origin: [Entry]] = [:]
         var warnings: [String] = []
+        /// The field value last seen from each origin, over which ALPN, and when.
+        var lastSeen: [Origin: (value: String, sourceALPN: String, at: Date)] = [:]
     }
 
     private let state = NIOLockedValueBox(State())
@@ -84,6 +86,21 @@ public final class AltServiceCache: Sendable {
                     return Entry(sourceALPN: sourceALPN, alternative: service, expires: now.addingTimeInterval(seconds))
                 }
             }
+        }
+    }
+
+    /// Whether `value` is the `Alt-Svc` value `origin` sent over `sourceALPN` less than a
+    /// second ago; otherwise it becomes the one to compare the next with. A repeat need not be
+    /// parsed, recorded and saved again: the entries' expiry then lags by at most that second.
+    package func isRepeat(of value: String, from origin: Origin, sourceALPN: String) -> Bool {
+        let now = now()
+        return state.withLockedValue { state in
+            if let last = state.lastSeen[origin], last.value == value, last.sourceALPN == sourceALPN,
+               now >= last.at, now.timeIntervalSince(last.at) < 1 {
+                return true
+            }
+            state.lastSeen[origin] = (value, sourceALPN, now)
+            return false
         }
     }
 

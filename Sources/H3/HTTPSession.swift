@@ -330,16 +330,23 @@ public final class HTTPSession: Sendable {
     }
 
     /// Records the response's `Alt-Svc` (RFC 7838 §3) and saves the cache file.
+    ///
+    /// A server that advertises does so on every response, so a client fetching many URLs
+    /// from it gets the same value again and again: the same value over the same version
+    /// within a second of the last is taken as learnt (the entries' expiry then lags by at
+    /// most that second), rather than parsed, cached and saved to the file once more. That
+    /// had cost 26k instructions per response from h3serve, and a file write with `--alt-svc`.
     private func learn(from response: HTTPSessionResponse, origin: AltServiceCache.Origin) -> HTTPSessionResponse {
-        guard let cache = configuration.altServiceCache, let value = response.head.headerFields[.altSvc] else { return response }
+        guard let cache = configuration.altServiceCache, let value = Self.altSvcValue(of: response.head.headerFields) else { return response }
+        let source = switch response.version {
+        case .http1_1: "http/1.1"
+        case .http2: "h2"
+        case .http3: "h3"
+        }
+        if cache.isRepeat(of: value, from: origin, sourceALPN: source) { return response }
         var learnt = response
         do {
             let parsed = try AltServiceFieldValue(parsing: value)
-            let source = switch response.version {
-            case .http1_1: "http/1.1"
-            case .http2: "h2"
-            case .http3: "h3"
-            }
             cache.update(origin: origin, sourceALPN: source, with: parsed)
             switch parsed {
             case .clear: learnt.notes.append("Alt-Svc: clear; forgot the alternatives of \(origin)")
@@ -350,6 +357,17 @@ public final class HTTPSession: Sendable {
             learnt.notes.append("Alt-Svc ignored: \(error)")
         }
         return learnt
+    }
+
+    /// The `Alt-Svc` field's value, its lines joined by commas as `HTTPFields` joins them. A
+    /// plain scan: `HTTPFields`' subscript builds an index of every name first, about 4.7k
+    /// instructions on each response, which mostly has no such field.
+    static func altSvcValue(of fields: HTTPFields) -> String? {
+        var value: String?
+        for field in fields where field.name == .altSvc {
+            value = value.map { $0 + ", " + field.value } ?? field.value
+        }
+        return value
     }
 
     // MARK: Transports

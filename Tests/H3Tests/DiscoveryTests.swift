@@ -4,6 +4,7 @@ import Glibc
 import HTTPTypes
 import QuicTestSupport
 import QuicTransport
+import NIOConcurrencyHelpers
 import Testing
 
 /// HTTP/3 discovery and the TCP fallback (RFC 7838, RFC 9460), in the library and through the
@@ -106,6 +107,35 @@ struct DiscoveryTests {
         #expect(second.version == .http3)
         #expect(second.discovery == .altSvcCache)
         #expect(try await second.body.collect() == Array("hello /two".utf8))
+    }
+
+    /// A server advertises on every response: the same value again within a second is taken
+    /// as learnt, not parsed and cached again; a different value, or the same one a second
+    /// later, is learnt at once. The cache's clock stands still unless the test moves it.
+    @Test func aRepeatedAdvertisementIsLearntOnceAndAChangeAtOnce() async throws {
+        let live = try await Servers.start { request in
+            let port = request.head.authority.flatMap { HTTP3Client.split(authority: $0)?.1 } ?? 443
+            var response = HTTP3ServerResponse(status: .ok, body: [])
+            response.head.headerFields[.altSvc] = "h3=\":\(port)\"; ma=\(request.head.path == "/changed" ? 120 : 60)"
+            return response
+        }
+        defer { Task { await live.stop() } }
+        let clock = NIOLockedValueBox(Date(timeIntervalSince1970: 1_800_000_000))
+        let cache = AltServiceCache(now: { clock.withLockedValue { $0 } })
+        let session = Self.session(.http3Only, cache: cache)
+        defer { Task { await session.shutdown() } }
+        let authority = "127.0.0.1:\(live.port)"
+        var learnt: [Bool] = []
+        for (index, path) in ["/a", "/b", "/changed", "/changed", "/changed"].enumerated() {
+            if index == 4 { clock.withLockedValue { $0 += 1.5 } }
+            let response = try await session.execute(Self.get(authority, path))
+            #expect(response.version == .http3)
+            learnt.append(response.notes.contains { $0.hasPrefix("Alt-Svc learnt: h3=\":\(live.port)\"") })
+        }
+        #expect(learnt == [true, false, true, false, true], "\(learnt)")
+        let entry = try #require(cache.entries[AltServiceCache.Origin(host: "127.0.0.1", port: live.port)]?.first)
+        #expect(entry.alternative.maxAge == 120, "the changed value replaced the first")
+        #expect(entry.expires == clock.withLockedValue { $0 } + 120, "learnt again, a second and a half later")
     }
 
     @Test func aGarbageAltSvcIsIgnoredWithANote() async throws {
