@@ -515,7 +515,11 @@ struct NWConnectionGroupLoopbackTests {
 @Suite("Listener connection limit", .timeLimit(TestEnvironment.minutes(2)))
 struct NWListenerConnectionLimitTests {
     @Test func tunnelsPastTheLimitWaitUntilItIsRaised() async throws {
-        let server = try await LoopbackServer()
+        // The first tunnel stays quiet all along: with the default 30 s idle timeout, a slow run
+        // (a sanitizer, a loaded machine) closed it, and the count below fell to 2 while the
+        // third's tunnel was still held. No tunnel here may end but the one the test cancels.
+        let idleTimeout = Int(TestEnvironment.scaled(600)) * 1000
+        let server = try await LoopbackServer { $0.idleTimeout = idleTimeout }
         #expect(server.listener.newConnectionLimit == NWListener.InfiniteConnectionLimit)
         server.listener.newConnectionLimit = 1
         let delivered = Recorder<NWConnectionGroup>()
@@ -526,14 +530,14 @@ struct NWListenerConnectionLimitTests {
                 Task { await LoopbackServer.echo(group) }
             }
         }
-        let first = server.makeClient()
+        let first = server.makeClient { $0.idleTimeout = idleTimeout }
         try await startAndWaitUntilReady(first)
         #expect(await eventually { delivered.values.count == 1 })
         #expect(server.listener.newConnectionLimit == 0)
 
         // The second and third handshakes complete, but their tunnels are held.
-        let second = server.makeClient()
-        let third = server.makeClient()
+        let second = server.makeClient { $0.idleTimeout = idleTimeout }
+        let third = server.makeClient { $0.idleTimeout = idleTimeout }
         try await startAndWaitUntilReady(second)
         try await startAndWaitUntilReady(third)
         #expect(await server.listener.connectionCount() == 3)
@@ -552,7 +556,7 @@ struct NWListenerConnectionLimitTests {
         server.listener.newConnectionLimit = NWListener.InfiniteConnectionLimit
         try await Task.sleep(for: .milliseconds(300))
         #expect(delivered.values.count == 2)
-        let fourth = server.makeClient()
+        let fourth = server.makeClient { $0.idleTimeout = idleTimeout }
         try await startAndWaitUntilReady(fourth)
         #expect(await eventually { delivered.values.count == 3 })
         #expect(server.listener.newConnectionLimit == NWListener.InfiniteConnectionLimit, "an infinite limit does not count down")
