@@ -135,34 +135,19 @@ extension QUICConnectionCore {
 
     /// The next stream with unwritten data and flow-control credit, rotating for fairness.
     func nextWritableStream() -> Int64? {
-        while writeQueueHead < writeQueue.count {
-            let candidate = writeQueue[writeQueueHead]
+        while let candidate = writeQueue.first {
+            writeQueue.removeFirst()
             guard queuedForWrite.contains(candidate), let stream = streams[candidate],
                 stream.send.hasUnwrittenData, !stream.isFlowControlBlocked
             else {
                 queuedForWrite.remove(candidate)
-                writeQueueHead += 1
-                compactWriteQueue()
                 continue
             }
             // Rotate: move it to the back so the next packet serves another stream.
-            writeQueueHead += 1
             writeQueue.append(candidate)
-            compactWriteQueue()
             return candidate
         }
         return nil
-    }
-
-    private func compactWriteQueue() {
-        if writeQueueHead > 64 && writeQueueHead * 2 > writeQueue.count {
-            writeQueue.removeFirst(writeQueueHead)
-            writeQueueHead = 0
-        }
-        if writeQueueHead == writeQueue.count {
-            writeQueue.removeAll(keepingCapacity: true)
-            writeQueueHead = 0
-        }
     }
 
     func didWrite(streamID: Int64, bytes: Int, fin: Bool) {

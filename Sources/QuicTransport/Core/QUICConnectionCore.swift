@@ -1,6 +1,5 @@
 import CQuicShims
 import Logging
-import NIOCore  // CircularBuffer
 
 /// One QUIC connection as a sans-I/O state machine: the single owner of an `ngtcp2_conn` and its
 /// GnuTLS session.
@@ -57,12 +56,11 @@ package final class QUICConnectionCore {
     /// How many streams of each kind this side has opened.
     var localStreamsOpened = (bidirectional: UInt64(0), unidirectional: UInt64(0))
     /// Streams with bytes or FIN to write, served round-robin.
-    var writeQueue: [Int64] = []
-    var writeQueueHead = 0
+    var writeQueue = QUICFIFOQueue<Int64>()
     var queuedForWrite: Set<Int64> = []
     /// Datagrams queued to send (RFC 9221), oldest first; a ring buffer, so a burst drains in
     /// linear time.
-    @exclusivity(unchecked) var pendingDatagrams = CircularBuffer<[UInt8]>()
+    @exclusivity(unchecked) var pendingDatagrams = QUICFIFOQueue<[UInt8]>()
     @exclusivity(unchecked) var events: [QUICConnectionEvent] = []
     var verificationFailure: TLSVerificationFailure?
     /// The application protocol running inside the read and write loops, if any (HTTP/3).

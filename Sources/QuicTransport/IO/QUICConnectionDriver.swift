@@ -71,23 +71,25 @@ package final class QUICConnectionDriver: @unchecked Sendable {
         }
         servicing = true
         // What the input raised first; whatever the application queues now goes out below.
-        let inputEvents = takeEvents(core)
-        if !inputEvents.isEmpty { eventHandler?(inputEvents) }
-        _ = afterPass?()
+        _ = handOverEvents()
         repeat {
             serviceAgain = false
             flush()
-            let events = takeEvents(core)
-            if !events.isEmpty {
-                eventHandler?(events)
-                // Handlers may have queued data or consumed some (which sends MAX_STREAM_DATA).
-                serviceAgain = true
-            }
-            if afterPass?() == true { serviceAgain = true }
+            if handOverEvents() { serviceAgain = true }
         } while serviceAgain
         servicing = false
         rearmTimer()
         checkFinished()
+    }
+
+    /// Hands the core's events to the handler, then runs the codec's pass. True when either
+    /// had anything: handlers may have queued data or consumed some (which sends
+    /// MAX_STREAM_DATA), so the pass writes again.
+    private func handOverEvents() -> Bool {
+        let events = takeEvents(core)
+        if !events.isEmpty { eventHandler?(events) }
+        let queued = afterPass?() == true
+        return !events.isEmpty || queued
     }
 
     @exclusivity(unchecked) private var servicing = false
