@@ -81,12 +81,12 @@ public final class HTTP3Client: Sendable {
         self.init(configuration: configuration, liveConnections: QUICLiveConnections())
     }
 
-    /// A client whose connections join `liveConnections`, which an owner of several clients
-    /// (`HTTPSession`, one client per target) shares among them.
-    package init(configuration: Configuration, liveConnections: QUICLiveConnections) {
+    /// A client whose connections join `liveConnections` and run on `eventLoop`, which an owner
+    /// of several clients (`HTTPSession`, one client per target) shares among them.
+    package init(configuration: Configuration, liveConnections: QUICLiveConnections, eventLoop: QUICEventLoop = QUICClientLoops.next()) {
         self.configuration = configuration
         self.liveConnections = liveConnections
-        self.eventLoop = QUICClientLoops.next()
+        self.eventLoop = eventLoop
         self.loopExecutor = EventLoopTaskExecutor(eventLoop: eventLoop)
         self.logger = Logger(label: "h3.client")
     }

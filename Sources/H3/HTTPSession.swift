@@ -203,10 +203,23 @@ public final class HTTPSession: Sendable {
     package let liveHTTP3Connections = QUICLiveConnections()
     private let tcpTransports = NIOLockedValueBox([String: HTTPTCPTransport]())
     private let brokenUntil = NIOLockedValueBox([String: ContinuousClock.Instant]())
+    /// The one thread all of this session's HTTP/3 connections run on, whatever their server.
+    private let http3Loop = QUICClientLoops.next()
+    private let http3LoopExecutor: EventLoopTaskExecutor
+
+    /// The thread this session's HTTP/3 connections run on, as a task executor (SE-0417), as
+    /// `HTTP3Client.taskExecutor` is for one client.
+    ///
+    /// A task that runs requests with this as its preference (`group.addTask(executorPreference:)`)
+    /// is woken by its response on the thread that read it, with no hop to the global pool and
+    /// back. Such a task must not block, since the connections wait while it runs. h3get runs
+    /// each URL this way, much as curl runs all its transfers on one thread.
+    public var taskExecutor: any TaskExecutor { http3LoopExecutor }
 
     /// Creates a session; it connects only when a request needs it.
     public init(configuration: Configuration = Configuration()) {
         self.configuration = configuration
+        self.http3LoopExecutor = EventLoopTaskExecutor(eventLoop: http3Loop)
     }
 
     /// Where an HTTP/3 attempt goes: the server to connect to, and why.
@@ -385,7 +398,7 @@ public final class HTTPSession: Sendable {
             configuration.allowsEarlyData = self.configuration.allowsEarlyData
             configuration.initiatesKeyUpdate = self.configuration.initiatesKeyUpdate
             configuration.migratesAfterHandshake = self.configuration.migratesAfterHandshake
-            let client = HTTP3Client(configuration: configuration, liveConnections: self.liveHTTP3Connections)
+            let client = HTTP3Client(configuration: configuration, liveConnections: self.liveHTTP3Connections, eventLoop: http3Loop)
             clients[target.key] = client
             return client
         }

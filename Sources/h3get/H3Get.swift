@@ -98,6 +98,9 @@ struct H3Get: AsyncParsableCommand {
     @Option(name: .customLong("dns-server"), help: "HOST:PORT of the DNS server for HTTPS-record look-ups (default: /etc/resolv.conf).")
     var dnsServer: String?
 
+    @Option(name: .customLong("parallel-max"), help: "How many URLs are fetched at once, counted from the oldest one not yet written (curl's option; default 50, at most 300).")
+    var parallelMax: Int = 50
+
     @Option(name: .customLong("qlog-dir"), help: "Write a qlog trace per connection here (default: $QLOGDIR).")
     var qlogDirectory: String?
 
@@ -166,6 +169,7 @@ struct H3Get: AsyncParsableCommand {
             throw ValidationError("--cipher takes aes128gcm, aes256gcm or chacha20 (comma-separated)")
         }
         if zeroRTT && sessionFile == nil { throw ValidationError("--0rtt needs --session-file (the ticket to resume with)") }
+        if !(1...300).contains(parallelMax) { throw ValidationError("--parallel-max takes 1 to 300, as curl's does") }
         if happyEyeballsTimeout < 0 { throw ValidationError("--happy-eyeballs-timeout-ms must not be negative") }
         if let dnsServer, parseHostPort(dnsServer) == nil {
             throw ValidationError("--dns-server takes HOST:PORT, e.g. 127.0.0.1:53 or [::1]:53")
@@ -199,28 +203,106 @@ struct H3Get: AsyncParsableCommand {
         configuration.connectTo = trust.connectTarget
         let body = try loadBody()
         let client = HTTPSession(configuration: configuration)
-        let started = ContinuousClock.now
-        let results = await withTaskGroup(of: (Int, Result<Transfer, any Error>).self) { tasks in
-            for (index, url) in urls.enumerated() {
-                tasks.addTask { (index, await Result { try await fetch(url, index: index, body: body, client: client, started: started) }) }
-            }
-            var results = [Result<Transfer, any Error>?](repeating: nil, count: urls.count)
-            for await (index, result) in tasks { results[index] = result }
-            return results.map { $0! }
+        let transfers = URLTransfers(self)
+        // The run, and the URLs' tasks it starts, go on the session's connection thread, so a
+        // response wakes its reader without a hop to the global pool and back.
+        let exit = await withTaskExecutorPreference(client.taskExecutor) {
+            await transfers.fetchAll(with: client, body: body, parallelMax: parallelMax)
         }
         await client.shutdown()
-        var exit: Exit?
-        for (index, result) in results.enumerated() {
-            switch result {
-            case .success(let transfer):
-                if let failure = try emit(transfer, index: index) { exit = exit ?? failure }
-            case .failure(let error):
-                let code = Self.exitCode(for: error)
-                if !silent { writeToStandardError("h3get: \(urls[index]): \(error)\n") }
-                exit = exit ?? code
+        if let exit { throw ExitCode(exit.rawValue) }
+    }
+
+    private func loadBody() throws -> [UInt8]? {
+        guard let data else { return nil }
+        if data.hasPrefix("@") {
+            let path = String(data.dropFirst())
+            guard let contents = FileManager.default.contents(atPath: path) else { throw die("cannot read \(path)", .writeError) }
+            return Array(contents)
+        }
+        return Array(data.utf8)
+    }
+
+    /// curl's exit code for a failure, from its case.
+    static func exitCode(for error: any Error) -> Exit {
+        switch error {
+        case HTTP3ClientError.cannotResolve, HTTPSessionError.tcpCannotResolve: return .couldNotResolve
+        case HTTP3ClientError.cannotConnect, HTTPSessionError.tcpCannotConnect, HTTPSessionError.tcpUnavailable: return .couldNotConnect
+        case HTTP3ClientError.handshakeTimedOut: return .timedOut
+        case HTTP3ClientError.tlsHandshakeFailed, HTTPSessionError.tcpTLSFailed: return .tlsError
+        case HTTP3ClientError.certificateRejected, HTTPSessionError.tcpCertificateRejected: return .peerVerificationFailed
+        case HTTP3ClientError.streamReset, HTTP3ClientError.protocolError: return .http3Error
+        case HTTPSessionError.bothFailed(let http3, let tcp):
+            let (viaHTTP3, viaTCP) = (exitCode(for: http3), exitCode(for: tcp))
+            return viaHTTP3.progress > viaTCP.progress ? viaHTTP3 : viaTCP
+        default:
+            return .receiveError
+        }
+    }
+
+    private func die(_ message: String, _ code: Exit) -> any Error {
+        if !silent { writeToStandardError("h3get: \(message)\n") }
+        return ExitCode(code.rawValue)
+    }
+}
+
+/// What each URL's transfer needs from the command line, read once when the run starts: a read
+/// of an ArgumentParser property goes through its generic wrapper, a metadata look-up each time,
+/// and a transfer reads a dozen of them.
+struct URLTransfers: Sendable {
+    let urls: [String]
+    let head: Bool
+    let method: String?
+    let headers: [String]
+    let priority: [String]
+    let outputs: [String]
+    let remoteName: Bool
+    let outputDirectory: String?
+    let verbose: Bool
+    let silent: Bool
+    let fail: Bool
+    let writeOut: String?
+    let stats: ReportStyle?
+
+    init(_ command: H3Get) {
+        (urls, head, method, headers, priority) = (command.urls, command.head, command.method, command.headers, command.priority)
+        (outputs, remoteName, outputDirectory) = (command.outputs, command.remoteName, command.outputDirectory)
+        (verbose, silent, fail, writeOut, stats) = (command.verbose, command.silent, command.fail, command.writeOut, command.stats)
+    }
+
+    /// Fetches every URL and writes each one's output in URL order as soon as it and those
+    /// before it are done; returns the first failure's exit code, in URL order.
+    ///
+    /// At most `parallelMax` URLs past the oldest one not yet written are started, as curl's
+    /// `--parallel-max` bounds its transfers, so a run of any length holds that many transfers
+    /// and their bodies, however many URLs it was given.
+    func fetchAll(with client: HTTPSession, body: [UInt8]?, parallelMax: Int) async -> H3Get.Exit? {
+        var exit: H3Get.Exit?
+        await withTaskGroup(of: (Int, Result<Transfer, any Error>).self) { tasks in
+            var finished: [Int: Result<Transfer, any Error>] = [:]
+            var nextToStart = 0
+            var nextToWrite = 0
+            func startWithinWindow() {
+                while nextToStart < urls.count && nextToStart < nextToWrite + parallelMax {
+                    let (index, url) = (nextToStart, urls[nextToStart])
+                    tasks.addTask {
+                        let started = ContinuousClock.now
+                        return (index, await Result { try await fetch(url, index: index, body: body, client: client, started: started) })
+                    }
+                    nextToStart += 1
+                }
+            }
+            startWithinWindow()
+            for await (index, result) in tasks {
+                finished[index] = result
+                while let result = finished.removeValue(forKey: nextToWrite) {
+                    if let failure = write(result, index: nextToWrite) { exit = exit ?? failure }
+                    nextToWrite += 1
+                }
+                startWithinWindow()
             }
         }
-        if let exit { throw ExitCode(exit.rawValue) }
+        return exit
     }
 
     struct Transfer: Sendable {
@@ -234,7 +316,7 @@ struct H3Get: AsyncParsableCommand {
         let timeTotal: Duration
     }
 
-    private func fetch(_ url: String, index: Int, body: [UInt8]?, client: HTTPSession, started: ContinuousClock.Instant) async throws -> Transfer {
+    func fetch(_ url: String, index: Int, body: [UInt8]?, client: HTTPSession, started: ContinuousClock.Instant) async throws -> Transfer {
         let components = URLComponents(string: url)!
         var path = components.percentEncodedPath.isEmpty ? "/" : components.percentEncodedPath
         if let query = components.percentEncodedQuery { path += "?" + query }
@@ -306,8 +388,19 @@ struct H3Get: AsyncParsableCommand {
         return finish(output == nil ? buffered : nil, size, nil)
     }
 
+    /// Writes one URL's outcome; returns an exit code when it counts as a failure.
+    func write(_ result: Result<Transfer, any Error>, index: Int) -> H3Get.Exit? {
+        switch result {
+        case .success(let transfer):
+            return emit(transfer, index: index)
+        case .failure(let error):
+            if !silent { writeToStandardError("h3get: \(urls[index]): \(error)\n") }
+            return H3Get.exitCode(for: error)
+        }
+    }
+
     /// Writes one transfer's output; returns an exit code when it counts as a failure.
-    private func emit(_ transfer: Transfer, index: Int) throws -> Exit? {
+    func emit(_ transfer: Transfer, index: Int) -> H3Get.Exit? {
         let status = transfer.response.head.status.code
         if fail && status >= 400 {
             if !silent { writeToStandardError("h3get: \(transfer.url): the requested URL returned error: \(status)\n") }
@@ -330,7 +423,7 @@ struct H3Get: AsyncParsableCommand {
     }
 
     /// The reports of the connection `response` came on, on stderr (`--stats`).
-    private func printStatistics(of response: HTTPSessionResponse, url: String, style: ReportStyle) async {
+    func printStatistics(of response: HTTPSessionResponse, url: String, style: ReportStyle) async {
         let statistics = await response.statistics()
         let discovery = response.discovery?.rawValue
         switch style {
@@ -350,12 +443,12 @@ struct H3Get: AsyncParsableCommand {
     }
 
     /// The `--priority` for the URL at `index`: the only one given, or its own.
-    private func priority(for index: Int) -> HTTPPriority? {
+    func priority(for index: Int) -> HTTPPriority? {
         guard !priority.isEmpty else { return nil }
         return HTTPPriority(fieldValue: priority.count == 1 ? priority[0] : priority[index])
     }
 
-    private func showsProgress(writingToStdout: Bool) -> Bool {
+    func showsProgress(writingToStdout: Bool) -> Bool {
         !silent && !verbose && !writingToStdout && urls.count == 1 && isatty(STDERR_FILENO) == 1
     }
 
@@ -374,7 +467,7 @@ struct H3Get: AsyncParsableCommand {
 
         mutating func finish(_ received: Int) { draw(received, final: true) }
 
-        private func draw(_ received: Int, final: Bool) {
+        func draw(_ received: Int, final: Bool) {
             let (seconds, attoseconds) = (ContinuousClock.now - started).components
             let elapsed = max(Double(seconds) + Double(attoseconds) / 1e18, 0.001)
             let rate = fixedPoint(Double(received) / elapsed / 1e6, digits: 1) + " MB/s"
@@ -390,7 +483,7 @@ struct H3Get: AsyncParsableCommand {
         }
     }
 
-    private func destination(for url: String, index: Int) -> String? {
+    func destination(for url: String, index: Int) -> String? {
         var name: String?
         if index < outputs.count {
             name = outputs[index]
@@ -403,7 +496,7 @@ struct H3Get: AsyncParsableCommand {
         return name
     }
 
-    private func printWriteOut(_ transfer: Transfer) {
+    func printWriteOut(_ transfer: Transfer) {
         guard let format = writeOut else { return }
         let seconds: (Duration) -> String = { duration in
             let (whole, attoseconds) = duration.components
@@ -423,41 +516,9 @@ struct H3Get: AsyncParsableCommand {
         writeToStandardOutput(text)
     }
 
-    private func loadBody() throws -> [UInt8]? {
-        guard let data else { return nil }
-        if data.hasPrefix("@") {
-            let path = String(data.dropFirst())
-            guard let contents = FileManager.default.contents(atPath: path) else { throw die("cannot read \(path)", .writeError) }
-            return Array(contents)
-        }
-        return Array(data.utf8)
-    }
-
-    /// curl's exit code for a failure, from its case.
-    static func exitCode(for error: any Error) -> Exit {
-        switch error {
-        case HTTP3ClientError.cannotResolve, HTTPSessionError.tcpCannotResolve: return .couldNotResolve
-        case HTTP3ClientError.cannotConnect, HTTPSessionError.tcpCannotConnect, HTTPSessionError.tcpUnavailable: return .couldNotConnect
-        case HTTP3ClientError.handshakeTimedOut: return .timedOut
-        case HTTP3ClientError.tlsHandshakeFailed, HTTPSessionError.tcpTLSFailed: return .tlsError
-        case HTTP3ClientError.certificateRejected, HTTPSessionError.tcpCertificateRejected: return .peerVerificationFailed
-        case HTTP3ClientError.streamReset, HTTP3ClientError.protocolError: return .http3Error
-        case HTTPSessionError.bothFailed(let http3, let tcp):
-            let (viaHTTP3, viaTCP) = (exitCode(for: http3), exitCode(for: tcp))
-            return viaHTTP3.progress > viaTCP.progress ? viaHTTP3 : viaTCP
-        default:
-            return .receiveError
-        }
-    }
-
     /// One line to stderr.
-    private func log(_ text: String) {
+    func log(_ text: String) {
         writeToStandardError(text + "\n")
-    }
-
-    private func die(_ message: String, _ code: Exit) -> any Error {
-        if !silent { writeToStandardError("h3get: \(message)\n") }
-        return ExitCode(code.rawValue)
     }
 }
 

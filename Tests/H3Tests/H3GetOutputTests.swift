@@ -1,5 +1,9 @@
 import Foundation
+import H3
+import HTTPTypes
+import NIOConcurrencyHelpers
 import QuicTestSupport
+import QuicTransport
 import Testing
 
 /// What h3get writes, and what it does when it cannot: curl's behaviour, from its own code
@@ -64,5 +68,43 @@ struct H3GetOutputTests {
         let run = try await Self.h3get(Array(urls[..<150]) + ["-w", "%{response_code} %{url}\\n"] + Array(urls[150...]))
         #expect(run.status == 0, "\(run.error)")
         #expect(run.output == urls.map { "200 \($0)\n" }.joined())
+    }
+
+    /// curl's `--parallel-max`: h3get starts no URL more than that many past the oldest one not
+    /// yet written, so a slow first URL holds the rest back rather than letting finished
+    /// bodies pile up behind it, and a run of any length holds that many transfers.
+    @Test func parallelMaxCountsFromTheOldestURLNotYetWritten() async throws {
+        struct Seen { var inFlight = 0, most = 0, beforeTheSlowOneEnded = 0, slowOneEnded = false }
+        let seen = NIOLockedValueBox(Seen())
+        var configuration = HTTP3Server.Configuration()
+        configuration.port = 0
+        configuration.identity = try SelfSignedCertificate.generate()
+        let server = try HTTP3Server(configuration: configuration) { request in
+            let slow = request.head.path == "/slow"
+            seen.withLockedValue { seen in
+                seen.inFlight += 1
+                seen.most = max(seen.most, seen.inFlight)
+                if !slow && !seen.slowOneEnded { seen.beforeTheSlowOneEnded += 1 }
+            }
+            try await Task.sleep(for: slow ? .milliseconds(300) : .milliseconds(5))
+            seen.withLockedValue { seen in
+                seen.inFlight -= 1
+                if slow { seen.slowOneEnded = true }
+            }
+            return HTTP3ServerResponse(status: .ok, body: Array("\(request.head.path ?? "")\n".utf8))
+        }
+        let port = try await server.start()
+        defer { server.shutdown(gracePeriod: .zero) }
+        let paths = ["/slow"] + (1...20).map { "/\($0)" }
+        let run = try await Self.h3get(["--parallel-max", "3"] + paths.map { "https://127.0.0.1:\(port)\($0)" })
+        #expect(run.status == 0, "\(run.error)")
+        #expect(run.output == paths.map { "\($0)\n" }.joined())
+        let result = seen.withLockedValue { $0 }
+        #expect(result.most <= 3, "\(result.most) requests were in flight at once")
+        #expect(result.beforeTheSlowOneEnded <= 2, "\(result.beforeTheSlowOneEnded) URLs were started behind the unwritten first")
+
+        let refused = try await Self.h3get(["--parallel-max", "0", "https://127.0.0.1:\(port)/1"])
+        #expect(refused.status != 0)
+        #expect(refused.error.contains("--parallel-max takes 1 to 300"), "\(refused.error)")
     }
 }
