@@ -17,9 +17,11 @@ import QuicTransport
 /// there, 405 for other methods, and nothing outside the root, whatever `..` or symlinks say.
 public struct HTTP3FileHandler: Sendable {
     /// The served directory, standardized and with symlinks resolved.
-    public let root: URL
+    public var root: URL { directory.root }
     /// Fields every response carries, such as `alt-svc` (RFC 7838 §3).
     public var additionalFields: HTTPFields { directory.additionalFields }
+    /// All the handler holds, so a copy of it (taken out of a lock for each request, as h3serve
+    /// does) costs one reference count.
     private let directory: HTTP3RootDirectory
 
     /// A handler that serves the files beneath `root`, and nothing outside it.
@@ -33,8 +35,8 @@ public struct HTTP3FileHandler: Sendable {
     ///   - additionalFields: fields every response carries, such as `alt-svc`. They are built
     ///     into each opened file's fields once, so a response copies nothing to carry them.
     public init(root: String, openFileReuse: Duration = .seconds(1), additionalFields: HTTPFields = [:]) {
-        self.root = URL(fileURLWithPath: root).standardizedFileURL.resolvingSymlinksInPath()
-        self.directory = HTTP3RootDirectory(path: self.root.path, reuse: openFileReuse, additionalFields: additionalFields)
+        let root = URL(fileURLWithPath: root).standardizedFileURL.resolvingSymlinksInPath()
+        self.directory = HTTP3RootDirectory(root: root, reuse: openFileReuse, additionalFields: additionalFields)
     }
 
     /// Answers one request: the file or the one byte range asked for (206, or 416 when it cannot
@@ -245,6 +247,8 @@ final class HTTP3RootDirectory: Sendable {
         case directory
     }
 
+    /// The directory, standardized and with symlinks resolved.
+    let root: URL
     private let descriptor: Int32
     /// The canonical path with a trailing slash, for the fallback's prefix check.
     private let canonicalPath: String
@@ -268,7 +272,9 @@ final class HTTP3RootDirectory: Sendable {
     /// set of four, or the place of the one that expires first.
     static let recentLimit = 256
 
-    init(path: String, reuse: Duration, additionalFields: HTTPFields) {
+    init(root: URL, reuse: Duration, additionalFields: HTTPFields) {
+        self.root = root
+        let path = root.path
         self.reuse = HTTP3Server.nanoseconds(reuse)
         self.additionalFields = additionalFields
         descriptor = Glibc.open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)

@@ -719,6 +719,8 @@ package final class QUICConnectionCore {
             var streamID: Int64 = -1
             var vectorCount = 0
             var fin = false
+            // Read once for the packet: each read of the property is a reference count.
+            let applicationCodec = storedApplicationCodec
             if let applicationCodec {
                 if ngtcp2_conn_get_max_data_left(conn) > 0 {
                     do {
