@@ -1,6 +1,6 @@
 import CQuicShims
 import QuicTestSupport
-import QuicTransport
+@testable import QuicTransport
 import Testing
 
 /// In-memory client/server pairs: real ngtcp2 and GnuTLS, simulated link, virtual clock.
@@ -57,6 +57,29 @@ struct QUICConnectionCoreTests {
         #expect(echoed == payload)
         #expect(pair.clientEvents.contains(.streamSendCompleted(streamID: stream, token: 1, error: nil)))
         if lossRate > 0 { #expect(pair.droppedPackets > 0) }
+    }
+
+    /// Right after a write on a fast path, ngtcp2's expiry is due within a millisecond (here it
+    /// is already past), though nothing waits to be sent. The core puts a deadline that near off
+    /// to ngtcp2's pacing overhead, so a driver's timer does not wake its loop for nothing; the
+    /// data went at once, and ACKs and loss recovery still run, at most that millisecond late.
+    @Test func aWriteOnAFastPathSetsNoDeadlineWithinThePacingOverhead() throws {
+        let pair = try InMemoryPair()
+        pair.oneWayDelay = 50_000
+        pair.serverApplication = Self.echo
+        try pair.run(until: { pair.client.isHandshakeCompleted && pair.serverConnection?.isHandshakeCompleted == true })
+        pair.advance(by: 100_000_000)  // every handshake ACK delivered; the path's RTT known
+        let stream = try #require(try pair.client.openStream(bidirectional: true))
+        let payload = [UInt8](repeating: 7, count: 1000)
+        try payload.withUnsafeBytes { try pair.client.send(streamID: stream, bytes: $0, fin: true, token: nil) }
+        let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: 65_536, alignment: 16)
+        defer { scratch.deallocate() }
+        var written = 0
+        _ = pair.client.writePackets(now: pair.now, scratch: scratch) { bytes, _, _, _ in written += bytes.count }
+        #expect(written > payload.count)
+        let rawExpiry = ngtcp2_conn_get_expiry(pair.client.conn)
+        #expect(rawExpiry < pair.now + QUICConnectionCore.pacingOverhead, "the case this test is for: ngtcp2 due within a millisecond of the write")
+        #expect(pair.client.nextDeadline >= pair.now + QUICConnectionCore.pacingOverhead)
     }
 
     @Test func resetCodeReachesThePeerAndComesBack() throws {

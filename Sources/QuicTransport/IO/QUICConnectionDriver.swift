@@ -70,6 +70,11 @@ package final class QUICConnectionDriver: @unchecked Sendable {
             return
         }
         servicing = true
+        // A timer already due runs in this pass, whatever woke it: the core puts a deadline
+        // less than a millisecond off to a millisecond after the latest pass
+        // (`QUICConnectionCore.nextDeadline`), so passes closer together than that would
+        // otherwise keep pushing it on.
+        core.handleTimeout(now: Self.now())
         // What the input raised first; whatever the application queues now goes out below.
         _ = handOverEvents()
         repeat {
