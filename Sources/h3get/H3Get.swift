@@ -285,10 +285,7 @@ struct URLTransfers: Sendable {
             func startWithinWindow() {
                 while nextToStart < urls.count && nextToStart < nextToWrite + parallelMax {
                     let (index, url) = (nextToStart, urls[nextToStart])
-                    tasks.addTask {
-                        let started = ContinuousClock.now
-                        return (index, await Result { try await fetch(url, index: index, body: body, client: client, started: started) })
-                    }
+                    tasks.addTask { (index, await Result { try await fetch(url, index: index, body: body, client: client) }) }
                     nextToStart += 1
                 }
             }
@@ -316,7 +313,9 @@ struct URLTransfers: Sendable {
         let timeTotal: Duration
     }
 
-    func fetch(_ url: String, index: Int, body: [UInt8]?, client: HTTPSession, started: ContinuousClock.Instant) async throws -> Transfer {
+    /// One URL's transfer; its times count from when it starts, as curl's do.
+    private func fetch(_ url: String, index: Int, body: [UInt8]?, client: HTTPSession) async throws -> Transfer {
+        let started = ContinuousClock.now
         let components = URLComponents(string: url)!
         var path = components.percentEncodedPath.isEmpty ? "/" : components.percentEncodedPath
         if let query = components.percentEncodedQuery { path += "?" + query }
@@ -389,7 +388,7 @@ struct URLTransfers: Sendable {
     }
 
     /// Writes one URL's outcome; returns an exit code when it counts as a failure.
-    func write(_ result: Result<Transfer, any Error>, index: Int) -> H3Get.Exit? {
+    private func write(_ result: Result<Transfer, any Error>, index: Int) -> H3Get.Exit? {
         switch result {
         case .success(let transfer):
             return emit(transfer, index: index)
@@ -400,7 +399,7 @@ struct URLTransfers: Sendable {
     }
 
     /// Writes one transfer's output; returns an exit code when it counts as a failure.
-    func emit(_ transfer: Transfer, index: Int) -> H3Get.Exit? {
+    private func emit(_ transfer: Transfer, index: Int) -> H3Get.Exit? {
         let status = transfer.response.head.status.code
         if fail && status >= 400 {
             if !silent { writeToStandardError("h3get: \(transfer.url): the requested URL returned error: \(status)\n") }
@@ -423,7 +422,7 @@ struct URLTransfers: Sendable {
     }
 
     /// The reports of the connection `response` came on, on stderr (`--stats`).
-    func printStatistics(of response: HTTPSessionResponse, url: String, style: ReportStyle) async {
+    private func printStatistics(of response: HTTPSessionResponse, url: String, style: ReportStyle) async {
         let statistics = await response.statistics()
         let discovery = response.discovery?.rawValue
         switch style {
@@ -443,12 +442,12 @@ struct URLTransfers: Sendable {
     }
 
     /// The `--priority` for the URL at `index`: the only one given, or its own.
-    func priority(for index: Int) -> HTTPPriority? {
+    private func priority(for index: Int) -> HTTPPriority? {
         guard !priority.isEmpty else { return nil }
         return HTTPPriority(fieldValue: priority.count == 1 ? priority[0] : priority[index])
     }
 
-    func showsProgress(writingToStdout: Bool) -> Bool {
+    private func showsProgress(writingToStdout: Bool) -> Bool {
         !silent && !verbose && !writingToStdout && urls.count == 1 && isatty(STDERR_FILENO) == 1
     }
 
@@ -467,7 +466,7 @@ struct URLTransfers: Sendable {
 
         mutating func finish(_ received: Int) { draw(received, final: true) }
 
-        func draw(_ received: Int, final: Bool) {
+        private func draw(_ received: Int, final: Bool) {
             let (seconds, attoseconds) = (ContinuousClock.now - started).components
             let elapsed = max(Double(seconds) + Double(attoseconds) / 1e18, 0.001)
             let rate = fixedPoint(Double(received) / elapsed / 1e6, digits: 1) + " MB/s"
@@ -483,7 +482,7 @@ struct URLTransfers: Sendable {
         }
     }
 
-    func destination(for url: String, index: Int) -> String? {
+    private func destination(for url: String, index: Int) -> String? {
         var name: String?
         if index < outputs.count {
             name = outputs[index]
@@ -496,7 +495,7 @@ struct URLTransfers: Sendable {
         return name
     }
 
-    func printWriteOut(_ transfer: Transfer) {
+    private func printWriteOut(_ transfer: Transfer) {
         guard let format = writeOut else { return }
         let seconds: (Duration) -> String = { duration in
             let (whole, attoseconds) = duration.components
@@ -517,7 +516,7 @@ struct URLTransfers: Sendable {
     }
 
     /// One line to stderr.
-    func log(_ text: String) {
+    private func log(_ text: String) {
         writeToStandardError(text + "\n")
     }
 }
