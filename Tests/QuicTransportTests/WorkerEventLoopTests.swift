@@ -167,6 +167,59 @@ struct WorkerEventLoopTests {
         #expect(!Self.threadNames().contains("qel-lifetime"), "the loop's thread outlived every reference to it")
     }
 
+    /// The timer heap holds one reference to each timer in it, taken when the timer goes in
+    /// and given up when it comes out: whether it fired, was cancelled, was moved many times
+    /// first, or was still waiting when the loop shut down, what its task captured is freed
+    /// once nothing else holds it, and freed once (an extra release would crash here).
+    @Test func timersLetGoOfWhatTheyCaptureOnceTheyLeaveTheHeap() async throws {
+        final class Captured: Sendable {}
+        let loop = try QUICEventLoop(name: "test-timer-refs")
+        weak var firedCapture: Captured?, cancelledCapture: Captured?, movedCapture: Captured?, pendingCapture: Captured?
+        let fired = NIOLockedValueBox(0)
+        do {
+            let captured = Captured()
+            firedCapture = captured
+            _ = loop.scheduleTask(in: .milliseconds(1)) { withExtendedLifetime(captured) { fired.withLockedValue { $0 += 1 } } }
+        }
+        try await loop.submit {
+            do {
+                let captured = Captured()
+                cancelledCapture = captured
+                let alarm = loop.makeAlarm { withExtendedLifetime(captured) {} }
+                alarm.set(deadline: NIODeadline.now().uptimeNanoseconds + 3_600_000_000_000)
+                alarm.cancel()
+                withExtendedLifetime(alarm) {}
+            }
+            do {
+                let captured = Captured()
+                movedCapture = captured
+                let alarm = loop.makeAlarm { withExtendedLifetime(captured) {} }
+                let now = NIODeadline.now().uptimeNanoseconds
+                for step in 0..<50 { alarm.set(deadline: now + UInt64(step % 7) * 3_600_000_000_000 + 1) }
+                // Dropped while in the heap: the alarm takes its timer out as it goes.
+            }
+        }.get()
+        // A task scheduled an hour out holds its capture until the loop shuts down.
+        do {
+            let captured = Captured()
+            pendingCapture = captured
+            _ = loop.scheduleTask(in: .hours(1)) { withExtendedLifetime(captured) {} }
+        }
+        let deadline = ContinuousClock.now + .seconds(TestEnvironment.scaled(10))
+        while firedCapture != nil || cancelledCapture != nil || movedCapture != nil, ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        #expect(fired.withLockedValue { $0 } == 1)
+        #expect(firedCapture == nil, "a fired timer still holds its task")
+        #expect(cancelledCapture == nil, "a cancelled timer still holds its task")
+        #expect(movedCapture == nil, "a timer moved and then dropped still holds its task")
+        #expect(pendingCapture != nil, "a waiting timer let go of its task early")
+        try await loop.shutdownGracefully()
+        let shutDown = ContinuousClock.now + .seconds(TestEnvironment.scaled(10))
+        while pendingCapture != nil, ContinuousClock.now < shutDown { try await Task.sleep(for: .milliseconds(10)) }
+        #expect(pendingCapture == nil, "a timer failed at shutdown still holds its task")
+    }
+
     /// A plain blocking socket on 127.0.0.1 standing in for a peer, reading IP_TOS.
     final class Peer: Sendable {
         let fd: CInt
