@@ -342,8 +342,7 @@ package final class QUICClientConnector: @unchecked Sendable {
     }
 
     private func abandon(_ driver: QUICConnectionDriver, socket: QUICUDPSocket) {
-        driver.eventHandler = nil
-        driver.onFinished = nil
+        driver.abandon()
         socket.detachAndClose()
         self.driver = nil
         onAttempt?(nil)

@@ -37,8 +37,11 @@ package final class QUICConnectionDriver: @unchecked Sendable {
         self.core = core
         self.sockets = [socket]
         self.eventLoop = eventLoop
-        timer = eventLoop.makeAlarm { [weak self] in
-            guard let self else { return }
+        // Held strongly, as the other hooks hold their owners: the cycle ends when the
+        // connection does (`checkFinished`) or is given up (`abandon`). A weak reference would
+        // give the driver a side table, and every retain and release of it, several per pass,
+        // would take the runtime's slow path.
+        timer = eventLoop.makeAlarm {
             self.timerDeadline = .max
             self.core.handleTimeout(now: Self.now())
             self.afterInput()
@@ -169,6 +172,20 @@ package final class QUICConnectionDriver: @unchecked Sendable {
         if deadline == .max { timer?.cancel() } else { timer?.set(deadline: deadline) }
     }
 
+    /// Stops running the core without closing it (a connection attempt given up for another
+    /// address): its timer stops and the hooks go, so nothing runs here again and the driver,
+    /// with its core, is freed once its owner lets go.
+    package func abandon() {
+        eventLoop.assertInEventLoop()
+        finished = true
+        timer?.cancel()
+        timer = nil
+        timerDeadline = .max
+        eventHandler = nil
+        afterPass = nil
+        onFinished = nil
+    }
+
     /// Once the core is closed nothing runs here again, so the driver lets go of every hook:
     /// each one holds its owner (a group, a connector, an HTTP/3 connection), and each owner
     /// holds this driver, so any hook kept would keep the core and its C objects forever.
@@ -182,6 +199,7 @@ package final class QUICConnectionDriver: @unchecked Sendable {
         guard core.state == .closed else { return }
         finished = true
         timer?.cancel()
+        timer = nil
         timerDeadline = .max
         let finish = onFinished
         onFinished = nil

@@ -106,8 +106,9 @@ package final class QUICServerEndpoint {
     private func scheduleMemoryTrim(in delay: TimeAmount = QUICServerEndpoint.memoryTrimDelay) {
         guard !memoryTrimScheduled else { return }
         memoryTrimScheduled = true
-        socket.loop.assumeIsolated().scheduleTask(in: delay) { [weak self] in
-            guard let self else { return }
+        // Holds the endpoint for the delay at most: a weak reference would give it a side table,
+        // and every retain and release of it (one per datagram) would take the slow path.
+        socket.loop.assumeIsolated().scheduleTask(in: delay) {
             self.memoryTrimScheduled = false
             let quiet = NIODeadline.now() - self.lastConnectionChange
             if quiet >= Self.memoryTrimDelay {
@@ -145,8 +146,9 @@ package final class QUICServerEndpoint {
                 // The endpoint's core, held strongly: it holds cores, not drivers, so no cycle,
                 // and a pass then loads no weak reference (12 per connection).
                 driver.takeEvents = { [core] in core.takeEvents(of: $0) }
-                driver.onFinished = { [weak self] finished in
-                    guard let self else { return }
+                // Holds the endpoint until the connection is over, when the driver drops it.
+                driver.onFinished = { [self] finished in
+                    finished.core.owner = nil
                     core.remove(finished.core)
                     drivers[ObjectIdentifier(finished.core)] = nil
                     lastConnectionChange = NIODeadline.now()
