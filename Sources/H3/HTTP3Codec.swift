@@ -95,6 +95,9 @@ package final class HTTP3Codec: QUICApplicationCodec {
         if let conn { nghttp3_conn_del(conn) }
     }
 
+    /// Whether `takeEvents()` has anything to hand over.
+    package var hasEvents: Bool { !events.isEmpty }
+
     /// Hands over what the codec parsed since the last call. Body bytes of one stream that
     /// arrived back to back come as one `.data` event, not one per packet.
     package func takeEvents() -> [HTTP3Event] {
@@ -110,6 +113,17 @@ package final class HTTP3Codec: QUICApplicationCodec {
         // Handed over whole: keeping the capacity of an array that is also returned would copy it.
         defer { events = [] }
         return events
+    }
+
+    /// Passes what `takeEvents()` would return to `body`, then keeps the array's room for the
+    /// next pass's events: a server handles events on nearly every pass, and a new array each
+    /// time cost an allocation and its growth (about three per request). Events that `body`
+    /// causes wait for the next call.
+    package func handOverEvents(_ body: ([HTTP3Event]) -> Void) {
+        var taken = takeEvents()
+        body(taken)
+        taken.removeAll(keepingCapacity: true)
+        if events.isEmpty { events = taken }
     }
 
     /// Adds body bytes to the stream's latest `.data` event when nothing else came after it.

@@ -376,10 +376,16 @@ private final class LoopCore: @unchecked Sendable {
                 swap(&queue, &running)
                 wakeupPending = false
             }
-            for body in due { body() }
-            due.removeAll(keepingCapacity: true)
-            for work in running { work.run() }
-            running.removeAll(keepingCapacity: true)
+            // Usually both are empty, and emptying an empty array still costs a generic
+            // `replaceSubrange` call.
+            if !due.isEmpty {
+                for body in due { body() }
+                due.removeAll(keepingCapacity: true)
+            }
+            if !running.isEmpty {
+                for work in running { work.run() }
+                running.removeAll(keepingCapacity: true)
+            }
         }
         finish()
     }
