@@ -113,6 +113,7 @@ package final class QUICUDPSocket: QUICEventLoopSource {
         sendControl = .allocate(byteCount: Self.controlSize, alignment: 16)
         for slot in 0..<readSlots {
             vectors[slot] = iovec(iov_base: readArea.baseAddress! + slot * Self.readSlotSize, iov_len: Self.readSlotSize)
+            resetReadSlot(slot)
         }
 
         typealias Setting = QUICSocketOptions.Setting
@@ -167,18 +168,6 @@ package final class QUICUDPSocket: QUICEventLoopSource {
     func readable() {
         guard !isClosed else { return }
         for _ in 0..<Self.readPassesPerWakeup {
-            for slot in 0..<readSlots {
-                messages[slot].msg_hdr = msghdr(
-                    msg_name: UnsafeMutableRawPointer(names + slot),
-                    msg_namelen: socklen_t(MemoryLayout<sockaddr_storage>.size),
-                    msg_iov: vectors + slot,
-                    msg_iovlen: 1,
-                    msg_control: controls.baseAddress! + slot * Self.controlSize,
-                    msg_controllen: Self.controlSize,
-                    msg_flags: 0
-                )
-                messages[slot].msg_len = 0
-            }
             let count = cqs_recvmmsg(descriptor, messages, CUnsignedInt(readSlots), CInt(MSG_DONTWAIT))
             if count < 0 {
                 let code = errno
@@ -189,12 +178,31 @@ package final class QUICUDPSocket: QUICEventLoopSource {
                 }
                 break
             }
-            for slot in 0..<Int(count) { deliver(slot) }
+            for slot in 0..<Int(count) {
+                deliver(slot)
+                resetReadSlot(slot)
+            }
             if Int(count) < readSlots { break }
             // A handler may have closed the socket.
             if isClosed { return }
         }
         onReadComplete?()
+    }
+
+    /// Readies a read slot's header for `recvmmsg`, which rewrites the lengths and flags of
+    /// the slots it fills and of no other: after a read only those are readied again, not all
+    /// of them (at one datagram per wake-up, that was 15 headers written for nothing).
+    private func resetReadSlot(_ slot: Int) {
+        messages[slot].msg_hdr = msghdr(
+            msg_name: UnsafeMutableRawPointer(names + slot),
+            msg_namelen: socklen_t(MemoryLayout<sockaddr_storage>.size),
+            msg_iov: vectors + slot,
+            msg_iovlen: 1,
+            msg_control: controls.baseAddress! + slot * Self.controlSize,
+            msg_controllen: Self.controlSize,
+            msg_flags: 0
+        )
+        messages[slot].msg_len = 0
     }
 
     /// Hands one read slot's datagrams to `onDatagram`.
