@@ -119,7 +119,7 @@ public final class NWConnectionGroup: @unchecked Sendable {
         self.eventLoop = driver.eventLoop
         self.logger = logger
         self.driver = driver
-        attachMetadata(to: driver)
+        attachMetadata()
         // The driver keeps the group alive until the connection is over; finishing breaks the cycle.
         driver.eventHandler = { events in self.handle(events) }
         driver.onFinished = { [previous = driver.onFinished] finished in
@@ -429,7 +429,7 @@ public final class NWConnectionGroup: @unchecked Sendable {
         // The connector (through its driver) keeps the group alive until the connection is over.
         connector.onAttempt = { driver in
             self.driver = driver
-            if let driver { self.attachMetadata(to: driver) }
+            if driver != nil { self.attachMetadata() }
             // With 0-RTT, streams queued before start go out with the first flight.
             self.openPendingStreams()
         }
@@ -624,12 +624,15 @@ public final class NWConnectionGroup: @unchecked Sendable {
 
     // MARK: Metadata
 
-    /// Lets changes made through metadata reach `driver`'s connection.
-    private func attachMetadata(to driver: QUICConnectionDriver) {
-        tunnelMetadata.setApplier { [weak self, weak driver] change in
-            guard let self, let driver else { return }
+    /// Lets changes made through metadata reach the tunnel's connection: the current driver's,
+    /// read on the loop when the change is carried out. A weak reference to the driver would
+    /// give it a side table, and every retain and release of it, several per pass, would take
+    /// the runtime's slow path.
+    private func attachMetadata() {
+        tunnelMetadata.setApplier { [weak self] change in
+            guard let self else { return }
             self.eventLoop.execute {
-                guard driver.core.closeReason == nil else { return }
+                guard let driver = self.driver, driver.core.closeReason == nil else { return }
                 switch change {
                 case .keepAlive(let behavior):
                     guard driver.core.isHandshakeCompleted else { return }  // Applied at the handshake.
