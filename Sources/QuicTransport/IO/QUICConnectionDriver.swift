@@ -41,9 +41,9 @@ package final class QUICConnectionDriver: @unchecked Sendable {
         // connection does (`checkFinished`) or is given up (`abandon`). A weak reference would
         // give the driver a side table, and every retain and release of it, several per pass,
         // would take the runtime's slow path.
+        // The pass runs the core's timeout: every pass runs any that is due.
         timer = eventLoop.makeAlarm {
             self.timerDeadline = .max
-            self.core.handleTimeout(now: Self.now())
             self.afterInput()
         }
     }
@@ -177,13 +177,7 @@ package final class QUICConnectionDriver: @unchecked Sendable {
     /// with its core, is freed once its owner lets go.
     package func abandon() {
         eventLoop.assertInEventLoop()
-        finished = true
-        timer?.cancel()
-        timer = nil
-        timerDeadline = .max
-        eventHandler = nil
-        afterPass = nil
-        onFinished = nil
+        _ = stopRunning()
     }
 
     /// Once the core is closed nothing runs here again, so the driver lets go of every hook:
@@ -197,6 +191,12 @@ package final class QUICConnectionDriver: @unchecked Sendable {
         guard !finished else { return }
         if core.isOver { core.releaseConnectionState() }
         guard core.state == .closed else { return }
+        stopRunning()?(self)
+    }
+
+    /// Stops the timer and drops every hook, and with them the cycles they close; returns the
+    /// `onFinished` hook it dropped, for a connection that ended to call.
+    private func stopRunning() -> ((QUICConnectionDriver) -> Void)? {
         finished = true
         timer?.cancel()
         timer = nil
@@ -205,6 +205,6 @@ package final class QUICConnectionDriver: @unchecked Sendable {
         onFinished = nil
         eventHandler = nil
         afterPass = nil
-        finish?(self)
+        return finish
     }
 }

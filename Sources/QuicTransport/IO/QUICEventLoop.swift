@@ -485,8 +485,10 @@ private struct TimerHeap: ~Copyable {
             deadline < other.deadline || (deadline == other.deadline && sequence < other.sequence)
         }
 
-        func setIndex(_ index: Int) {
-            timer._withUnsafeGuaranteedRef { $0.heapIndex = index }
+        /// The timer's place in the heap, kept in the timer so that it is found without a search.
+        var index: Int {
+            get { timer._withUnsafeGuaranteedRef { $0.heapIndex } }
+            nonmutating set { timer._withUnsafeGuaranteedRef { $0.heapIndex = newValue } }
         }
     }
 
@@ -524,7 +526,7 @@ private struct TimerHeap: ~Copyable {
         if index < heap.count {
             heap[index] = last
             siftDown(index)
-            siftUp(last.timer._withUnsafeGuaranteedRef { $0.heapIndex })
+            siftUp(last.index)
         }
         removed.release()
     }
@@ -532,7 +534,7 @@ private struct TimerHeap: ~Copyable {
     /// Removes every timer due at `now`, earliest first, passing each to `take`.
     mutating func popDue(before now: UInt64, _ take: (LoopTimer) -> Void) {
         while let first = heap.first, first.deadline <= now {
-            first.setIndex(-1)
+            first.index = -1
             let last = heap.removeLast()
             if !heap.isEmpty {
                 heap[0] = last
@@ -558,11 +560,11 @@ private struct TimerHeap: ~Copyable {
             let parent = (hole - 1) / 2
             guard entry.precedes(heap[parent]) else { break }
             heap[hole] = heap[parent]
-            heap[hole].setIndex(hole)
+            heap[hole].index = hole
             hole = parent
         }
         heap[hole] = entry
-        entry.setIndex(hole)
+        entry.index = hole
     }
 
     private mutating func siftDown(_ start: Int) {
@@ -575,10 +577,10 @@ private struct TimerHeap: ~Copyable {
             if left + 1 < heap.count, heap[left + 1].precedes(heap[left]) { smallest = left + 1 }
             guard heap[smallest].precedes(entry) else { break }
             heap[hole] = heap[smallest]
-            heap[hole].setIndex(hole)
+            heap[hole].index = hole
             hole = smallest
         }
         heap[hole] = entry
-        entry.setIndex(hole)
+        entry.index = hole
     }
 }
