@@ -94,14 +94,33 @@ extension QUICConnectionCore {
     }
 
     /// Runs a codec call from inside an ngtcp2 callback, turning a throw into a recorded failure.
+    ///
+    /// The codec is lent to `body` without a reference count. The core replaces its codec
+    /// (0-RTT refused, in a read callback) or drops it (`releaseConnectionState`, by the owner)
+    /// only between calls into it, so it outlives each call. Counting cost a retain and a
+    /// release per call, and ngtcp2 runs several such callbacks per request.
+    @inline(__always)
     func withCodec(_ body: (any QUICApplicationCodec) throws -> Void) -> Int32 {
-        guard let applicationCodec else { return 0 }
-        do {
-            try body(applicationCodec)
-            return 0
-        } catch {
-            codecFailure = error
-            return NGTCP2_ERR_CALLBACK_FAILURE
+        guard let codecLoan else { return 0 }
+        return codecLoan._withUnsafeGuaranteedRef { holder in
+            do {
+                try body(holder.codec)
+                return 0
+            } catch {
+                codecFailure = error
+                return NGTCP2_ERR_CALLBACK_FAILURE
+            }
         }
+    }
+}
+
+/// A codec in a `let`. An immutable property of an object that is itself borrowed is borrowed
+/// too, so calls on it take no reference count; a codec read from a `var` is retained and
+/// released around each call, since the call could change the `var`.
+final class QUICApplicationCodecHolder {
+    let codec: any QUICApplicationCodec
+
+    init(_ codec: any QUICApplicationCodec) {
+        self.codec = codec
     }
 }

@@ -162,10 +162,7 @@ extension QUICConnectionCore {
         }
         callbacks.stream_open = { _, streamID, userData in
             QUICConnectionCore.withCore(userData) { core in
-                if let codec = core.applicationCodec {
-                    codec.streamOpened(streamID: streamID)
-                    return 0
-                }
+                if core.hasApplicationCodec { return core.withCodec { $0.streamOpened(streamID: streamID) } }
                 core.streams[streamID] = QUICStreamState(id: streamID)
                 core.events.append(.streamOpened(streamID: streamID))
                 return 0
@@ -173,7 +170,7 @@ extension QUICConnectionCore {
         }
         callbacks.recv_stream_data = { _, flags, streamID, _, data, length, userData, _ in
             QUICConnectionCore.withCore(userData) { core in
-                if core.applicationCodec != nil {
+                if core.hasApplicationCodec {
                     return core.withCodec { codec in
                         let consumed = try codec.receive(
                             streamID: streamID,
@@ -193,7 +190,7 @@ extension QUICConnectionCore {
         }
         callbacks.acked_stream_data_offset = { _, streamID, offset, length, userData, _ in
             QUICConnectionCore.withCore(userData) { core in
-                if core.applicationCodec != nil {
+                if core.hasApplicationCodec {
                     return core.withCodec { try $0.acknowledged(streamID: streamID, bytes: UInt64(length)) }
                 }
                 core.streams[streamID]?.send.didAcknowledge(upTo: offset + UInt64(length))
@@ -202,7 +199,7 @@ extension QUICConnectionCore {
         }
         callbacks.stream_reset = { _, streamID, _, code, userData, _ in
             QUICConnectionCore.withCore(userData) { core in
-                if core.applicationCodec != nil {
+                if core.hasApplicationCodec {
                     return core.withCodec { try $0.peerReset(streamID: streamID, code: code) }
                 }
                 core.streams[streamID]?.receive.resetCode = code
@@ -213,7 +210,7 @@ extension QUICConnectionCore {
         callbacks.stream_close = { _, flags, streamID, code, userData, _ in
             QUICConnectionCore.withCore(userData) { core in
                 let appCode = flags & UInt32(NGTCP2_STREAM_CLOSE_FLAG_APP_ERROR_CODE_SET) != 0 ? code : nil
-                if core.applicationCodec != nil {
+                if core.hasApplicationCodec {
                     core.replenishPeerStreamCredit(closed: streamID)
                     return core.withCodec { try $0.streamClosed(streamID: streamID, code: appCode) }
                 }
@@ -226,7 +223,7 @@ extension QUICConnectionCore {
         }
         callbacks.extend_max_stream_data = { _, streamID, _, userData, _ in
             QUICConnectionCore.withCore(userData) { core in
-                if core.applicationCodec != nil {
+                if core.hasApplicationCodec {
                     return core.withCodec { try $0.setBlocked(streamID: streamID, false) }
                 }
                 core.streams[streamID]?.isFlowControlBlocked = false

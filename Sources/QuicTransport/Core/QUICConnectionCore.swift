@@ -69,10 +69,18 @@ package final class QUICConnectionCore {
     /// outside its module is checked for exclusive access at run time there, whatever
     /// `@exclusivity(unchecked)` says here (HTTP/3 reads it for every response).
     package var applicationCodec: (any QUICApplicationCodec)? {
-        get { storedApplicationCodec }
-        set { storedApplicationCodec = newValue }
+        get { codecHolder?.codec }
+        set {
+            codecHolder = newValue.map(QUICApplicationCodecHolder.init)
+            codecLoan = codecHolder.map(Unmanaged.passUnretained)
+        }
     }
-    @exclusivity(unchecked) private var storedApplicationCodec: (any QUICApplicationCodec)?
+    /// The codec's one owner on this side: the core holds the holder, the holder the codec.
+    @exclusivity(unchecked) private var codecHolder: QUICApplicationCodecHolder?
+    /// `codecHolder`, unretained, for `withCodec` to lend without a reference count.
+    @exclusivity(unchecked) var codecLoan: Unmanaged<QUICApplicationCodecHolder>?
+    /// Whether a codec runs this connection's streams (read without touching the codec).
+    var hasApplicationCodec: Bool { codecLoan != nil }
     /// Whatever runs this connection's I/O (a server endpoint's driver), for the endpoint to find
     /// it from a routed datagram without a table lookup. Not counted, since the driver holds this
     /// core: the endpoint, which holds the driver for as long as it routes to this core, sets it
@@ -735,18 +743,13 @@ package final class QUICConnectionCore {
             var streamID: Int64 = -1
             var vectorCount = 0
             var fin = false
-            // Read once for the packet: each read of the property is a reference count.
-            let applicationCodec = storedApplicationCodec
-            if let applicationCodec {
+            let hasCodec = hasApplicationCodec
+            if hasCodec {
                 if ngtcp2_conn_get_max_data_left(conn) > 0 {
-                    do {
-                        if let next = try applicationCodec.nextStreamData(into: vectors) {
-                            (streamID, vectorCount, fin) = next
-                        }
-                    } catch {
-                        codecFailure = error
-                        return .failed(NGTCP2_ERR_CALLBACK_FAILURE)
+                    let failed = withCodec { codec in
+                        if let next = try codec.nextStreamData(into: vectors) { (streamID, vectorCount, fin) = next }
                     }
+                    if failed != 0 { return .failed(failed) }
                 }
             } else if let next = nextWritableStream() {
                 streamID = next
@@ -760,11 +763,9 @@ package final class QUICConnectionCore {
                 vectors.baseAddress, vectorCount, now
             )
             if streamID >= 0 && accepted >= 0 {
-                if let applicationCodec {
-                    do { try applicationCodec.didWrite(streamID: streamID, bytes: accepted) } catch {
-                        codecFailure = error
-                        return .failed(NGTCP2_ERR_CALLBACK_FAILURE)
-                    }
+                if hasCodec {
+                    let failed = withCodec { try $0.didWrite(streamID: streamID, bytes: accepted) }
+                    if failed != 0 { return .failed(failed) }
                 } else {
                     let total = (0..<vectorCount).reduce(0) { $0 + vectors[$1].len }
                     didWrite(streamID: streamID, bytes: accepted, fin: fin && accepted == total)
@@ -778,7 +779,7 @@ package final class QUICConnectionCore {
             case NGTCP2_ERR_WRITE_MORE:
                 continue
             case NGTCP2_ERR_STREAM_DATA_BLOCKED:
-                if applicationCodec != nil {
+                if hasCodec {
                     if withCodec({ try $0.setBlocked(streamID: streamID, true) }) != 0 { return .failed(NGTCP2_ERR_CALLBACK_FAILURE) }
                 } else {
                     streams[streamID]?.isFlowControlBlocked = true
@@ -786,7 +787,7 @@ package final class QUICConnectionCore {
                 }
                 continue
             case NGTCP2_ERR_STREAM_SHUT_WR, NGTCP2_ERR_STREAM_NOT_FOUND:
-                if applicationCodec != nil {
+                if hasCodec {
                     if withCodec({ try $0.writeShutDown(streamID: streamID) }) != 0 { return .failed(NGTCP2_ERR_CALLBACK_FAILURE) }
                 } else {
                     abandonSend(streamID: streamID)
