@@ -22,6 +22,8 @@ package final class QUICConnectionDriver: @unchecked Sendable {
     /// A pass is queued on the loop (`schedulePass`), so another request for one is redundant.
     @exclusivity(unchecked) private var passScheduled = false
     @exclusivity(unchecked) private var finished = false
+    /// The server endpoint has queued this driver for a pass after its read (`touch`).
+    @exclusivity(unchecked) var isTouched = false
     /// Receives the core's events after every input; set by the API layer.
     @exclusivity(unchecked) package var eventHandler: (([QUICConnectionEvent]) -> Void)?
     /// Pulls events out of the core; the server's endpoint wraps this to keep its routing table current.

@@ -134,38 +134,39 @@ package final class QUICServerEndpoint {
     }
 
     private func receive(_ datagram: UnsafeRawBufferPointer, path: QUICPath, ecn: UInt32, on listening: QUICUDPSocket, mayHandOver: Bool) {
+        // Unretained, as the caller holds the socket for the call: captured strongly, the
+        // socket was retained and released several times per datagram.
+        let replySocket = Unmanaged.passUnretained(listening)
         let disposition = core.receive(datagram: datagram, path: path, ecn: ecn, now: QUICConnectionDriver.now(), mayHandOver: mayHandOver) { reply in
-            listening.sendNow(reply, to: path.remote)
+            replySocket._withUnsafeGuaranteedRef { $0.sendNow(reply, to: path.remote) }
         }
         switch disposition {
         case .delivered(let connection, let isNew):
-            let driver: QUICConnectionDriver
-            if isNew {
-                driver = QUICConnectionDriver(core: connection, socket: socket, eventLoop: socket.loop)
-                if let preferredSocket { driver.addSocket(preferredSocket) }
-                // The endpoint's core, held strongly: it holds cores, not drivers, so no cycle,
-                // and a pass then loads no weak reference (12 per connection).
-                driver.takeEvents = { [core] in core.takeEvents(of: $0) }
-                // Holds the endpoint until the connection is over, when the driver drops it.
-                driver.onFinished = { [self] finished in
-                    finished.core.owner = nil
-                    core.remove(finished.core)
-                    drivers[ObjectIdentifier(finished.core)] = nil
-                    lastConnectionChange = NIODeadline.now()
-                    scheduleMemoryTrim()
-                }
-                drivers[ObjectIdentifier(connection)] = driver
-                connection.owner = driver
-                connectionsAccepted += 1
-                lastConnectionChange = NIODeadline.now()
-                onNewConnection?(driver)
-            } else if let owner = connection.owner {
+            guard isNew else {
                 // Only this endpoint sets a server core's owner, always to a driver.
-                driver = unsafeDowncast(owner, to: QUICConnectionDriver.self)
-            } else {
+                guard let owner = connection.owner else { return }
+                Unmanaged<QUICConnectionDriver>.fromOpaque(owner.toOpaque())._withUnsafeGuaranteedRef(touch)
                 return
             }
-            if !touched.contains(where: { $0 === driver }) { touched.append(driver) }
+            let driver = QUICConnectionDriver(core: connection, socket: socket, eventLoop: socket.loop)
+            if let preferredSocket { driver.addSocket(preferredSocket) }
+            // The endpoint's core, held strongly: it holds cores, not drivers, so no cycle,
+            // and a pass then loads no weak reference (12 per connection).
+            driver.takeEvents = { [core] in core.takeEvents(of: $0) }
+            // Holds the endpoint until the connection is over, when the driver drops it.
+            driver.onFinished = { [self] finished in
+                finished.core.owner = nil
+                core.remove(finished.core)
+                drivers[ObjectIdentifier(finished.core)] = nil
+                lastConnectionChange = NIODeadline.now()
+                scheduleMemoryTrim()
+            }
+            drivers[ObjectIdentifier(connection)] = driver
+            connection.owner = Unmanaged.passUnretained(driver)
+            connectionsAccepted += 1
+            lastConnectionChange = NIODeadline.now()
+            onNewConnection?(driver)
+            touch(driver)
         case .handOver(let worker):
             // The read area is reused after this call: the other worker gets a copy.
             handOver?(worker, ByteBuffer(bytes: datagram), path, ecn)
@@ -176,12 +177,23 @@ package final class QUICServerEndpoint {
         }
     }
 
+    /// Queues a driver for one pass after this read, however many of the read's datagrams are
+    /// its connection's.
+    private func touch(_ driver: QUICConnectionDriver) {
+        guard !driver.isTouched else { return }
+        driver.isTouched = true
+        touched.append(driver)
+    }
+
     private func serviceTouched() {
         // By index, so the array keeps its capacity (a copy taken to loop over would make
-        // clearing it allocate anew every pass); a driver touched meanwhile is served too.
+        // clearing it allocate anew every pass); a driver touched meanwhile is served too,
+        // even one served already.
         var index = 0
         while index < touched.count {
-            touched[index].afterInput()
+            let driver = touched[index]
+            driver.isTouched = false
+            driver.afterInput()
             index += 1
         }
         touched.removeAll(keepingCapacity: true)
