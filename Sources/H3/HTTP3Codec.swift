@@ -19,8 +19,12 @@ package final class HTTP3Codec: QUICApplicationCodec {
 
     package let role: Role
     @exclusivity(unchecked) private var conn: OpaquePointer?
-    /// The connection this codec runs in; set once the handshake completes.
-    @exclusivity(unchecked) private unowned(unsafe) var core: QUICConnectionCore?
+    /// The connection this codec runs in; set once the handshake completes. Not counted, since
+    /// the core holds this codec: it is borrowed for each use, where an `unowned(unsafe)`
+    /// reference is retained and released around each one, several times per request.
+    @exclusivity(unchecked) private var coreLoan: Unmanaged<QUICConnectionCore>?
+    /// Whether the connection writes a qlog trace, read from the core once it is set.
+    @exclusivity(unchecked) private var writesQLog = false
     /// The bodies being sent, owned here until their stream closes. nghttp3 also holds each
     /// queued one, unretained, as its stream's user data, so the callbacks for every chunk read
     /// and acknowledged reach it without hashing; whoever drops a body here clears that first.
@@ -144,6 +148,13 @@ package final class HTTP3Codec: QUICApplicationCodec {
         events.append(event)
     }
 
+    /// Runs `body` with the connection, borrowed; nil before the handshake completes.
+    @inline(__always)
+    private func withCore<R>(_ body: (QUICConnectionCore) throws -> R) rethrows -> R? {
+        guard let coreLoan else { return nil }
+        return try coreLoan._withUnsafeGuaranteedRef(body)
+    }
+
     // MARK: Requests and responses
 
     /// Sends a request on a new bidirectional stream; nil while the peer's stream limit is reached.
@@ -153,8 +164,10 @@ package final class HTTP3Codec: QUICApplicationCodec {
         streaming: Bool = false,
         trailers: [(name: String, value: String)]? = nil
     ) throws -> Int64? {
-        guard let core else { throw HTTP3CodecError(function: "submitRequest before the handshake", code: 0) }
-        guard let streamID = try core.openCodecBidirectionalStream() else { return nil }
+        guard let opened = try withCore({ try $0.openCodecBidirectionalStream() }) else {
+            throw HTTP3CodecError(function: "submitRequest before the handshake", code: 0)
+        }
+        guard let streamID = opened else { return nil }
         try submit(streamID: streamID, headers: headers, body: body, streaming: streaming, trailers: trailers) { conn, nva, count, reader in
             nghttp3_conn_submit_request(conn, streamID, nva, count, reader, nil)
         }
@@ -194,7 +207,7 @@ package final class HTTP3Codec: QUICApplicationCodec {
     /// Gives flow-control credit back for body bytes the application has taken (RFC 9000 §4.1):
     /// received DATA is credited only once read, which is what holds a fast sender back.
     package func consumeBody(streamID: Int64, bytes: Int) {
-        core?.consume(streamID: streamID, bytes: bytes)
+        withCore { $0.consume(streamID: streamID, bytes: bytes) }
     }
 
     /// Sets a request stream's priority (RFC 9218). On a client this sends PRIORITY_UPDATE
@@ -206,7 +219,7 @@ package final class HTTP3Codec: QUICApplicationCodec {
     }
 
     /// Whether the handshake completed and the control stream is open.
-    package var isEstablished: Bool { core != nil }
+    package var isEstablished: Bool { coreLoan != nil }
 
     /// Server: announces a graceful shutdown with a GOAWAY carrying the largest stream ID
     /// (RFC 9114 §5.2); requests already on their way still get through.
@@ -224,9 +237,9 @@ package final class HTTP3Codec: QUICApplicationCodec {
 
     /// Abandons a request or response with an HTTP/3 error code (RFC 9114 §4.1.1).
     package func cancel(streamID: Int64, code: HTTP3ErrorCode) {
-        guard let core, let conn else { return }
+        guard coreLoan != nil, let conn else { return }
         _ = nghttp3_conn_shutdown_stream_write(conn, streamID)
-        core.shutdownCodecStream(streamID: streamID, code: code.rawValue, read: true, write: true)
+        withCore { $0.shutdownCodecStream(streamID: streamID, code: code.rawValue, read: true, write: true) }
     }
 
     private func submit(
@@ -239,39 +252,53 @@ package final class HTTP3Codec: QUICApplicationCodec {
         call: (OpaquePointer, UnsafePointer<nghttp3_nv>, Int, UnsafePointer<nghttp3_data_reader>?) -> Int32
     ) throws {
         guard let conn else { return }
-        let outgoing: StreamBody?
         if body == nil, !streaming, trailers == nil, let file, file.inMemoryBytes != nil {
-            outgoing = .resident(file)
-        } else if body != nil || file != nil || streaming || trailers != nil {
-            outgoing = .queued(HTTP3OutgoingBody(copying: body, file: file, finished: !streaming, trailers: trailers))
-        } else {
-            outgoing = nil
+            try submitResident(streamID: streamID, headers: headers, file: file, conn: conn, call: call)
+            return
         }
-        if core?.isQLogEnabled == true { submittedHeaders[streamID, default: []].append(Array(headers)) }
-        var reader: nghttp3_data_reader
-        switch outgoing {
-        case .resident?: reader = nghttp3_data_reader(read_data: Self.readResidentBody)
-        case .queued?, nil: reader = nghttp3_data_reader(read_data: Self.readBody)
+        let queued = body != nil || file != nil || streaming || trailers != nil
+            ? HTTP3OutgoingBody(copying: body, file: file, finished: !streaming, trailers: trailers) : nil
+        noteSubmitted(headers, streamID: streamID)
+        var reader = nghttp3_data_reader(read_data: Self.readBody)
+        let rv = headers.withFieldArray { nva, count in
+            queued != nil ? call(conn, nva, count, &reader) : call(conn, nva, count, nil)
         }
+        guard rv == 0 else { throw HTTP3CodecError(function: "nghttp3_conn_submit", code: rv) }
+        guard let queued else { return }
+        // The stream exists now (a request's was made by the call); nghttp3 reads the body
+        // only from later write calls.
+        nghttp3_conn_set_stream_user_data(conn, streamID, Unmanaged.passUnretained(queued).toOpaque())
+        bodies[streamID] = .queued(queued)
+    }
+
+    /// Submits a body its reader holds in memory (`StreamBody.resident`). A path of its own:
+    /// the response to a small file is the common one, and the general path's optional body,
+    /// matched and copied along the way, cost several reference counts per response.
+    private func submitResident(
+        streamID: Int64,
+        headers: some HTTP3FieldArraySource,
+        file: HTTP3FileRegion,
+        conn: OpaquePointer,
+        call: (OpaquePointer, UnsafePointer<nghttp3_nv>, Int, UnsafePointer<nghttp3_data_reader>?) -> Int32
+    ) throws {
+        noteSubmitted(headers, streamID: streamID)
+        var reader = nghttp3_data_reader(read_data: Self.readResidentBody)
         // nghttp3 copies the field section during the call, unless it may read it in place
         // when it encodes the HEADERS frame: a resident body holds its file's reader until
         // the stream closes, and with it the whole-file head that reader keeps.
         let rv: Int32
-        if case .resident(let region)? = outgoing, let shared = headers.sharedFieldArray, region.reader.wholeFileFields === shared {
+        if let shared = headers.sharedFieldArray, file.reader.wholeFileFields === shared {
             rv = shared.withUncopiedFieldArray { nva, count in call(conn, nva, count, &reader) }
         } else {
-            rv = headers.withFieldArray { nva, count in
-                outgoing != nil ? call(conn, nva, count, &reader) : call(conn, nva, count, nil)
-            }
+            rv = headers.withFieldArray { nva, count in call(conn, nva, count, &reader) }
         }
         guard rv == 0 else { throw HTTP3CodecError(function: "nghttp3_conn_submit", code: rv) }
-        guard let outgoing else { return }
-        if case .queued(let queued) = outgoing {
-            // The stream exists now (a request's was made by the call); nghttp3 reads the body
-            // only from later write calls.
-            nghttp3_conn_set_stream_user_data(conn, streamID, Unmanaged.passUnretained(queued).toOpaque())
-        }
-        bodies[streamID] = outgoing
+        bodies[streamID] = .resident(file)
+    }
+
+    /// Keeps a submitted field section for qlog, which logs it when its HEADERS frame goes out.
+    private func noteSubmitted(_ headers: some HTTP3FieldArraySource, streamID: Int64) {
+        if writesQLog { submittedHeaders[streamID, default: []].append(Array(headers)) }
     }
 
     /// Forgets a body before its stream closes, and nghttp3's reference to it (no callback
@@ -292,7 +319,7 @@ package final class HTTP3Codec: QUICApplicationCodec {
                 guard case .queued(let body)? = bodies[streamID], let fields = body.trailers else { continue }
                 let rv = fields.withFieldArray { nva, count in nghttp3_conn_submit_trailers(conn, streamID, nva, count) }
                 try check(rv, "nghttp3_conn_submit_trailers")
-                if core?.isQLogEnabled == true { submittedHeaders[streamID, default: []].append(fields) }
+                noteSubmitted(fields, streamID: streamID)
             case .reset:
                 dropBody(streamID: streamID)
                 cancel(streamID: streamID, code: .internalError)
@@ -303,7 +330,8 @@ package final class HTTP3Codec: QUICApplicationCodec {
     // MARK: QUICApplicationCodec
 
     package func connectionEstablished(_ core: QUICConnectionCore) throws {
-        self.core = core
+        coreLoan = Unmanaged.passUnretained(core)
+        writesQLog = core.isQLogEnabled
         guard let conn else { return }
         // RFC 9114 §6.2: one control stream and the two QPACK streams, each unidirectional.
         let control = try core.openCodecUnidirectionalStream()
@@ -318,8 +346,8 @@ package final class HTTP3Codec: QUICApplicationCodec {
 
     package func streamOpened(streamID: Int64) {
         // Client-initiated bidirectional streams are requests (RFC 9114 §6.1, RFC 9000 §2.1).
-        guard tracksRequestHeads, role == .server, streamID & 0x3 == 0, let core else { return }
-        awaitingRequestHeads.append((streamID, core.currentTime))
+        guard tracksRequestHeads, role == .server, streamID & 0x3 == 0, let openedAt = withCore(\.currentTime) else { return }
+        awaitingRequestHeads.append((streamID, openedAt))
     }
 
     /// When the oldest request stream still without its header section opened; nil when none waits.
@@ -342,7 +370,7 @@ package final class HTTP3Codec: QUICApplicationCodec {
             conn, streamID, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), bytes.count, fin ? 1 : 0
         )
         // After nghttp3 has read them, so a HEADERS frame's decoded fields come before its DATA.
-        if core?.isQLogEnabled == true { logFrames(streamID: streamID, bytes: bytes, outgoing: false) }
+        if writesQLog { logFrames(streamID: streamID, bytes: bytes, outgoing: false) }
         // One field line over 64 KiB: nghttp3's QPACK decoder stops for the whole connection
         // (every later section fails), so the connection closes, with the QPACK code and a reason
         // that says why. A compliant client never sends one: it is over the advertised limit.
@@ -406,7 +434,7 @@ package final class HTTP3Codec: QUICApplicationCodec {
         guard count >= 0 else { throw applicationError(Int32(count), "nghttp3_conn_writev_stream") }
         try runDueAfterWrite()
         guard streamID >= 0 else { return nil }
-        if core?.isQLogEnabled == true { offered = (streamID, Array(vectors.prefix(count))) }
+        if writesQLog { offered = (streamID, Array(vectors.prefix(count))) }
         return (streamID, count, fin != 0)
     }
 
@@ -522,7 +550,7 @@ package final class HTTP3Codec: QUICApplicationCodec {
         }
         callbacks.deferred_consume = { _, streamID, consumed, userData, _ in
             HTTP3Codec.withCodec(userData) { codec in
-                codec.core?.consume(streamID: streamID, bytes: consumed)
+                codec.withCore { $0.consume(streamID: streamID, bytes: consumed) }
                 return 0
             }
         }
@@ -567,14 +595,14 @@ package final class HTTP3Codec: QUICApplicationCodec {
         }
         callbacks.stop_sending = { _, streamID, code, userData, _ in
             HTTP3Codec.withCodec(userData) { codec in
-                codec.core?.shutdownCodecStream(streamID: streamID, code: code, read: true, write: false)
+                codec.withCore { $0.shutdownCodecStream(streamID: streamID, code: code, read: true, write: false) }
                 return 0
             }
         }
         callbacks.reset_stream = { _, streamID, code, userData, _ in
             HTTP3Codec.withCodec(userData) { codec in
                 codec.append(.reset(streamID: streamID, code: HTTP3ErrorCode(rawValue: code)), streamID: streamID)
-                codec.core?.shutdownCodecStream(streamID: streamID, code: code, read: false, write: true)
+                codec.withCore { $0.shutdownCodecStream(streamID: streamID, code: code, read: false, write: true) }
                 return 0
             }
         }
@@ -598,7 +626,7 @@ package final class HTTP3Codec: QUICApplicationCodec {
         let status = [(name: ":status", value: "431")]
         do {
             try submitResponse(streamID: streamID, headers: status, body: Array("request header fields too large\n".utf8))
-            core?.shutdownCodecStream(streamID: streamID, code: UInt64(NGHTTP3_H3_NO_ERROR), read: true, write: false)
+            withCore { $0.shutdownCodecStream(streamID: streamID, code: UInt64(NGHTTP3_H3_NO_ERROR), read: true, write: false) }
         } catch {
             cancel(streamID: streamID, code: .excessiveLoad)
         }
@@ -636,13 +664,15 @@ package final class HTTP3Codec: QUICApplicationCodec {
             fields = pausedFieldSections.removeValue(forKey: streamID) ?? HTTP3ReceivedFields()
         }
         if !awaitingRequestHeads.isEmpty { stopAwaitingRequestHead(streamID) }
-        core?.appendQLogEvent(name: "http:frame_parsed", data: HTTP3QLog.headers(streamID: streamID, length: nil, fields: fields.pairs))
+        if writesQLog {
+            withCore { $0.appendQLogEvent(name: "http:frame_parsed", data: HTTP3QLog.headers(streamID: streamID, length: nil, fields: fields.pairs)) }
+        }
         append(.headers(streamID: streamID, fields: fields, isTrailers: isTrailers), streamID: streamID)
     }
 
     /// Writes qlog events for the frames that start in `bytes` (RFC 9114 §7.2 frame types).
     private func logFrames(streamID: Int64, bytes: UnsafeRawBufferPointer, outgoing: Bool) {
-        guard let core, core.isQLogEnabled else { return }
+        guard writesQLog, let core = coreLoan?.takeUnretainedValue() else { return }
         let isUnidirectional = streamID & 0x2 != 0
         var scanner = (outgoing ? outgoingFrames[streamID] : incomingFrames[streamID])
             ?? HTTP3FrameScanner(unidirectional: isUnidirectional)
