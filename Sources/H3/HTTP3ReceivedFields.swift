@@ -31,6 +31,10 @@ package struct HTTP3ReceivedFields: @unchecked Sendable {
     /// The section's size as RFC 9114 §4.2.2 measures it (each field's name and value plus 32
     /// bytes), counting the lines that were not kept.
     package private(set) var size = 0
+    /// One bit for each name kept, chosen by its length and first byte (`nameBit`): a name
+    /// whose bit is clear is not in the section, so asking for a field that is absent (most
+    /// requests have no `range`, for one) reads no record.
+    private var namesSeen: UInt64 = 0
 
     /// The bytes, in one allocation. Its header is unused: the section keeps the room it
     /// made, and reading a class's stored property would cost an exclusivity check.
@@ -76,6 +80,13 @@ package struct HTTP3ReceivedFields: @unchecked Sendable {
         }
         used = end
         count += 1
+        namesSeen |= Self.nameBit(name)
+    }
+
+    @inline(__always)
+    private static func nameBit(_ name: UnsafeBufferPointer<UInt8>) -> UInt64 {
+        let first = name.isEmpty ? 0 : Int(name[0])
+        return 1 << UInt64((name.count &* 7 &+ first) & 63)
     }
 
     private mutating func moveToNewStorage(room: Int) {
@@ -144,7 +155,8 @@ package struct HTTP3ReceivedFields: @unchecked Sendable {
     func lines(named name: String) -> [Line] {
         var name = name
         return name.withUTF8 { name in
-            withBytes { raw in
+            guard namesSeen & Self.nameBit(name) != 0 else { return [] }
+            return withBytes { raw in
                 // A plain loop that reads a record's name length before anything else: this runs
                 // for every request that asks for a header field.
                 var named: [Line] = []

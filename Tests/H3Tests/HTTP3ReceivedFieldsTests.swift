@@ -37,6 +37,24 @@ struct HTTP3ReceivedFieldsTests {
         #expect(fields.lines.map(fields.name(of:)) == ["range", "accept", "range", "ranges"])
     }
 
+    /// Names are screened by length and first byte before any record is read: a name that
+    /// shares its screen with one present must still be compared, and every name present must
+    /// still be found, however many share a screen.
+    @Test func linesNamedAgreeWithAPlainSearchWhateverTheScreen() {
+        var pairs: [(name: String, value: String)] = [(":method", "GET"), (":path", "/"), ("", "empty name")]
+        for index in 0..<70 { pairs.append(("x-\(index)", "\(index)")) }
+        let fields = HTTP3ReceivedFields(pairs)
+        // Present names, absent ones of the same lengths and first bytes, and others.
+        var asked = Set(pairs.map(\.name))
+        for index in 70..<140 { asked.insert("x-\(index)") }
+        asked.formUnion(["range", "cookie", ":authority", "y-1", "x-", ""])
+        for name in asked {
+            let expected = pairs.filter { $0.name == name }.map(\.value)
+            #expect(fields.lines(named: name).map(fields.value(of:)) == expected, "\(name)")
+        }
+        #expect(HTTP3ReceivedFields().lines(named: "range").isEmpty)
+    }
+
     /// A response's fields as the client hands them out: the regular lines in wire order,
     /// repeats and cookies kept apart, a name nghttp3 gave a token read as that token's name,
     /// and a line whose name is no valid field name dropped.
