@@ -346,7 +346,7 @@ package final class HTTP3Codec: QUICApplicationCodec {
 
     package func streamOpened(streamID: Int64) {
         // Client-initiated bidirectional streams are requests (RFC 9114 §6.1, RFC 9000 §2.1).
-        guard tracksRequestHeads, role == .server, streamID & 0x3 == 0, let openedAt = withCore(\.currentTime) else { return }
+        guard tracksRequestHeads, role == .server, streamID & 0x3 == 0, let openedAt = withCore({ $0.currentTime }) else { return }
         awaitingRequestHeads.append((streamID, openedAt))
     }
 
@@ -440,15 +440,17 @@ package final class HTTP3Codec: QUICApplicationCodec {
 
     package func didWrite(streamID: Int64, bytes: Int) throws {
         guard let conn else { return }
-        if let offered, offered.streamID == streamID, bytes > 0 {
-            var remaining = bytes
-            for vector in offered.vectors where remaining > 0 {
-                let take = min(remaining, vector.len)
-                logFrames(streamID: streamID, bytes: UnsafeRawBufferPointer(start: vector.base, count: take), outgoing: true)
-                remaining -= take
+        if writesQLog {
+            if let offered, offered.streamID == streamID, bytes > 0 {
+                var remaining = bytes
+                for vector in offered.vectors where remaining > 0 {
+                    let take = min(remaining, vector.len)
+                    logFrames(streamID: streamID, bytes: UnsafeRawBufferPointer(start: vector.base, count: take), outgoing: true)
+                    remaining -= take
+                }
             }
+            offered = nil
         }
-        offered = nil
         try check(nghttp3_conn_add_write_offset(conn, streamID, bytes), "nghttp3_conn_add_write_offset")
     }
 

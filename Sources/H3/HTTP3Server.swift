@@ -394,7 +394,24 @@ public struct HTTP3ServerResponse: Sendable {
     public var body: [UInt8]
     /// A body produced piece by piece, sent after `body`; the server pulls the next piece only
     /// while less than `HTTP3BodyPump.bufferLimit` (4 MiB) waits for acknowledgement.
-    public var bodyStream: AsyncThrowingStream<[UInt8], any Error>?
+    public var bodyStream: AsyncThrowingStream<[UInt8], any Error>? {
+        get { bodyStreamBox?.stream }
+        set { bodyStreamBox = newValue.map(BodyStreamBox.init) }
+    }
+    /// Whether the body goes on in a `bodyStream`.
+    var hasBodyStream: Bool { bodyStreamBox != nil }
+    /// `bodyStream`, in a box: the stream's layout is known only at run time (the concurrency
+    /// library is built for library evolution), and held inline it made every response a
+    /// value handled through its type's metadata: each copy, move and destruction a call.
+    private var bodyStreamBox: BodyStreamBox?
+
+    private final class BodyStreamBox: Sendable {
+        let stream: AsyncThrowingStream<[UInt8], any Error>
+
+        init(_ stream: AsyncThrowingStream<[UInt8], any Error>) {
+            self.stream = stream
+        }
+    }
     /// Overrides the client's priority for this response (RFC 9218 §8: the server decides).
     public var priority: HTTPPriority?
     /// Trailer fields sent after the body (RFC 9114 §4.1).
@@ -674,7 +691,7 @@ final class HTTP3ServerConnection: @unchecked Sendable {
         do {
             if let priority = response.priority { try codec.setPriority(streamID: streamID, priority) }
             // A file is the whole body: `body` and `bodyStream` are not sent with one.
-            let streaming = response.file == nil && response.bodyStream != nil
+            let streaming = response.file == nil && response.hasBodyStream
             try codec.submitResponse(
                 streamID: streamID,
                 headers: fields,
