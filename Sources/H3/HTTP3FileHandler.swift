@@ -50,7 +50,10 @@ public struct HTTP3FileHandler: Sendable {
             fields[.allow] = "GET, HEAD"
             return HTTP3ServerResponse(status: .methodNotAllowed, headerFields: fields, body: Array("method not allowed\n".utf8))
         }
-        guard let file = open(request.path ?? "/") else {
+        // Opened from the `:path` bytes as they came; a request without one asks for the root.
+        let found: HTTP3ServedFile?
+        if let opened = request.source.withPathBytes(open(pathBytes:)) { found = opened } else { found = open("/") }
+        guard let file = found else {
             return HTTP3ServerResponse(status: .notFound, headerFields: additionalFields, body: Array("not found\n".utf8))
         }
         let size = file.reader.size
@@ -86,7 +89,17 @@ public struct HTTP3FileHandler: Sendable {
     /// A path asked for less than the reuse time ago gets what that lookup found, found by the
     /// path as it came (its query left out), so a repeated request decodes nothing.
     func open(_ path: String) -> HTTP3ServedFile? {
-        directory.recentFile(requestedAs: Self.withoutQuery(path)) {
+        var path = path
+        return path.withUTF8(open(pathBytes:))
+    }
+
+    /// Opens the file a request's `:path` names, from its UTF-8 bytes: a path asked for
+    /// recently is found without a string made of it.
+    func open(pathBytes: UnsafeBufferPointer<UInt8>) -> HTTP3ServedFile? {
+        // The path without its query (RFC 3986 §3.4): the same file whatever the query says.
+        let question = pathBytes.firstIndex(of: UInt8(ascii: "?")) ?? pathBytes.endIndex
+        return directory.recentFile(requestedAs: UnsafeBufferPointer(rebasing: pathBytes[..<question])) {
+            let path = String(decoding: pathBytes, as: UTF8.self)
             guard let name = Self.relativeName(of: path) else { return nil }
             guard let entry = directory.lookUp(name.isEmpty ? "." : name) else { return nil }
             switch entry {
@@ -98,16 +111,6 @@ public struct HTTP3FileHandler: Sendable {
                 return file
             }
         }
-    }
-
-    /// The path without its query (RFC 3986 §3.4): the same file whatever the query says.
-    private static func withoutQuery(_ path: String) -> String {
-        var path = path
-        path.makeContiguousUTF8()
-        // Over the bytes: `firstIndex(of:)` on the UTF8View steps its index, about 250 instructions.
-        let question = path.utf8.withContiguousStorageIfAvailable { $0.firstIndex(of: UInt8(ascii: "?")) } ?? nil
-        guard let question else { return path }
-        return String(decoding: path.utf8.prefix(question), as: UTF8.self)
     }
 
     /// The path below the root that a request path names: without its query and its leading
@@ -287,13 +290,14 @@ final class HTTP3RootDirectory: Sendable {
 
     deinit { if descriptor >= 0 { close(descriptor) } }
 
-    /// The file a request for `path` got less than the reuse time ago; otherwise what `lookUp`
-    /// finds now, kept for the next request (a miss is not kept).
-    func recentFile(requestedAs path: String, orLookUp lookUp: () -> HTTP3ServedFile?) -> HTTP3ServedFile? {
+    /// The file a request for `path` (its UTF-8 bytes) got less than the reuse time ago;
+    /// otherwise what `lookUp` finds now, kept for the next request (a miss is not kept).
+    func recentFile(requestedAs pathBytes: UnsafeBufferPointer<UInt8>, orLookUp lookUp: () -> HTTP3ServedFile?) -> HTTP3ServedFile? {
         guard reuse > 0 else { return lookUp() }
         let now = NIODeadline.now().uptimeNanoseconds
-        if let hit = recent.withLockedValue({ $0.byPath.value(for: path, now: now) }) { return hit }
+        if let hit = recent.withLockedValue({ $0.byPath.value(forUTF8: pathBytes, now: now) }) { return hit }
         let file = lookUp()
+        let path = String(decoding: pathBytes, as: UTF8.self)
         recent.withLockedValue { recent in
             if now >= recent.nextSweep {
                 recent.byPath.removeExpired(now: now)

@@ -32,11 +32,12 @@ struct HTTP3RecentPaths<Value> {
     /// The first entry of the set `path` belongs to.
     private func firstWay(of path: String) -> Int {
         var path = path  // withUTF8 may make it contiguous first; a request path already is.
-        var hash = path.withUTF8 { bytes in
-            var hash: UInt64 = 0xcbf2_9ce4_8422_2325 ^ seed
-            for byte in bytes { hash = (hash ^ UInt64(byte)) &* 0x0000_0100_0000_01b3 }
-            return hash
-        }
+        return path.withUTF8(firstWay(ofUTF8:))
+    }
+
+    private func firstWay(ofUTF8 path: UnsafeBufferPointer<UInt8>) -> Int {
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325 ^ seed
+        for byte in path { hash = (hash ^ UInt64(byte)) &* 0x0000_0100_0000_01b3 }
         // The low bits of FNV's product depend only on the low bits of what it mixed in.
         hash ^= hash >> 32
         return Int(truncatingIfNeeded: hash & setMask) * Self.ways
@@ -44,9 +45,18 @@ struct HTTP3RecentPaths<Value> {
 
     /// What is kept for `path`, unless it expired by `now`.
     func value(for path: String, now: UInt64) -> Value? {
-        let first = firstWay(of: path)
+        var path = path
+        return path.withUTF8 { value(forUTF8: $0, now: now) }
+    }
+
+    /// What is kept for the path with these UTF-8 bytes, unless it expired by `now`: a request's
+    /// path is looked up as it came, with no string made of it.
+    func value(forUTF8 path: UnsafeBufferPointer<UInt8>, now: UInt64) -> Value? {
+        let first = firstWay(ofUTF8: path)
         for index in first..<first + Self.ways {
-            if let entry = entries[index], entry.path == path { return now < entry.expires ? entry.value : nil }
+            if let entry = entries[index], entry.path.utf8.withContiguousStorageIfAvailable({ $0.equals(path) }) == true {
+                return now < entry.expires ? entry.value : nil
+            }
         }
         return nil
     }

@@ -18,16 +18,17 @@ final class HTTP3RequestHeadSource: Sendable {
     /// The head the caller built, if it did.
     private let built: HTTPRequest?
     private let lazyHead = Mutex<HTTPRequest?>(nil)
-    /// The request method and the `:path` pseudo-header field (RFC 9114 §4.3.1), read when the
-    /// request arrived.
+    /// The request method (RFC 9114 §4.3.1), read when the request arrived.
     let method: HTTPRequest.Method
-    let path: String?
+    /// Where the `:path` pseudo-header field is in `fields`, found when the request arrived; its
+    /// string is made only if asked for (the file handler reads the bytes).
+    private let pathLine: HTTP3ReceivedFields.Line?
 
     init(_ head: HTTPRequest) {
         fields = HTTP3ReceivedFields()
         built = head
         method = head.method
-        path = head.path
+        pathLine = nil
     }
 
     /// Nil when the section has no valid `:method` (RFC 9114 §4.3.1): a malformed request.
@@ -38,7 +39,23 @@ final class HTTP3RequestHeadSource: Sendable {
         self.fields = fields
         self.built = nil
         self.method = method
-        self.path = fields.firstPseudoHeader(named: ":path").map(fields.value(of:))
+        self.pathLine = fields.firstPseudoHeader(named: ":path")
+    }
+
+    /// The `:path` pseudo-header field (RFC 9114 §4.3.1).
+    var path: String? {
+        if let built { return built.path }
+        return pathLine.map(fields.value(of:))
+    }
+
+    /// Runs `body` with the `:path` value's UTF-8 bytes; nil when the request has none.
+    func withPathBytes<R>(_ body: (UnsafeBufferPointer<UInt8>) -> R) -> R? {
+        if let built {
+            guard var path = built.path else { return nil }
+            return path.withUTF8(body)
+        }
+        guard let pathLine else { return nil }
+        return fields.withValueBytes(of: pathLine, body)
     }
 
     /// The method a `:method` value names: the common ones without making a string, the

@@ -56,4 +56,26 @@ struct HTTP3RequestHeadTests {
         #expect(fromSection.head == fromHead.head && fromSection.head.status == .partialContent)
         #expect(try HTTP3FileHandlerTests.bodyBytes(fromSection) == Array("234".utf8))
     }
+
+    /// The file handler looks a received path up by its bytes, with no string made of it: with
+    /// or without a query, on the first lookup and on one that finds it kept, it serves what a
+    /// built head's path gets; a section without `:path` has no bytes to look up.
+    @Test func aReceivedPathIsLookedUpByItsBytes() throws {
+        let handler = HTTP3FileHandler(root: try HTTP3FileHandlerTests.makeRoot().root.path, openFileReuse: .seconds(3600))
+        func serve(_ path: String) throws -> HTTP3ServerResponse {
+            let section: [(name: String, value: String)] = [(":method", "GET"), (":scheme", "https"), (":path", path)]
+            let source = try #require(HTTP3RequestHeadSource(fields: HTTP3ReceivedFields(section)))
+            #expect(source.withPathBytes { String(decoding: $0, as: UTF8.self) } == path)
+            return handler.respond(to: HTTP3ServerRequest(source: source, body: .empty, streamID: 0))
+        }
+        for path in ["/ten.txt", "/ten.txt?v=2", "/ten.txt", "/docs/", "/docs/?q=1"] {
+            let received = try serve(path)
+            let built = HTTP3FileHandlerTests.get(handler, path)
+            #expect(received.head == built.head, "\(path)")
+            #expect(try HTTP3FileHandlerTests.bodyBytes(received) == HTTP3FileHandlerTests.bodyBytes(built), "\(path)")
+        }
+        #expect(try serve("/missing.txt").head.status == .notFound)
+        let noPath = try #require(HTTP3RequestHeadSource(fields: HTTP3ReceivedFields([(":method", "GET"), (":scheme", "https")])))
+        #expect(noPath.withPathBytes { $0.count } == nil && noPath.path == nil)
+    }
 }
