@@ -145,7 +145,7 @@ package final class QUICServerEndpoint {
             guard isNew else {
                 // Only this endpoint sets a server core's owner, always to a driver.
                 guard let owner = connection.owner else { return }
-                Unmanaged<QUICConnectionDriver>.fromOpaque(owner.toOpaque())._withUnsafeGuaranteedRef(touch)
+                Unmanaged<QUICConnectionDriver>.fromOpaque(owner.toOpaque())._withUnsafeGuaranteedRef { touch($0) }
                 return
             }
             let driver = QUICConnectionDriver(core: connection, socket: socket, eventLoop: socket.loop)

@@ -178,9 +178,15 @@ package final class QUICUDPSocket: QUICEventLoopSource {
                 }
                 break
             }
-            for slot in 0..<Int(count) {
-                deliver(slot)
-                resetReadSlot(slot)
+            // Read once per batch: a handler read for each datagram was retained and released
+            // each time. A handler that closes the socket stops the rest of the batch.
+            if let handler = onDatagram {
+                for slot in 0..<Int(count) {
+                    if !isClosed { deliver(slot, to: handler) }
+                    resetReadSlot(slot)
+                }
+            } else {
+                for slot in 0..<Int(count) { resetReadSlot(slot) }
             }
             if Int(count) < readSlots { break }
             // A handler may have closed the socket.
@@ -205,8 +211,8 @@ package final class QUICUDPSocket: QUICEventLoopSource {
         messages[slot].msg_len = 0
     }
 
-    /// Hands one read slot's datagrams to `onDatagram`.
-    private func deliver(_ slot: Int) {
+    /// Hands one read slot's datagrams to the read handler.
+    private func deliver(_ slot: Int, to handler: QUICDatagramHandler) {
         var header = messages[slot].msg_hdr
         guard header.msg_flags & CInt(MSG_TRUNC) == 0 else { return }
         var ecn: UInt32 = 0
@@ -229,8 +235,7 @@ package final class QUICUDPSocket: QUICEventLoopSource {
         // The IP ECN field's values are ngtcp2's codepoints (NGTCP2_ECN_*).
         let remote = QUICSocketAddress(storage: names[slot], length: header.msg_namelen)
         let bytes = UnsafeRawBufferPointer(start: vectors[slot].iov_base, count: Int(messages[slot].msg_len))
-        guard let onDatagram else { return }
-        forEachDatagram(in: bytes, segmentSize: segmentSize) { onDatagram($0, remote, ecn) }
+        forEachDatagram(in: bytes, segmentSize: segmentSize) { handler($0, remote, ecn) }
     }
 
     // MARK: Sending
