@@ -395,27 +395,43 @@ public struct HTTP3ServerResponse: Sendable {
     /// A body produced piece by piece, sent after `body`; the server pulls the next piece only
     /// while less than `HTTP3BodyPump.bufferLimit` (4 MiB) waits for acknowledgement.
     public var bodyStream: AsyncThrowingStream<[UInt8], any Error>? {
-        get { bodyStreamBox?.stream }
-        set { bodyStreamBox = newValue.map(BodyStreamBox.init) }
+        get { extras?.bodyStream }
+        set { extras = Extras(bodyStream: newValue, priority: priority, trailers: trailers) }
     }
     /// Whether the body goes on in a `bodyStream`.
-    var hasBodyStream: Bool { bodyStreamBox != nil }
-    /// `bodyStream`, in a box: the stream's layout is known only at run time (the concurrency
-    /// library is built for library evolution), and held inline it made every response a
-    /// value handled through its type's metadata: each copy, move and destruction a call.
-    private var bodyStreamBox: BodyStreamBox?
+    var hasBodyStream: Bool { extras?.hasBodyStream ?? false }
+    /// Overrides the client's priority for this response (RFC 9218 §8: the server decides).
+    public var priority: HTTPPriority? {
+        get { extras?.priority }
+        set { extras = Extras(bodyStream: bodyStream, priority: newValue, trailers: trailers) }
+    }
+    /// Trailer fields sent after the body (RFC 9114 §4.1).
+    public var trailers: HTTPFields? {
+        get { extras?.trailers }
+        set { extras = Extras(bodyStream: bodyStream, priority: priority, trailers: newValue) }
+    }
+    /// What few responses carry, in one box that a change replaces; nil for most.
+    ///
+    /// Held inline, the body stream made every response a value handled through its type's
+    /// metadata (the concurrency library is built for library evolution, so the stream's
+    /// layout is known only at run time): each copy, move and destruction a call. And with
+    /// these three as fields of their own, the optimizer left a dead copy of the whole
+    /// response in its initializers, a retain and a release of each field per response.
+    private var extras: Extras?
 
-    private final class BodyStreamBox: Sendable {
-        let stream: AsyncThrowingStream<[UInt8], any Error>
+    private final class Extras: Sendable {
+        let bodyStream: AsyncThrowingStream<[UInt8], any Error>?
+        let hasBodyStream: Bool
+        let priority: HTTPPriority?
+        let trailers: HTTPFields?
 
-        init(_ stream: AsyncThrowingStream<[UInt8], any Error>) {
-            self.stream = stream
+        init(bodyStream: AsyncThrowingStream<[UInt8], any Error>?, priority: HTTPPriority?, trailers: HTTPFields?) {
+            self.bodyStream = bodyStream
+            hasBodyStream = bodyStream != nil
+            self.priority = priority
+            self.trailers = trailers
         }
     }
-    /// Overrides the client's priority for this response (RFC 9218 §8: the server decides).
-    public var priority: HTTPPriority?
-    /// Trailer fields sent after the body (RFC 9114 §4.1).
-    public var trailers: HTTPFields?
     /// A file region sent as the body instead of `body` and `bodyStream` (`HTTP3FileHandler`
     /// sets it): HTTP/3 reads it as the client acknowledges, with no copy through the handler.
     package var file: HTTP3FileRegion?
