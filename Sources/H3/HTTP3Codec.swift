@@ -237,7 +237,7 @@ package final class HTTP3Codec: QUICApplicationCodec {
 
     /// Abandons a request or response with an HTTP/3 error code (RFC 9114 §4.1.1).
     package func cancel(streamID: Int64, code: HTTP3ErrorCode) {
-        guard coreLoan != nil, let conn else { return }
+        guard isEstablished, let conn else { return }
         _ = nghttp3_conn_shutdown_stream_write(conn, streamID)
         withCore { $0.shutdownCodecStream(streamID: streamID, code: code.rawValue, read: true, write: true) }
     }

@@ -421,6 +421,8 @@ public struct HTTP3ServerResponse: Sendable {
 
     private final class Extras: Sendable {
         let bodyStream: AsyncThrowingStream<[UInt8], any Error>?
+        /// Kept apart from `bodyStream`: telling that stream from nil goes through its type's
+        /// metadata, and every response asks.
         let hasBodyStream: Bool
         let priority: HTTPPriority?
         let trailers: HTTPFields?

@@ -101,8 +101,8 @@ extension QUICConnectionCore {
     /// release per call, and ngtcp2 runs several such callbacks per request.
     @inline(__always)
     func withCodec(_ body: (any QUICApplicationCodec) throws -> Void) -> Int32 {
-        guard let codecLoan else { return 0 }
-        return codecLoan._withUnsafeGuaranteedRef { holder in
+        guard let holder = codecHolder.map(Unmanaged.passUnretained) else { return 0 }
+        return holder._withUnsafeGuaranteedRef { holder in
             do {
                 try body(holder.codec)
                 return 0

@@ -70,17 +70,13 @@ package final class QUICConnectionCore {
     /// `@exclusivity(unchecked)` says here (HTTP/3 reads it for every response).
     package var applicationCodec: (any QUICApplicationCodec)? {
         get { codecHolder?.codec }
-        set {
-            codecHolder = newValue.map(QUICApplicationCodecHolder.init)
-            codecLoan = codecHolder.map(Unmanaged.passUnretained)
-        }
+        set { codecHolder = newValue.map(QUICApplicationCodecHolder.init) }
     }
     /// The codec's one owner on this side: the core holds the holder, the holder the codec.
-    @exclusivity(unchecked) private var codecHolder: QUICApplicationCodecHolder?
-    /// `codecHolder`, unretained, for `withCodec` to lend without a reference count.
-    @exclusivity(unchecked) var codecLoan: Unmanaged<QUICApplicationCodecHolder>?
+    /// `withCodec` lends it without a reference count.
+    @exclusivity(unchecked) var codecHolder: QUICApplicationCodecHolder?
     /// Whether a codec runs this connection's streams (read without touching the codec).
-    var hasApplicationCodec: Bool { codecLoan != nil }
+    var hasApplicationCodec: Bool { codecHolder != nil }
     /// Whatever runs this connection's I/O (a server endpoint's driver), for the endpoint to find
     /// it from a routed datagram without a table lookup. Not counted, since the driver holds this
     /// core: the endpoint, which holds the driver for as long as it routes to this core, sets it
@@ -746,11 +742,10 @@ package final class QUICConnectionCore {
             var fin = false
             let hasCodec = hasApplicationCodec
             if hasCodec {
-                if ngtcp2_conn_get_max_data_left(conn) > 0 {
-                    let failed = withCodec { codec in
-                        if let next = try codec.nextStreamData(into: vectors) { (streamID, vectorCount, fin) = next }
-                    }
-                    if failed != 0 { return .failed(failed) }
+                if ngtcp2_conn_get_max_data_left(conn) > 0, withCodec({ codec in
+                    if let next = try codec.nextStreamData(into: vectors) { (streamID, vectorCount, fin) = next }
+                }) != 0 {
+                    return .failed(NGTCP2_ERR_CALLBACK_FAILURE)
                 }
             } else if let next = nextWritableStream() {
                 streamID = next
@@ -765,8 +760,7 @@ package final class QUICConnectionCore {
             )
             if streamID >= 0 && accepted >= 0 {
                 if hasCodec {
-                    let failed = withCodec { try $0.didWrite(streamID: streamID, bytes: accepted) }
-                    if failed != 0 { return .failed(failed) }
+                    if withCodec({ try $0.didWrite(streamID: streamID, bytes: accepted) }) != 0 { return .failed(NGTCP2_ERR_CALLBACK_FAILURE) }
                 } else {
                     let total = (0..<vectorCount).reduce(0) { $0 + vectors[$1].len }
                     didWrite(streamID: streamID, bytes: accepted, fin: fin && accepted == total)

@@ -181,13 +181,9 @@ package final class QUICUDPSocket: QUICEventLoopSource {
             // Read once per batch: a handler read for each datagram was retained and released
             // each time. A handler that closes the socket stops the rest of the batch.
             if let handler = onDatagram {
-                for slot in 0..<Int(count) {
-                    if !isClosed { deliver(slot, to: handler) }
-                    resetReadSlot(slot)
-                }
-            } else {
-                for slot in 0..<Int(count) { resetReadSlot(slot) }
+                for slot in 0..<Int(count) where !isClosed { deliver(slot, to: handler) }
             }
+            for slot in 0..<Int(count) { resetReadSlot(slot) }
             if Int(count) < readSlots { break }
             // A handler may have closed the socket.
             if isClosed { return }
