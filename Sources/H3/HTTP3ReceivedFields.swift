@@ -21,8 +21,14 @@ package struct HTTP3ReceivedFields: @unchecked Sendable {
         let value: Range<Int>
     }
 
-    /// The records, in the first `used` bytes of the storage's `room`; nil until the first line.
-    private var storage: Storage?
+    /// The records, in the first `used` bytes of the storage's `room`; a shared empty storage
+    /// until the first line.
+    ///
+    /// Not optional: Swift 6.3 copies an optional class reference stored in a struct through
+    /// the optional type's metadata (a call to its value witness, about 100 instructions)
+    /// where a plain reference is one retain, and every request's section is copied into its
+    /// event and its request.
+    private var storage = Storage.empty
     private var room = 0
     private var used = 0
     /// A record's head: the token, then the name's and the value's lengths, each 4 bytes.
@@ -39,6 +45,10 @@ package struct HTTP3ReceivedFields: @unchecked Sendable {
     /// The bytes, in one allocation. Its header is unused: the section keeps the room it
     /// made, and reading a class's stored property would cost an exclusivity check.
     private final class Storage: ManagedBuffer<Void, UInt8> {
+        /// The storage of every section without lines; never written (its room is 0), so it
+        /// is safe to share between threads.
+        nonisolated(unsafe) static let empty = make(room: 0)
+
         static func make(room: Int) -> Storage {
             unsafeDowncast(create(minimumCapacity: room) { _ in }, to: Storage.self)
         }
@@ -70,7 +80,7 @@ package struct HTTP3ReceivedFields: @unchecked Sendable {
             // A request head usually fits in the first 256 bytes: one allocation per section.
             moveToNewStorage(room: end > room ? Swift.max(end, 2 * room, 256) : room)
         }
-        storage!.withUnsafeMutablePointerToElements { bytes in
+        storage.withUnsafeMutablePointerToElements { bytes in
             let raw = UnsafeMutableRawPointer(bytes + start)
             raw.storeBytes(of: token, as: Int32.self)
             (raw + 4).storeBytes(of: Int32(truncatingIfNeeded: name.count), as: Int32.self)
@@ -91,7 +101,7 @@ package struct HTTP3ReceivedFields: @unchecked Sendable {
 
     private mutating func moveToNewStorage(room: Int) {
         let new = Storage.make(room: room)
-        if let storage, used > 0 {
+        if used > 0 {
             let used = self.used
             new.withUnsafeMutablePointerToElements { target in
                 storage.withUnsafeMutablePointerToElements { target.update(from: $0, count: used) }
@@ -140,7 +150,6 @@ package struct HTTP3ReceivedFields: @unchecked Sendable {
 
     /// The records written so far.
     private func withBytes<R>(_ body: (UnsafeRawBufferPointer) -> R) -> R {
-        guard let storage else { return body(UnsafeRawBufferPointer(start: nil, count: 0)) }
         return storage.withUnsafeMutablePointerToElements { body(UnsafeRawBufferPointer(start: $0, count: used)) }
     }
 
