@@ -169,7 +169,6 @@ let package = Package(
             dependencies: [
                 "H3", "CommandLineSupport",
                 "QuicTransport",
-                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Logging", package: "swift-log"),

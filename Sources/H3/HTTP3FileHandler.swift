@@ -19,9 +19,15 @@ public struct HTTP3FileHandler: Sendable {
     /// The served directory, standardized and with symlinks resolved.
     public var root: URL { directory.root }
     /// Fields every response carries, such as `alt-svc` (RFC 7838 §3).
-    public var additionalFields: HTTPFields { directory.additionalFields }
-    /// All the handler holds, so a copy of it (taken out of a lock for each request, as h3serve
-    /// does) costs one reference count.
+    ///
+    /// Shared by every copy of the handler, and safe to set while it serves: a server that
+    /// learns its port only once it listens sets `alt-svc` then. Files opened before are opened
+    /// again at their next request, so every later response carries the new fields.
+    public var additionalFields: HTTPFields {
+        get { directory.additionalFields }
+        nonmutating set { directory.replaceAdditionalFields(with: newValue) }
+    }
+    /// All the handler holds, so a copy of it costs one reference count.
     private let directory: HTTP3RootDirectory
 
     /// A handler that serves the files beneath `root`, and nothing outside it.
@@ -257,7 +263,7 @@ final class HTTP3RootDirectory: Sendable {
     private let canonicalPath: String
     private let kernelResolves: Bool
     /// Built into every file's fields when it is opened.
-    let additionalFields: HTTPFields
+    var additionalFields: HTTPFields { recent.withLockedValue { $0.additionalFields } }
 
     /// The recent lookups by request path, each trusted until a monotonic time in nanoseconds.
     /// Expired ones are swept out (a file closes once no response reads it either) at most once
@@ -266,11 +272,17 @@ final class HTTP3RootDirectory: Sendable {
     private struct RecentFiles: Sendable {
         var byPath = HTTP3RecentPaths<HTTP3ServedFile>(capacity: HTTP3RootDirectory.recentLimit)
         var nextSweep: UInt64 = 0
+        /// Kept with the files, which are built with them, so that a lookup and a change of
+        /// fields are ordered by the one lock.
+        var additionalFields: HTTPFields
+        /// Counts changes of `additionalFields`: a file opened before the latest change is
+        /// served, but not kept.
+        var fieldsGeneration = 0
     }
 
     /// How long a file is reused, in nanoseconds; zero turns reuse off.
     private let reuse: UInt64
-    private let recent = NIOLockedValueBox(RecentFiles())
+    private let recent: NIOLockedValueBox<RecentFiles>
     /// The most entries (and so open descriptors) kept. A new path takes a free place in its
     /// set of four, or the place of the one that expires first.
     static let recentLimit = 256
@@ -279,7 +291,7 @@ final class HTTP3RootDirectory: Sendable {
         self.root = root
         let path = root.path
         self.reuse = HTTP3Server.nanoseconds(reuse)
-        self.additionalFields = additionalFields
+        recent = NIOLockedValueBox(RecentFiles(additionalFields: additionalFields))
         descriptor = Glibc.open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         canonicalPath = path.hasSuffix("/") ? path : path + "/"
         var probe: Int32 = -1
@@ -290,12 +302,22 @@ final class HTTP3RootDirectory: Sendable {
 
     deinit { if descriptor >= 0 { close(descriptor) } }
 
+    /// Builds `fields` into the files opened from now on, and forgets the files kept so far.
+    func replaceAdditionalFields(with fields: HTTPFields) {
+        recent.withLockedValue { recent in
+            recent.additionalFields = fields
+            recent.fieldsGeneration += 1
+            recent.byPath = HTTP3RecentPaths(capacity: Self.recentLimit)
+        }
+    }
+
     /// The file a request for `path` (its UTF-8 bytes) got less than the reuse time ago;
     /// otherwise what `lookUp` finds now, kept for the next request (a miss is not kept).
     func recentFile(requestedAs pathBytes: UnsafeBufferPointer<UInt8>, orLookUp lookUp: () -> HTTP3ServedFile?) -> HTTP3ServedFile? {
         guard reuse > 0 else { return lookUp() }
         let now = NIODeadline.now().uptimeNanoseconds
         if let hit = recent.withLockedValue({ $0.byPath.value(forUTF8: pathBytes, now: now) }) { return hit }
+        let generation = recent.withLockedValue { $0.fieldsGeneration }
         let file = lookUp()
         let path = String(decoding: pathBytes, as: UTF8.self)
         recent.withLockedValue { recent in
@@ -303,6 +325,8 @@ final class HTTP3RootDirectory: Sendable {
                 recent.byPath.removeExpired(now: now)
                 recent.nextSweep = now + reuse
             }
+            // A file opened with the fields from before a change is served, not kept.
+            guard recent.fieldsGeneration == generation else { return }
             if let file {
                 recent.byPath.set(file, for: path, expires: now + reuse)
             } else {

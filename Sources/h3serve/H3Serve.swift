@@ -12,7 +12,6 @@ import Glibc
 import H3
 import HTTPTypes
 import Logging
-import NIOConcurrencyHelpers
 import QuicTransport
 
 /// The entry point: glibc's malloc cache sized for a QUIC loop's batches (`runWithMallocTunables`),
@@ -32,7 +31,8 @@ struct H3Serve: AsyncParsableCommand {
         abstract: "Serve a directory over HTTP/3, and over HTTP/2 and HTTP/1.1 on TCP with Alt-Svc.",
         discussion: """
             UDP and TCP listen on the same port number. Every response carries
-            Alt-Svc: h3=":PORT"; ma=86400 unless --alt-svc changes it or --no-alt-svc drops it.
+            Alt-Svc: h3=":PORT"; ma=86400 unless --alt-svc changes it or --no-alt-svc drops it;
+            with --no-tcp, none unless --alt-svc gives one.
             """
     )
 
@@ -60,7 +60,7 @@ struct H3Serve: AsyncParsableCommand {
     @Option(name: .customLong("alt-svc"), help: "The Alt-Svc value to send (default: h3=\":PORT\"; ma=86400), e.g. clear.")
     var altSvc: String?
 
-    @Flag(name: .customLong("no-alt-svc"), help: "Send no Alt-Svc field.")
+    @Flag(name: .customLong("no-alt-svc"), help: "Send no Alt-Svc field. Without TCP (--no-tcp) none is sent unless --alt-svc gives one.")
     var noAltSvc = false
 
     @Flag(name: .customLong("no-quic"), help: "Do not listen on UDP: HTTP/2 and HTTP/1.1 over TCP only (as if UDP were blocked).")
@@ -161,13 +161,13 @@ struct H3Serve: AsyncParsableCommand {
         } catch {
             throw fail("\(error)")
         }
-        // Replaced by one that advertises HTTP/3 once the port is known: the Alt-Svc field is
-        // then part of every opened file's fields, so no response copies its fields to add it.
-        let files = NIOLockedValueBox(HTTP3FileHandler(root: root, openFileReuse: .seconds(openFileCache)))
+        // Given the Alt-Svc field once the port is known: it is then part of every opened file's
+        // fields, so no response copies its fields to add it.
+        let files = HTTP3FileHandler(root: root, openFileReuse: .seconds(openFileCache))
         let logsRequests = !quiet
         // Files are answered without waiting, so HTTP/3 requests are served on the connection's
         // loop without a task (the server's responder); TCP requests take the same path.
-        let respond: @Sendable (HTTP3ServerRequest) -> HTTP3ServerResponse = { files.withLockedValue { $0 }.respond(to: $0) }
+        let respond: @Sendable (HTTP3ServerRequest) -> HTTP3ServerResponse = { files.respond(to: $0) }
         let respondAndLog: @Sendable (HTTP3ServerRequest) -> HTTP3ServerResponse = { request in
             let started = ContinuousClock.now
             let response = respond(request)
@@ -228,10 +228,10 @@ struct H3Serve: AsyncParsableCommand {
                 throw fail("cannot serve HTTP/2 and HTTP/1.1 on \(host):\(boundPort) (TCP): \(error)")
             }
         }
-        if !noAltSvc && !noQUIC || altSvc != nil {
-            let field = HTTPField(name: .altSvc, value: altSvc ?? "h3=\":\(boundPort)\"; ma=86400")
-            let advertising = HTTP3FileHandler(root: root, openFileReuse: .seconds(openFileCache), additionalFields: HTTPFields([field]))
-            files.withLockedValue { $0 = advertising }
+        // Alt-Svc advertises HTTP/3 to clients that came over TCP (RFC 7838); without a TCP
+        // listener there is no one to tell, unless a value is given.
+        if !noAltSvc && !noQUIC && !noTCP || altSvc != nil {
+            files.additionalFields = HTTPFields([HTTPField(name: .altSvc, value: altSvc ?? "h3=\":\(boundPort)\"; ma=86400")])
         }
         let versions = [noQUIC ? nil : "HTTP/3", noTCP ? nil : "HTTP/2", noTCP ? nil : "HTTP/1.1"].compactMap { $0 }
         say("serving \(root) on https://\(host):\(boundPort)/ (\(versions.joined(separator: ", ")))")

@@ -116,6 +116,26 @@ struct HTTP3FileHandlerTests {
         #expect(Self.get(HTTP3FileHandler(root: handler.root.path), "/ten.txt").head.headerFields[.altSvc] == nil)
     }
 
+    /// A server that learns its port only once it listens (h3serve on port 0) sets Alt-Svc
+    /// then: every copy of the handler sends it from the next request on, for files already
+    /// opened and kept too, and a change replaces it.
+    @Test func additionalFieldsSetWhileServingReachEveryCopyAndKeptFile() throws {
+        let handler = HTTP3FileHandler(root: try Self.makeRoot().root.path)
+        let copy = handler
+        let before = Self.get(handler, "/ten.txt")
+        #expect(before.head.headerFields[.altSvc] == nil)
+        handler.additionalFields = HTTPFields([HTTPField(name: .altSvc, value: "h3=\":4433\"")])
+        let after = Self.get(copy, "/ten.txt")
+        #expect(after.head.headerFields[values: .altSvc] == ["h3=\":4433\""])
+        #expect(after.prepared !== before.prepared, "the kept file was opened again with the new fields")
+        #expect(Self.get(copy, "/ten.txt").prepared === after.prepared, "and is kept again")
+        #expect(Self.get(handler, "/missing").head.headerFields[values: .altSvc] == ["h3=\":4433\""])
+        copy.additionalFields = HTTPFields([HTTPField(name: .altSvc, value: "clear")])
+        #expect(Self.get(handler, "/ten.txt").head.headerFields[values: .altSvc] == ["clear"])
+        #expect(Self.submitted(Self.get(handler, "/ten.txt")).last == "alt-svc: clear")
+        #expect(try Self.bodyBytes(Self.get(handler, "/ten.txt")) == Array("0123456789".utf8))
+    }
+
     @Test(arguments: [
         ("/", ""), ("", ""), ("///a//b", "a//b"), ("/docs/?q=/x%00", "docs/"), ("?x", ""), ("/a%20b.txt", "a b.txt"),
         ("/%2Fetc", "etc"), ("/%2e%2e/x", "../x"), ("/ten.txt%00.png", nil), ("/a\u{0}b", nil), ("/%zz", nil), ("/caf\u{e9}", "caf\u{e9}"),
