@@ -3,6 +3,7 @@ import FoundationEssentials
 #else
 import Foundation
 #endif
+import CQuicShims
 import HTTPTypes
 import Logging
 import NIOConcurrencyHelpers
@@ -613,7 +614,7 @@ final class HTTP3Exchange: Sendable {
             state.withLockedValue { $0.trailers = HTTPFields(fields) }
             return
         }
-        guard let status = fields.firstPseudoHeader(named: ":status"), let code = Int(fields.value(of: status)) else {
+        guard let status = fields.firstPseudoHeader(NGHTTP3_QPACK_TOKEN__STATUS), let code = Int(fields.value(of: status)) else {
             fail(.protocolError("response without a valid :status"))
             return
         }

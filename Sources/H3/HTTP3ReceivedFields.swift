@@ -56,13 +56,14 @@ package struct HTTP3ReceivedFields: @unchecked Sendable {
 
     package init() {}
 
-    /// A section from name and value pairs (tests). Without nghttp3's tokens, names read back
-    /// decoded from their bytes, the same text the tokens' constants give.
+    /// A section from name and value pairs (tests), with the tokens nghttp3 would give their
+    /// names.
     package init(_ pairs: [(name: String, value: String)]) {
         for (name, value) in pairs {
+            let token = QPACKToken.token(of: name)
             var name = name, value = value
             name.withUTF8 { name in
-                value.withUTF8 { value in append(name: name, value: value, token: -1) }
+                value.withUTF8 { value in append(name: name, value: value, token: token) }
             }
         }
     }
@@ -187,17 +188,18 @@ package struct HTTP3ReceivedFields: @unchecked Sendable {
         withBytes { Self.isPseudoHeader(line, in: $0) }
     }
 
-    /// The first pseudo-header field line named `name`. The pseudo-header fields come first
-    /// (RFC 9114 §4.3), so the search stops at the first regular field; of a repeated one, the
-    /// first counts.
-    func firstPseudoHeader(named name: StaticString) -> Line? {
+    /// The first line of the pseudo-header field nghttp3 gives `token` (every pseudo-header
+    /// field has one). The pseudo-header fields come first (RFC 9114 §4.3), so the search stops
+    /// at the first regular field; of a repeated one, the first counts. Names are not compared:
+    /// each request looks for two of these.
+    func firstPseudoHeader(_ token: nghttp3_qpack_token) -> Line? {
         withBytes { raw in
             var offset = 0
             while offset < raw.count {
                 let line = Self.line(at: offset, in: raw)
                 offset = line.value.upperBound
                 guard Self.isPseudoHeader(line, in: raw) else { return nil }
-                if Self.bytes(line.name, in: raw).equals(name) { return line }
+                if line.token == Int32(bitPattern: token.rawValue) { return line }
             }
             return nil
         }
@@ -317,6 +319,11 @@ enum QPACKToken {
     /// The constant for `token`'s name, nil for -1 and tokens left out.
     static func name(of token: Int32) -> String? {
         token >= 0 && token < names.count ? names[Int(token)] : nil
+    }
+
+    /// The token of a name in the table, -1 for the others (sections made from strings).
+    static func token(of name: String) -> Int32 {
+        names.firstIndex(of: name).map { Int32($0) } ?? -1
     }
 
     /// The names as `HTTPField.Name`s, checked once; nil for the pseudo-header fields, which

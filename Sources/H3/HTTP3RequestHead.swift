@@ -1,3 +1,4 @@
+import CQuicShims
 import HTTPTypes
 import Synchronization
 
@@ -33,13 +34,13 @@ final class HTTP3RequestHeadSource: Sendable {
 
     /// Nil when the section has no valid `:method` (RFC 9114 §4.3.1): a malformed request.
     init?(fields: HTTP3ReceivedFields) {
-        guard let methodLine = fields.firstPseudoHeader(named: ":method"),
+        guard let methodLine = fields.firstPseudoHeader(NGHTTP3_QPACK_TOKEN__METHOD),
               let method = fields.withValueBytes(of: methodLine, Self.method(from:))
         else { return nil }
         self.fields = fields
         self.built = nil
         self.method = method
-        self.pathLine = fields.firstPseudoHeader(named: ":path")
+        self.pathLine = fields.firstPseudoHeader(NGHTTP3_QPACK_TOKEN__PATH)
     }
 
     /// The `:path` pseudo-header field (RFC 9114 §4.3.1).
@@ -102,8 +103,8 @@ final class HTTP3RequestHeadSource: Sendable {
     private func makeRequest() -> HTTPRequest {
         HTTPRequest(
             method: method,
-            scheme: fields.firstPseudoHeader(named: ":scheme").map(fields.value(of:)),
-            authority: fields.firstPseudoHeader(named: ":authority").map(fields.value(of:)),
+            scheme: fields.firstPseudoHeader(NGHTTP3_QPACK_TOKEN__SCHEME).map(fields.value(of:)),
+            authority: fields.firstPseudoHeader(NGHTTP3_QPACK_TOKEN__AUTHORITY).map(fields.value(of:)),
             path: path,
             headerFields: HTTPFields(fields)
         )
