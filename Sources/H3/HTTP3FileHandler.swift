@@ -76,18 +76,15 @@ public struct HTTP3FileHandler: Sendable {
                 break
             }
         }
+        // Read by the connection as the client takes it, straight into the memory it sends from.
+        // Given to the response as it is made: set afterwards, it cost a copy of the response.
+        let region = method == .get ? HTTP3FileRegion(reader: file.reader, range: partial?.range ?? 0..<size) : nil
         // The whole file's head was made and encoded when it was opened, and is shared by every
         // request for it: most requests build no field at all.
-        var response: HTTP3ServerResponse
         if let partial {
-            response = HTTP3ServerResponse(status: .partialContent, headerFields: partial.fields)
-        } else {
-            response = HTTP3ServerResponse(prepared: file.wholeFile)
+            return HTTP3ServerResponse(head: HTTPResponse(status: .partialContent, headerFields: partial.fields), file: region)
         }
-        guard method == .get else { return response }
-        // Read by the connection as the client takes it, straight into the memory it sends from.
-        response.file = HTTP3FileRegion(reader: file.reader, range: partial?.range ?? 0..<size)
-        return response
+        return HTTP3ServerResponse(prepared: file.wholeFile, file: region)
     }
 
     /// Opens the regular file a request path names (a directory's `index.html`); nil when it is

@@ -443,10 +443,18 @@ public struct HTTP3ServerResponse: Sendable {
         self.body = body
     }
 
-    /// A response with a head made ahead of time, and no body yet.
-    init(prepared: HTTP3PreparedHead) {
+    /// A response with a head made ahead of time, and a file region as its body or none.
+    init(prepared: HTTP3PreparedHead, file: HTTP3FileRegion? = nil) {
         storedHead = .prepared(prepared)
         body = []
+        self.file = file
+    }
+
+    /// A response with this head and a file region as its body, or none.
+    init(head: HTTPResponse, file: HTTP3FileRegion?) {
+        storedHead = .given(head)
+        body = []
+        self.file = file
     }
 
     /// A response with this status, header fields and body.
