@@ -759,13 +759,15 @@ private final class HTTP3OutgoingBody {
 
     /// The body's bytes in order, one chunk each, let go as the peer acknowledges them.
     @exclusivity(unchecked) private var chunks = ChunkQueue()
-    /// Bytes queued for sending: memory this body allocated and frees, or a small file's
-    /// contents, which its reader keeps (held in `keptReader` until the body is done).
+    /// Bytes queued for sending: memory this body allocated and frees, a buffer of
+    /// `fileChunkSize` bytes a file was read into (used again for the next read), or a small
+    /// file's contents, which its reader keeps (held in `keptReader` until the body is done).
     private struct Chunk {
+        enum Memory { case owned, fileBuffer, borrowed }
         let bytes: UnsafeRawBufferPointer
-        let isOwned: Bool
+        let memory: Memory
 
-        func release() { if isOwned { bytes.deallocate() } }
+        func release() { if memory != .borrowed { bytes.deallocate() } }
     }
 
     /// Chunks in order. Most bodies are one chunk (a small file, a complete body), and that one
@@ -810,6 +812,11 @@ private final class HTTP3OutgoingBody {
     @exclusivity(unchecked) private var waitsForAcknowledgement = false
     /// The file could not be read to the end of its region.
     @exclusivity(unchecked) private(set) var readFailed = false
+    /// File buffers whose bytes the peer has acknowledged, read into again before any new one
+    /// is allocated. Fresh buffers cost page faults (glibc gives a thread arena's freed top back
+    /// to the kernel) and a copy into memory that is not in the cache; these are at most the
+    /// window's worth, since only acknowledged bytes free one.
+    @exclusivity(unchecked) private var spareFileBuffers: [UnsafeMutableRawBufferPointer] = []
 
     init(copying source: [UInt8]?, file: HTTP3FileRegion?, finished: Bool, trailers: [(name: String, value: String)]?) {
         if let source { append(source) }
@@ -822,7 +829,7 @@ private final class HTTP3OutgoingBody {
         guard !source.isEmpty else { return }
         let bytes = UnsafeMutableRawBufferPointer.allocate(byteCount: source.count, alignment: 1)
         source.withUnsafeBytes { bytes.copyMemory(from: $0) }
-        enqueue(Chunk(bytes: UnsafeRawBufferPointer(bytes), isOwned: true))
+        enqueue(Chunk(bytes: UnsafeRawBufferPointer(bytes), memory: .owned))
     }
 
     private func enqueue(_ chunk: Chunk) {
@@ -856,18 +863,18 @@ private final class HTTP3OutgoingBody {
         if let bytes = region.inMemoryBytes {
             // A small file in memory: the whole region at once, sent from where it is.
             keptReader = region.reader
-            enqueue(Chunk(bytes: bytes, isOwned: false))
+            enqueue(Chunk(bytes: bytes, memory: .borrowed))
             file = nil
             return true
         }
         let length = min(Self.fileChunkSize, region.range.count)
-        let bytes = UnsafeMutableRawBufferPointer.allocate(byteCount: length, alignment: 1)
-        guard region.reader.read(region.range.lowerBound..<region.range.lowerBound + length, into: bytes) else {
-            bytes.deallocate()
+        let buffer = spareFileBuffers.popLast() ?? .allocate(byteCount: Self.fileChunkSize, alignment: 16)
+        guard region.reader.read(region.range.lowerBound..<region.range.lowerBound + length, into: buffer) else {
+            buffer.deallocate()
             readFailed = true
             return false
         }
-        enqueue(Chunk(bytes: UnsafeRawBufferPointer(bytes), isOwned: true))
+        enqueue(Chunk(bytes: UnsafeRawBufferPointer(rebasing: buffer[..<length]), memory: .fileBuffer))
         let rest = region.range.dropFirst(length)
         file = rest.isEmpty ? nil : HTTP3FileRegion(reader: region.reader, range: rest)
         return true
@@ -889,7 +896,12 @@ private final class HTTP3OutgoingBody {
             if remaining >= left {
                 remaining -= left
                 acknowledgedInFront = 0
-                front.release()
+                // Kept only while the file has more to read.
+                if front.memory == .fileBuffer && file != nil {
+                    spareFileBuffers.append(UnsafeMutableRawBufferPointer(start: UnsafeMutableRawPointer(mutating: front.bytes.baseAddress), count: Self.fileChunkSize))
+                } else {
+                    front.release()
+                }
                 chunks.removeFirst()
                 provided -= 1
             } else {
@@ -901,6 +913,7 @@ private final class HTTP3OutgoingBody {
 
     deinit {
         chunks.releaseAll()
+        for buffer in spareFileBuffers { buffer.deallocate() }
     }
 }
 
