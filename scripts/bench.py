@@ -2,9 +2,12 @@
 """The table of scripts/bench: our HTTP/3 server and client beside gtlsserver and gtlsclient.
 
 Run it through scripts/bench, which installs the peers and builds the release binaries.
-Standard library only. Each row is measured in both orders (ours first, then theirs first) and
-the mean is printed with the ratio "ours / C": above 1 is better for rates, below 1 is better
-for costs (CPU, memory, instructions).
+Standard library only. Each compared row is measured in rounds (two in --quick, four in a full
+run), each round measuring both sides back to back, ours first and theirs first in turn. The
+ratio "ours / C" is the median of the rounds' ratios, and the columns the median of each side:
+a slow spell of the machine falls on both sides of a round, where it would move a mean of
+separate runs. The rounds' lowest and highest ratio are printed beside it. Above 1 is better
+for rates, below 1 is better for costs (CPU, memory, instructions).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import re
 import resource
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -147,12 +151,34 @@ class Row:
     theirs_name: str | None
     higher_is_better: bool = False
     values: dict = field(default_factory=dict)
+    #: From rounds (`Paired`): the median of the rounds' ratios, and their lowest and highest.
+    paired_ratio: float | None = None
+    ratio_range: tuple[float, float] | None = None
 
     @property
     def ratio(self) -> float | None:
+        if self.paired_ratio is not None:
+            return self.paired_ratio
         if self.theirs in (None, 0):
             return None
         return self.ours / self.theirs
+
+
+@dataclass
+class Paired:
+    """One figure from rounds that measured both sides back to back."""
+    ours: float
+    theirs: float
+    ratio: float
+    low: float
+    high: float
+
+    @staticmethod
+    def of(ours: list[float], theirs: list[float]) -> "Paired":
+        ratios = sorted(o / t for o, t in zip(ours, theirs) if t)
+        if not ratios:
+            raise SystemExit("bench: a row measured zero on the C peer's side in every round")
+        return Paired(statistics.median(ours), statistics.median(theirs), statistics.median(ratios), ratios[0], ratios[-1])
 
 
 class Bench:
@@ -172,11 +198,13 @@ class Bench:
              "-keyout", self.key, "-out", self.cert])
         quick = args.quick
         # CPU time is counted in clock ticks (10 ms): each run is sized to take a few tenths of a
-        # second of server CPU or more, so that a tick is at most a few per cent of it.
+        # second of server CPU or more, so that a tick is at most a few per cent of it. The sizes
+        # are per round.
+        self.rounds = 2 if quick else 4
         self.bulk_bytes = (128 if quick else 256) << 20
-        self.requests = 5000 if quick else 20000
-        self.load_requests = 100000 if quick else 300000
-        self.connections = 300 if quick else 1000
+        self.requests = 5000 if quick else 10000
+        self.load_requests = 100000 if quick else 150000
+        self.connections = 300 if quick else 500
         self.idle_connections = 200
         self.echo_bytes = (64 if quick else 256) << 20
         self.echo_streams = 2000 if quick else 10000
@@ -269,54 +297,61 @@ class Bench:
     # -- rows ---------------------------------------------------------------------
 
     def both_orders(self, measure_ours, measure_theirs):
-        """Runs each measurement twice, ours first and then theirs first; returns the means.
-        A measurement may return a tuple of figures: each is averaged on its own."""
+        """Measures both sides in `self.rounds` rounds, back to back within a round, ours first
+        in the first round and theirs first in the next. A measurement may return a tuple of
+        figures: each gets a `Paired` of its own."""
         ours, theirs = [], []
-        ours.append(measure_ours())
-        theirs.append(measure_theirs())
-        theirs.append(measure_theirs())
-        ours.append(measure_ours())
-
-        def mean(samples):
-            if isinstance(samples[0], tuple):
-                return tuple(sum(figures) / len(figures) for figures in zip(*samples))
-            return sum(samples) / len(samples)
-        return mean(ours), mean(theirs)
+        for round in range(self.rounds):
+            if round % 2 == 0:
+                ours.append(measure_ours())
+                theirs.append(measure_theirs())
+            else:
+                theirs.append(measure_theirs())
+                ours.append(measure_ours())
+        if isinstance(ours[0], tuple):
+            return tuple(Paired.of([o[k] for o in ours], [t[k] for t in theirs]) for k in range(len(ours[0])))
+        return Paired.of(ours, theirs)
 
     def add(self, row: Row) -> None:
         self.rows.append(row)
         print(self.format_row(row), flush=True)
 
+    def add_paired(self, group: str, what: str, unit: str, figure: Paired, ours_name: str, theirs_name: str,
+                   higher_is_better: bool = False) -> None:
+        self.add(Row(group, what, unit, figure.ours, figure.theirs, ours_name, theirs_name, higher_is_better,
+                     paired_ratio=figure.ratio, ratio_range=(figure.low, figure.high)))
+
     def server_rows(self, ours: Server, theirs: Server) -> None:
         group = "server (same client against h3serve and gtlsserver)"
         # The server's own CPU time per MiB served, from the same runs: a steadier figure than
         # the rate, which moves with how the two processes share the cores.
-        (o, o_cpu), (t, t_cpu) = self.both_orders(lambda: self.bulk_with_server_cpu(ours, self.h3get_bulk),
-                                                  lambda: self.bulk_with_server_cpu(theirs, self.h3get_bulk))
-        self.add(Row(group, f"bulk {self.bulk_bytes >> 20} MiB, client h3get", "MB/s", o, t, "h3serve", "gtlsserver", True))
-        self.add(Row(group, f"server CPU per MiB of that bulk, client h3get", "µs", o_cpu, t_cpu, "h3serve", "gtlsserver"))
-        o, t = self.both_orders(lambda: self.gtlsclient_bulk(ours), lambda: self.gtlsclient_bulk(theirs))
-        self.add(Row(group, f"bulk {self.bulk_bytes >> 20} MiB, client gtlsclient", "MB/s", o, t, "h3serve", "gtlsserver", True))
+        rate, cpu = self.both_orders(lambda: self.bulk_with_server_cpu(ours, self.h3get_bulk),
+                                     lambda: self.bulk_with_server_cpu(theirs, self.h3get_bulk))
+        names = ("h3serve", "gtlsserver")
+        self.add_paired(group, f"bulk {self.bulk_bytes >> 20} MiB, client h3get", "MB/s", rate, *names, True)
+        self.add_paired(group, f"server CPU per MiB of that bulk, client h3get", "µs", cpu, *names)
+        rate = self.both_orders(lambda: self.gtlsclient_bulk(ours), lambda: self.gtlsclient_bulk(theirs))
+        self.add_paired(group, f"bulk {self.bulk_bytes >> 20} MiB, client gtlsclient", "MB/s", rate, *names, True)
 
         n = self.requests
-        o, t = self.both_orders(lambda: self.server_cpu(ours, self.aioquic_requests(ours, n)) / n * 1e6,
-                                lambda: self.server_cpu(theirs, self.aioquic_requests(theirs, n)) / n * 1e6)
-        self.add(Row(group, f"CPU per 1 KiB GET, aioquic, 1 conn, 50 in flight ({n})", "µs", o, t, "h3serve", "gtlsserver"))
+        cpu = self.both_orders(lambda: self.server_cpu(ours, self.aioquic_requests(ours, n)) / n * 1e6,
+                               lambda: self.server_cpu(theirs, self.aioquic_requests(theirs, n)) / n * 1e6)
+        self.add_paired(group, f"CPU per 1 KiB GET, aioquic, 1 conn, 50 in flight ({n})", "µs", cpu, *names)
         n = self.load_requests
-        o, t = self.both_orders(lambda: self.server_cpu(ours, self.h3load(ours, n, 1, 50)) / n * 1e6,
-                                lambda: self.server_cpu(theirs, self.h3load(theirs, n, 1, 50)) / n * 1e6)
-        self.add(Row(group, f"CPU per 1 KiB GET, h3load -c 1 -m 50 ({n})", "µs", o, t, "h3serve", "gtlsserver"))
+        cpu = self.both_orders(lambda: self.server_cpu(ours, self.h3load(ours, n, 1, 50)) / n * 1e6,
+                               lambda: self.server_cpu(theirs, self.h3load(theirs, n, 1, 50)) / n * 1e6)
+        self.add_paired(group, f"CPU per 1 KiB GET, h3load -c 1 -m 50 ({n})", "µs", cpu, *names)
 
         n = self.connections
-        o, t = self.both_orders(lambda: self.server_cpu(ours, self.aioquic_churn(ours, n)) / n * 1e6,
-                                lambda: self.server_cpu(theirs, self.aioquic_churn(theirs, n)) / n * 1e6)
-        self.add(Row(group, f"CPU per new connection (handshake + GET), aioquic ({n})", "µs", o, t, "h3serve", "gtlsserver"))
-        o, t = self.both_orders(lambda: self.server_cpu(ours, self.h3load(ours, n, n, 1)) / n * 1e6,
-                                lambda: self.server_cpu(theirs, self.h3load(theirs, n, n, 1)) / n * 1e6)
-        self.add(Row(group, f"CPU per new connection (handshake + GET), h3load -c {n} ({n})", "µs", o, t, "h3serve", "gtlsserver"))
+        cpu = self.both_orders(lambda: self.server_cpu(ours, self.aioquic_churn(ours, n)) / n * 1e6,
+                               lambda: self.server_cpu(theirs, self.aioquic_churn(theirs, n)) / n * 1e6)
+        self.add_paired(group, f"CPU per new connection (handshake + GET), aioquic ({n})", "µs", cpu, *names)
+        cpu = self.both_orders(lambda: self.server_cpu(ours, self.h3load(ours, n, n, 1)) / n * 1e6,
+                               lambda: self.server_cpu(theirs, self.h3load(theirs, n, n, 1)) / n * 1e6)
+        self.add_paired(group, f"CPU per new connection (handshake + GET), h3load -c {n} ({n})", "µs", cpu, *names)
 
-        o, t = self.both_orders(lambda: self.idle_rss_per_connection(self.h3serve), lambda: self.idle_rss_per_connection(self.gtlsserver))
-        self.add(Row(group, f"anon RSS per idle connection ({self.idle_connections} held, aioquic)", "KiB", o, t, "h3serve", "gtlsserver"))
+        rss = self.both_orders(lambda: self.idle_rss_per_connection(self.h3serve), lambda: self.idle_rss_per_connection(self.gtlsserver))
+        self.add_paired(group, f"anon RSS per idle connection ({self.idle_connections} held, aioquic)", "KiB", rss, *names)
 
     def idle_rss_per_connection(self, start) -> float:
         """Memory a fresh server takes on for each idle connection. A fresh one each time: a
@@ -340,8 +375,8 @@ class Bench:
 
     def client_rows(self, server: Server) -> None:
         group = "client (h3get and gtlsclient against the same gtlsserver)"
-        o, t = self.both_orders(lambda: self.h3get_bulk(server), lambda: self.gtlsclient_bulk(server))
-        self.add(Row(group, f"bulk {self.bulk_bytes >> 20} MiB", "MB/s", o, t, "h3get", "gtlsclient", True))
+        rate = self.both_orders(lambda: self.h3get_bulk(server), lambda: self.gtlsclient_bulk(server))
+        self.add_paired(group, f"bulk {self.bulk_bytes >> 20} MiB", "MB/s", rate, "h3get", "gtlsclient", True)
         # The marginal cost: CPU for n requests less CPU for one, over n - 1. Process start-up
         # (the Swift runtime and NIO's threads) is paid once and is left out.
         n = 1000
@@ -356,8 +391,8 @@ class Bench:
         def marginal(cmd, count: int = n) -> float:
             return (child_cpu_seconds(cmd(count)) - child_cpu_seconds(cmd(1))) / (count - 1) * 1e6
 
-        o, t = self.both_orders(lambda: marginal(ours_cmd), lambda: marginal(theirs_cmd))
-        self.add(Row(group, f"client CPU per 1 KiB GET, {n} on one connection (start-up excluded)", "µs", o, t, "h3get", "gtlsclient"))
+        cpu = self.both_orders(lambda: marginal(ours_cmd), lambda: marginal(theirs_cmd))
+        self.add_paired(group, f"client CPU per 1 KiB GET, {n} on one connection (start-up excluded)", "µs", cpu, "h3get", "gtlsclient")
 
         # The same requests from the library without h3get's command line (its parsing, URL
         # checks, HTTPSession's discovery and a task per URL, which the row above includes). 100 in
@@ -368,9 +403,9 @@ class Bench:
                     self.url(server, "1k.bin")]
 
         many = 10 * n
-        o, t = self.both_orders(lambda: marginal(library_cmd, many), lambda: marginal(theirs_cmd, many))
-        self.add(Row(group, f"client CPU per 1 KiB GET, {many} on one connection, h3load -m 100 (HTTP3Client)", "µs", o, t,
-                     "h3load", "gtlsclient"))
+        cpu = self.both_orders(lambda: marginal(library_cmd, many), lambda: marginal(theirs_cmd, many))
+        self.add_paired(group, f"client CPU per 1 KiB GET, {many} on one connection, h3load -m 100 (HTTP3Client)", "µs", cpu,
+                        "h3load", "gtlsclient")
 
     def rest_rows(self, ours: Server, theirs: Server) -> None:
         # At rest: h3serve gives freed memory back once connections have stopped coming and going
@@ -506,10 +541,11 @@ class Bench:
         ours = f"{row.ours:,.1f}"
         theirs = f"{row.theirs:,.1f}" if row.theirs is not None else "–"
         ratio = f"{row.ratio:.2f}" if row.ratio is not None else "–"
-        return f"{row.what:<62} {row.unit:>8} {ours:>12} {theirs:>12} {ratio:>7}"
+        spread = f"{row.ratio_range[0]:.2f}–{row.ratio_range[1]:.2f}" if row.ratio_range else ""
+        return f"{row.what:<62} {row.unit:>8} {ours:>12} {theirs:>12} {ratio:>7} {spread:>11}"
 
     def header(self) -> None:
-        print(f"{'':<62} {'unit':>8} {'ours':>12} {'C peer':>12} {'ours/C':>7}")
+        print(f"{'':<62} {'unit':>8} {'ours':>12} {'C peer':>12} {'ours/C':>7} {'rounds':>11}")
 
     def run(self) -> None:
         self.header()
@@ -536,11 +572,14 @@ class Bench:
             shutil.rmtree(self.work, ignore_errors=True)
         print()
         print("ours/C: for MB/s above 1 is better; for µs, KiB, MiB and instructions below 1 is better.")
+        print(f"Compared rows: {self.rounds} rounds, each side measured back to back in turn; ours and C peer are the")
+        print("medians of each side, ours/C the median of the rounds' ratios, and rounds their lowest and highest.")
         print("Servers: h3serve -q and gtlsserver -q (no request log). Clients: h3get, gtlsclient, aioquic 1.7.2, h3load.")
         if self.args.json:
             with open(self.args.json, "w") as f:
                 json.dump([{"what": r.what, "unit": r.unit, "ours": r.ours, "ours_name": r.ours_name, "theirs": r.theirs,
-                            "theirs_name": r.theirs_name, "ratio": r.ratio} for r in self.rows], f, indent=1)
+                            "theirs_name": r.theirs_name, "ratio": r.ratio,
+                            "ratio_range": list(r.ratio_range) if r.ratio_range else None} for r in self.rows], f, indent=1)
 
 
 def main() -> int:
