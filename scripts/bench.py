@@ -175,10 +175,17 @@ class Paired:
 
     @staticmethod
     def of(ours: list[float], theirs: list[float]) -> "Paired":
-        ratios = sorted(o / t for o, t in zip(ours, theirs) if t)
+        # A marginal cost (a difference of two CPU times) can come out at or below zero when
+        # it is smaller than the noise: such a round has no ratio. Without any, the ratio is
+        # that of the medians, and no range is given.
+        ratios = sorted(o / t for o, t in zip(ours, theirs) if o > 0 and t > 0)
+        ours_median, theirs_median = statistics.median(ours), statistics.median(theirs)
         if not ratios:
-            raise SystemExit("bench: a row measured zero on the C peer's side in every round")
-        return Paired(statistics.median(ours), statistics.median(theirs), statistics.median(ratios), ratios[0], ratios[-1])
+            if theirs_median <= 0:
+                raise SystemExit("bench: a row measured nothing on the C peer's side")
+            ratio = ours_median / theirs_median
+            return Paired(ours_median, theirs_median, ratio, ratio, ratio)
+        return Paired(ours_median, theirs_median, statistics.median(ratios), ratios[0], ratios[-1])
 
 
 class Bench:
