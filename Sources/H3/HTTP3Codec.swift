@@ -41,7 +41,10 @@ package final class HTTP3Codec: QUICApplicationCodec {
     /// The field section being decoded, kept out of a dictionary because nghttp3 usually
     /// decodes a section whole. A HEADERS frame split across packets pauses its section; one
     /// paused while another stream's starts waits in `pausedFieldSections`.
-    @exclusivity(unchecked) private var fieldSection: (streamID: Int64, fields: HTTP3ReceivedFields) = (-1, HTTP3ReceivedFields())
+    /// An empty section whose storage every field section of this connection starts from: an
+    /// empty section made for each would be an allocation.
+    private let noFields: HTTP3ReceivedFields
+    @exclusivity(unchecked) private var fieldSection: (streamID: Int64, fields: HTTP3ReceivedFields)
     @exclusivity(unchecked) private var pausedFieldSections: [Int64: HTTP3ReceivedFields] = [:]
     // qlog (only while the connection writes a trace): frame boundaries in each direction,
     // the field sections we submitted (logged when their HEADERS frame goes out), and the
@@ -80,6 +83,9 @@ package final class HTTP3Codec: QUICApplicationCodec {
 
     package init(role: Role) throws {
         self.role = role
+        let noFields = HTTP3ReceivedFields()
+        self.noFields = noFields
+        fieldSection = (-1, noFields)
         var callbacks = Self.makeCallbacks()
         var settings = nghttp3_settings()
         cqs_nghttp3_settings_default(&settings)
@@ -415,7 +421,7 @@ package final class HTTP3Codec: QUICApplicationCodec {
         }
         // nghttp3's stream_close callback has dropped the body, if there was one.
         if !awaitingRequestHeads.isEmpty { stopAwaitingRequestHead(streamID) }
-        if fieldSection.streamID == streamID { fieldSection = (-1, HTTP3ReceivedFields()) }
+        if fieldSection.streamID == streamID { fieldSection = (-1, noFields) }
         // Empty unless a section paused or a trace is written: skip the hashing then.
         if !pausedFieldSections.isEmpty { pausedFieldSections[streamID] = nil }
         if !outgoingFrames.isEmpty { outgoingFrames[streamID] = nil }
@@ -636,20 +642,20 @@ package final class HTTP3Codec: QUICApplicationCodec {
 
     private func beginFieldSection(streamID: Int64) {
         pauseFieldSection()
-        fieldSection = (streamID, HTTP3ReceivedFields())
+        fieldSection = (streamID, noFields)
     }
 
     /// Fields for a stream other than the current one: the current section pauses, and the
     /// stream's own paused section (if any) becomes current.
     private func resumeFieldSection(streamID: Int64) {
         pauseFieldSection()
-        fieldSection = (streamID, pausedFieldSections.removeValue(forKey: streamID) ?? HTTP3ReceivedFields())
+        fieldSection = (streamID, pausedFieldSections.removeValue(forKey: streamID) ?? noFields)
     }
 
     private func pauseFieldSection() {
         guard fieldSection.streamID >= 0 else { return }
         pausedFieldSections[fieldSection.streamID] = fieldSection.fields
-        fieldSection = (-1, HTTP3ReceivedFields())
+        fieldSection = (-1, noFields)
     }
 
     /// A decoded HEADERS frame (headers or trailers) is complete: log it and report it.
@@ -657,13 +663,13 @@ package final class HTTP3Codec: QUICApplicationCodec {
         let fields: HTTP3ReceivedFields
         if fieldSection.streamID == streamID {
             fields = fieldSection.fields
-            fieldSection = (-1, HTTP3ReceivedFields())
+            fieldSection = (-1, noFields)
             if role == .server, fields.size > Self.maximumFieldSectionSize {
                 oversizedRequests.append(streamID)
                 return
             }
         } else {
-            fields = pausedFieldSections.removeValue(forKey: streamID) ?? HTTP3ReceivedFields()
+            fields = pausedFieldSections.removeValue(forKey: streamID) ?? noFields
         }
         if !awaitingRequestHeads.isEmpty { stopAwaitingRequestHead(streamID) }
         if writesQLog {

@@ -21,14 +21,16 @@ package struct HTTP3ReceivedFields: @unchecked Sendable {
         let value: Range<Int>
     }
 
-    /// The records, in the first `used` bytes of the storage's `room`; a shared empty storage
+    /// The records, in the first `used` bytes of the storage's `room`; a storage with no room
     /// until the first line.
     ///
     /// Not optional: Swift 6.3 copies an optional class reference stored in a struct through
     /// the optional type's metadata (a call to its value witness, about 100 instructions)
     /// where a plain reference is one retain, and every request's section is copied into its
-    /// event and its request.
-    private var storage = Storage.empty
+    /// event and its request. Nor is an empty one shared by every section: its reference count
+    /// would be one cache line written by every request on every core. A codec keeps its own
+    /// (`HTTP3Codec.noFields`), used only on its loop.
+    private var storage: Storage
     private var room = 0
     private var used = 0
     /// A record's head: the token, then the name's and the value's lengths, each 4 bytes.
@@ -45,20 +47,20 @@ package struct HTTP3ReceivedFields: @unchecked Sendable {
     /// The bytes, in one allocation. Its header is unused: the section keeps the room it
     /// made, and reading a class's stored property would cost an exclusivity check.
     private final class Storage: ManagedBuffer<Void, UInt8> {
-        /// The storage of every section without lines; never written (its room is 0), so it
-        /// is safe to share between threads.
-        nonisolated(unsafe) static let empty = make(room: 0)
-
         static func make(room: Int) -> Storage {
             unsafeDowncast(create(minimumCapacity: room) { _ in }, to: Storage.self)
         }
     }
 
-    package init() {}
+    /// A section without lines, with a storage of its own (one small allocation).
+    package init() {
+        storage = Storage.make(room: 0)
+    }
 
     /// A section from name and value pairs (tests), with the tokens nghttp3 would give their
     /// names.
     package init(_ pairs: [(name: String, value: String)]) {
+        self.init()
         for (name, value) in pairs {
             let token = QPACKToken.token(of: name)
             var name = name, value = value
