@@ -38,12 +38,12 @@ package final class HTTP3Codec: QUICApplicationCodec {
     /// bytes in `dataBuffers`.
     @exclusivity(unchecked) private var dataBuffers: [(event: Int, bytes: [UInt8])] = []
     @exclusivity(unchecked) private var openData = HTTP3StreamTable<Int>()
-    /// The field section being decoded, kept out of a dictionary because nghttp3 usually
-    /// decodes a section whole. A HEADERS frame split across packets pauses its section; one
-    /// paused while another stream's starts waits in `pausedFieldSections`.
     /// An empty section whose storage every field section of this connection starts from: an
     /// empty section made for each would be an allocation.
     private let noFields: HTTP3ReceivedFields
+    /// The field section being decoded, kept out of a dictionary because nghttp3 usually
+    /// decodes a section whole. A HEADERS frame split across packets pauses its section; one
+    /// paused while another stream's starts waits in `pausedFieldSections`.
     @exclusivity(unchecked) private var fieldSection: (streamID: Int64, fields: HTTP3ReceivedFields)
     @exclusivity(unchecked) private var pausedFieldSections: [Int64: HTTP3ReceivedFields] = [:]
     // qlog (only while the connection writes a trace): frame boundaries in each direction,
@@ -822,7 +822,7 @@ private final class HTTP3OutgoingBody {
     /// is allocated. Fresh buffers cost page faults (glibc gives a thread arena's freed top back
     /// to the kernel) and a copy into memory that is not in the cache; these are at most the
     /// window's worth, since only acknowledged bytes free one.
-    @exclusivity(unchecked) private var spareFileBuffers: [UnsafeMutableRawBufferPointer] = []
+    @exclusivity(unchecked) private var spareFileBuffers: [UnsafeMutableRawPointer] = []
 
     init(copying source: [UInt8]?, file: HTTP3FileRegion?, finished: Bool, trailers: [(name: String, value: String)]?) {
         if let source { append(source) }
@@ -874,7 +874,10 @@ private final class HTTP3OutgoingBody {
             return true
         }
         let length = min(Self.fileChunkSize, region.range.count)
-        let buffer = spareFileBuffers.popLast() ?? .allocate(byteCount: Self.fileChunkSize, alignment: 16)
+        let buffer = UnsafeMutableRawBufferPointer(
+            start: spareFileBuffers.popLast() ?? .allocate(byteCount: Self.fileChunkSize, alignment: 16),
+            count: Self.fileChunkSize
+        )
         guard region.reader.read(region.range.lowerBound..<region.range.lowerBound + length, into: buffer) else {
             buffer.deallocate()
             readFailed = true
@@ -903,8 +906,8 @@ private final class HTTP3OutgoingBody {
                 remaining -= left
                 acknowledgedInFront = 0
                 // Kept only while the file has more to read.
-                if front.memory == .fileBuffer && file != nil {
-                    spareFileBuffers.append(UnsafeMutableRawBufferPointer(start: UnsafeMutableRawPointer(mutating: front.bytes.baseAddress), count: Self.fileChunkSize))
+                if front.memory == .fileBuffer && file != nil, let base = front.bytes.baseAddress {
+                    spareFileBuffers.append(UnsafeMutableRawPointer(mutating: base))
                 } else {
                     front.release()
                 }

@@ -444,7 +444,7 @@ public struct HTTP3ServerResponse: Sendable {
     }
 
     /// A response with a head made ahead of time, and a file region as its body or none.
-    init(prepared: HTTP3PreparedHead, file: HTTP3FileRegion? = nil) {
+    init(prepared: HTTP3PreparedHead, file: HTTP3FileRegion?) {
         storedHead = .prepared(prepared)
         body = []
         self.file = file
