@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 AIOQUIC = os.path.join(REPO, "Tests", "Interop", "aioquic")
@@ -141,30 +141,6 @@ class Server:
 
 
 @dataclass
-class Row:
-    group: str
-    what: str
-    unit: str
-    ours: float
-    theirs: float | None
-    ours_name: str
-    theirs_name: str | None
-    higher_is_better: bool = False
-    values: dict = field(default_factory=dict)
-    #: From rounds (`Paired`): the median of the rounds' ratios, and their lowest and highest.
-    paired_ratio: float | None = None
-    ratio_range: tuple[float, float] | None = None
-
-    @property
-    def ratio(self) -> float | None:
-        if self.paired_ratio is not None:
-            return self.paired_ratio
-        if self.theirs in (None, 0):
-            return None
-        return self.ours / self.theirs
-
-
-@dataclass
 class Paired:
     """One figure from rounds that measured both sides back to back."""
     ours: float
@@ -186,6 +162,28 @@ class Paired:
             ratio = ours_median / theirs_median
             return Paired(ours_median, theirs_median, ratio, ratio, ratio)
         return Paired(ours_median, theirs_median, statistics.median(ratios), ratios[0], ratios[-1])
+
+
+@dataclass
+class Row:
+    group: str
+    what: str
+    unit: str
+    ours: float
+    theirs: float | None
+    ours_name: str
+    theirs_name: str | None
+    higher_is_better: bool = False
+    #: The rounds the row comes from, when it compares both sides.
+    paired: Paired | None = None
+
+    @property
+    def ratio(self) -> float | None:
+        if self.paired is not None:
+            return self.paired.ratio
+        if self.theirs in (None, 0):
+            return None
+        return self.ours / self.theirs
 
 
 class Bench:
@@ -303,7 +301,7 @@ class Bench:
 
     # -- rows ---------------------------------------------------------------------
 
-    def both_orders(self, measure_ours, measure_theirs):
+    def in_rounds(self, measure_ours, measure_theirs):
         """Measures both sides in `self.rounds` rounds, back to back within a round, ours first
         in the first round and theirs first in the next. A measurement may return a tuple of
         figures: each gets a `Paired` of its own."""
@@ -325,39 +323,38 @@ class Bench:
 
     def add_paired(self, group: str, what: str, unit: str, figure: Paired, ours_name: str, theirs_name: str,
                    higher_is_better: bool = False) -> None:
-        self.add(Row(group, what, unit, figure.ours, figure.theirs, ours_name, theirs_name, higher_is_better,
-                     paired_ratio=figure.ratio, ratio_range=(figure.low, figure.high)))
+        self.add(Row(group, what, unit, figure.ours, figure.theirs, ours_name, theirs_name, higher_is_better, paired=figure))
 
     def server_rows(self, ours: Server, theirs: Server) -> None:
         group = "server (same client against h3serve and gtlsserver)"
         # The server's own CPU time per MiB served, from the same runs: a steadier figure than
         # the rate, which moves with how the two processes share the cores.
-        rate, cpu = self.both_orders(lambda: self.bulk_with_server_cpu(ours, self.h3get_bulk),
+        rate, cpu = self.in_rounds(lambda: self.bulk_with_server_cpu(ours, self.h3get_bulk),
                                      lambda: self.bulk_with_server_cpu(theirs, self.h3get_bulk))
         names = ("h3serve", "gtlsserver")
         self.add_paired(group, f"bulk {self.bulk_bytes >> 20} MiB, client h3get", "MB/s", rate, *names, True)
         self.add_paired(group, f"server CPU per MiB of that bulk, client h3get", "µs", cpu, *names)
-        rate = self.both_orders(lambda: self.gtlsclient_bulk(ours), lambda: self.gtlsclient_bulk(theirs))
+        rate = self.in_rounds(lambda: self.gtlsclient_bulk(ours), lambda: self.gtlsclient_bulk(theirs))
         self.add_paired(group, f"bulk {self.bulk_bytes >> 20} MiB, client gtlsclient", "MB/s", rate, *names, True)
 
         n = self.requests
-        cpu = self.both_orders(lambda: self.server_cpu(ours, self.aioquic_requests(ours, n)) / n * 1e6,
+        cpu = self.in_rounds(lambda: self.server_cpu(ours, self.aioquic_requests(ours, n)) / n * 1e6,
                                lambda: self.server_cpu(theirs, self.aioquic_requests(theirs, n)) / n * 1e6)
         self.add_paired(group, f"CPU per 1 KiB GET, aioquic, 1 conn, 50 in flight ({n})", "µs", cpu, *names)
         n = self.load_requests
-        cpu = self.both_orders(lambda: self.server_cpu(ours, self.h3load(ours, n, 1, 50)) / n * 1e6,
+        cpu = self.in_rounds(lambda: self.server_cpu(ours, self.h3load(ours, n, 1, 50)) / n * 1e6,
                                lambda: self.server_cpu(theirs, self.h3load(theirs, n, 1, 50)) / n * 1e6)
         self.add_paired(group, f"CPU per 1 KiB GET, h3load -c 1 -m 50 ({n})", "µs", cpu, *names)
 
         n = self.connections
-        cpu = self.both_orders(lambda: self.server_cpu(ours, self.aioquic_churn(ours, n)) / n * 1e6,
+        cpu = self.in_rounds(lambda: self.server_cpu(ours, self.aioquic_churn(ours, n)) / n * 1e6,
                                lambda: self.server_cpu(theirs, self.aioquic_churn(theirs, n)) / n * 1e6)
         self.add_paired(group, f"CPU per new connection (handshake + GET), aioquic ({n})", "µs", cpu, *names)
-        cpu = self.both_orders(lambda: self.server_cpu(ours, self.h3load(ours, n, n, 1)) / n * 1e6,
+        cpu = self.in_rounds(lambda: self.server_cpu(ours, self.h3load(ours, n, n, 1)) / n * 1e6,
                                lambda: self.server_cpu(theirs, self.h3load(theirs, n, n, 1)) / n * 1e6)
         self.add_paired(group, f"CPU per new connection (handshake + GET), h3load -c {n} ({n})", "µs", cpu, *names)
 
-        rss = self.both_orders(lambda: self.idle_rss_per_connection(self.h3serve), lambda: self.idle_rss_per_connection(self.gtlsserver))
+        rss = self.in_rounds(lambda: self.idle_rss_per_connection(self.h3serve), lambda: self.idle_rss_per_connection(self.gtlsserver))
         self.add_paired(group, f"anon RSS per idle connection ({self.idle_connections} held, aioquic)", "KiB", rss, *names)
 
     def idle_rss_per_connection(self, start) -> float:
@@ -382,12 +379,12 @@ class Bench:
 
     def client_rows(self, server: Server) -> None:
         group = "client (h3get and gtlsclient against the same gtlsserver)"
-        rate = self.both_orders(lambda: self.h3get_bulk(server), lambda: self.gtlsclient_bulk(server))
+        rate = self.in_rounds(lambda: self.h3get_bulk(server), lambda: self.gtlsclient_bulk(server))
         self.add_paired(group, f"bulk {self.bulk_bytes >> 20} MiB", "MB/s", rate, "h3get", "gtlsclient", True)
         # The marginal cost: CPU for n requests less CPU for one, over n - 1. Process start-up
         # (the Swift runtime and NIO's threads) is paid once and is left out. gtlsclient's
-        # 1,000 requests cost about 5 ms, within the noise of its start-up, so each side makes
-        # 10,000 (the URLs on h3get's command line take about 400 KB).
+        # 1,000 requests cost about 5 ms, within the noise of its start-up, so a full run makes
+        # 10,000 on each side (the URLs on h3get's command line take about 400 KB).
         n = 2000 if self.args.quick else 10000
 
         def ours_cmd(count: int) -> list[str]:
@@ -400,7 +397,7 @@ class Bench:
         def marginal(cmd, count: int = n) -> float:
             return (child_cpu_seconds(cmd(count)) - child_cpu_seconds(cmd(1))) / (count - 1) * 1e6
 
-        cpu = self.both_orders(lambda: marginal(ours_cmd), lambda: marginal(theirs_cmd))
+        cpu = self.in_rounds(lambda: marginal(ours_cmd), lambda: marginal(theirs_cmd))
         self.add_paired(group, f"client CPU per 1 KiB GET, {n} on one connection (start-up excluded)", "µs", cpu, "h3get", "gtlsclient")
 
         # The same requests from the library without h3get's command line (its parsing, URL
@@ -410,7 +407,7 @@ class Bench:
             return [os.path.join(self.bin, "h3load"), "--cacert", self.cert, "-c", "1", "-m", "100", "-n", str(count),
                     self.url(server, "1k.bin")]
 
-        cpu = self.both_orders(lambda: marginal(library_cmd, n), lambda: marginal(theirs_cmd, n))
+        cpu = self.in_rounds(lambda: marginal(library_cmd, n), lambda: marginal(theirs_cmd, n))
         self.add_paired(group, f"client CPU per 1 KiB GET, {n} on one connection, h3load -m 100 (HTTP3Client)", "µs", cpu,
                         "h3load", "gtlsclient")
 
@@ -548,7 +545,7 @@ class Bench:
         ours = f"{row.ours:,.1f}"
         theirs = f"{row.theirs:,.1f}" if row.theirs is not None else "–"
         ratio = f"{row.ratio:.2f}" if row.ratio is not None else "–"
-        spread = f"{row.ratio_range[0]:.2f}–{row.ratio_range[1]:.2f}" if row.ratio_range else ""
+        spread = f"{row.paired.low:.2f}–{row.paired.high:.2f}" if row.paired else ""
         return f"{row.what:<62} {row.unit:>8} {ours:>12} {theirs:>12} {ratio:>7} {spread:>11}"
 
     def header(self) -> None:
@@ -586,7 +583,7 @@ class Bench:
             with open(self.args.json, "w") as f:
                 json.dump([{"what": r.what, "unit": r.unit, "ours": r.ours, "ours_name": r.ours_name, "theirs": r.theirs,
                             "theirs_name": r.theirs_name, "ratio": r.ratio,
-                            "ratio_range": list(r.ratio_range) if r.ratio_range else None} for r in self.rows], f, indent=1)
+                            "ratio_range": [r.paired.low, r.paired.high] if r.paired else None} for r in self.rows], f, indent=1)
 
 
 def main() -> int:
