@@ -350,9 +350,21 @@ package final class HTTP3Codec: QUICApplicationCodec {
         }
     }
 
+    /// Server: request streams the client has opened and QUIC has not closed yet, whether or
+    /// not their header section has arrived (RFC 9114 §5.2: a graceful shutdown lets them
+    /// finish). Counted as ngtcp2 opens and closes them: keeping their IDs would cost a table
+    /// insert and removal per request.
+    @exclusivity(unchecked) package private(set) var openRequestStreams = 0
+
+    /// Client-initiated bidirectional streams are requests (RFC 9114 §6.1, RFC 9000 §2.1).
+    private func isRequestStream(_ streamID: Int64) -> Bool {
+        role == .server && streamID & 0x3 == 0
+    }
+
     package func streamOpened(streamID: Int64) {
-        // Client-initiated bidirectional streams are requests (RFC 9114 §6.1, RFC 9000 §2.1).
-        guard tracksRequestHeads, role == .server, streamID & 0x3 == 0, let openedAt = withCore({ $0.currentTime }) else { return }
+        guard isRequestStream(streamID) else { return }
+        openRequestStreams += 1
+        guard tracksRequestHeads, let openedAt = withCore({ $0.currentTime }) else { return }
         awaitingRequestHeads.append((streamID, openedAt))
     }
 
@@ -413,6 +425,8 @@ package final class HTTP3Codec: QUICApplicationCodec {
     }
 
     package func streamClosed(streamID: Int64, code: UInt64?) throws {
+        // ngtcp2 closes each stream it opened once; a request stream is counted open from then.
+        if isRequestStream(streamID) && openRequestStreams > 0 { openRequestStreams -= 1 }
         guard let conn else { return }
         let rv = nghttp3_conn_close_stream(conn, streamID, code ?? UInt64(NGHTTP3_H3_NO_ERROR))
         // Streams nghttp3 never saw (a reset before any byte) are not an error (ngtcp2's client.cc).

@@ -487,8 +487,6 @@ final class HTTP3ServerConnection: @unchecked Sendable {
         for (streamID, bytes) in credits { self.codec?.consumeBody(streamID: streamID, bytes: bytes) }
         self.driver.afterInput()
     }
-    /// Requests received whose response stream has not closed yet.
-    @exclusivity(unchecked) private var active = HTTP3StreamTable<Void>()
     @exclusivity(unchecked) private var isShuttingDown = false
     @exclusivity(unchecked) var onFinished: (() -> Void)?
     /// Handlers run on this connection's loop: a response is submitted where it was produced,
@@ -537,7 +535,6 @@ final class HTTP3ServerConnection: @unchecked Sendable {
         let reason = driver.core.closeReason.map { "\($0)" } ?? "closed"
         for (_, request) in incoming { request.body.finish(throwing: HTTP3RequestBodyError.connectionClosed(reason)) }
         incoming.removeAll()
-        active.removeAll()
         requestHeaderTimer?.cancel()
         requestHeaderTimer = nil
         pump?.connectionClosed()
@@ -572,7 +569,7 @@ final class HTTP3ServerConnection: @unchecked Sendable {
     }
 
     private func closeIfIdle() {
-        guard isShuttingDown, active.isEmpty else { return }
+        guard isShuttingDown, (codec?.openRequestStreams ?? 0) == 0 else { return }
         driver.core.close(applicationErrorCode: HTTP3ErrorCode.noError.rawValue, reason: "", now: QUICConnectionDriver.now())
         driver.afterInput()
     }
@@ -645,7 +642,6 @@ final class HTTP3ServerConnection: @unchecked Sendable {
                 if !incoming.isEmpty {
                     incoming.removeValue(forKey: streamID)?.body.finish(throwing: HTTP3RequestBodyError.clientReset(code))
                 }
-                active.removeValue(forKey: streamID)
                 pump?.streamClosed(streamID)
                 if isShuttingDown { driver.eventLoop.execute { self.closeIfIdle() } }
             case .goaway:
@@ -662,7 +658,6 @@ final class HTTP3ServerConnection: @unchecked Sendable {
             respond(streamID: streamID, HTTP3ServerResponse(status: .badRequest, body: Array("malformed request\n".utf8)))
             return
         }
-        active[streamID] = ()
         let request = HTTP3ServerRequest(source: source, body: hasBody ? incomingBody(streamID: streamID) : .empty, streamID: streamID)
         if let responder, let response = responder(request) {
             respond(streamID: streamID, response)

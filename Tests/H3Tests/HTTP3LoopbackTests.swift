@@ -582,6 +582,32 @@ struct HTTP3LoopbackTests {
         await #expect(throws: HTTP3ClientError.self) { _ = try await client.execute(late) }
     }
 
+    /// Once its requests are done, a connection closes right after the final GOAWAY: the server
+    /// counts its open request streams down to none, and does not wait out the grace period.
+    @Test func shutdownClosesAConnectionWhoseRequestsAreDoneWithoutWaitingOutTheGracePeriod() async throws {
+        let (server, port, identity) = try await Self.startServer { request in
+            HTTP3ServerResponse(status: .ok, body: Array((request.path ?? "").utf8))
+        }
+        let client = Self.client(trusting: identity)
+        defer { client.shutdown() }
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for index in 0..<20 {
+                group.addTask {
+                    let request = HTTPRequest(method: .get, scheme: "https", authority: "localhost:\(port)", path: "/\(index)")
+                    let body = try await client.execute(request).body.collect()
+                    #expect(body == Array("/\(index)".utf8))
+                }
+            }
+            try await group.waitForAll()
+        }
+        // The client keeps its connection open; only the server's shutdown can end it before
+        // the idle timeout (30 s), and it takes a few round trips.
+        let clock = ContinuousClock()
+        let started = clock.now
+        await server.shutdownGracefully(gracePeriod: .seconds(120))
+        #expect(clock.now - started < .seconds(10), "the idle connection closed after GOAWAY, not at the idle timeout or the end of the grace period")
+    }
+
     /// A qlog trace once its connection has finished writing it: the file ends with a whole
     /// record and stops growing (the last record comes when the connection is freed).
     static func completedTrace(at path: String) async throws -> String {
