@@ -617,8 +617,9 @@ final class HTTP3ServerConnection: @unchecked Sendable {
     @inline(never)
     private func handle(_ events: [HTTP3Event]) {
         var skipsEndOf: Int64?
-        for (index, event) in events.enumerated() {
-            switch event {
+        // Each event is read where it lies: a copy of one is a call through the enum's metadata.
+        for index in events.indices {
+            switch events[index] {
             case .headers(let streamID, let fields, false):
                 // The FIN right behind the head: a request without a body.
                 var endsHere = false
