@@ -21,15 +21,14 @@ package struct HTTP3ReceivedFields: @unchecked Sendable {
         let value: Range<Int>
     }
 
-    /// The records, in the first `used` bytes of the storage's `room`; a storage with no room
-    /// until the first line.
+    /// The records, in the first `used` bytes of the storage's `room`.
     ///
     /// Not optional: Swift 6.3 copies an optional class reference stored in a struct through
     /// the optional type's metadata (a call to its value witness, about 100 instructions)
     /// where a plain reference is one retain, and every request's section is copied into its
     /// event and its request. Nor is an empty one shared by every section: its reference count
-    /// would be one cache line written by every request on every core. A codec keeps its own
-    /// (`HTTP3Codec.noFields`), used only on its loop.
+    /// would be one cache line written by every request on every core. A codec makes each
+    /// section's storage ahead (`HTTP3Codec.takeFieldSection`).
     private var storage: Storage
     private var room = 0
     private var used = 0
@@ -57,6 +56,15 @@ package struct HTTP3ReceivedFields: @unchecked Sendable {
         storage = Storage.make(room: 0)
     }
 
+    /// A section without lines, with room for `room` bytes of records before it grows.
+    init(room: Int) {
+        storage = Storage.make(room: room)
+        self.room = room
+    }
+
+    /// Room enough for a usual request head (its records, each 12 bytes and the name and value).
+    static let requestHeadRoom = 256
+
     /// A section from name and value pairs (tests), with the tokens nghttp3 would give their
     /// names.
     package init(_ pairs: [(name: String, value: String)]) {
@@ -81,7 +89,7 @@ package struct HTTP3ReceivedFields: @unchecked Sendable {
         let end = start + Self.recordHead + name.count + value.count
         if end > room || !isKnownUniquelyReferenced(&storage) {
             // A request head usually fits in the first 256 bytes: one allocation per section.
-            moveToNewStorage(room: end > room ? Swift.max(end, 2 * room, 256) : room)
+            moveToNewStorage(room: end > room ? Swift.max(end, 2 * room, Self.requestHeadRoom) : room)
         }
         storage.withUnsafeMutablePointerToElements { bytes in
             let raw = UnsafeMutableRawPointer(bytes + start)
