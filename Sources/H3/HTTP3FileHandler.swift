@@ -64,7 +64,8 @@ public struct HTTP3FileHandler: Sendable {
         }
         let size = file.reader.size
         var partial: (range: Range<Int>, fields: HTTPFields)?
-        if let rangeText = request.headerField(.range) {
+        // Most requests have no `range`: the quick test spares the lookup by name.
+        if request.source.mayHaveField("range"), let rangeText = request.headerField(.range) {
             switch Self.byteRange(rangeText, length: size) {
             case .satisfiable(let requested):
                 let contentRange = "bytes \(requested.lowerBound)-\(requested.upperBound - 1)/\(size)"

@@ -171,6 +171,12 @@ package struct HTTP3ReceivedFields: @unchecked Sendable {
 
     package func value(of line: Line) -> String { string(line.value) }
 
+    /// False when no line is named `name` (lowercase, as HTTP/3 sends names, RFC 9114 §4.2);
+    /// true when one may be. Reads no record and makes no string.
+    func mayContain(_ name: StaticString) -> Bool {
+        name.withUTF8Buffer { namesSeen & Self.nameBit($0) != 0 }
+    }
+
     /// The lines named `name`, in wire order.
     func lines(named name: String) -> [Line] {
         var name = name

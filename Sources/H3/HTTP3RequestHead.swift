@@ -49,6 +49,12 @@ final class HTTP3RequestHeadSource: Sendable {
         return pathLine.map(fields.value(of:))
     }
 
+    /// False when the request surely has no field named `name` (lowercase): a quick test before
+    /// the subscript, which makes a string of the name to look for it.
+    func mayHaveField(_ name: StaticString) -> Bool {
+        built != nil || fields.mayContain(name)
+    }
+
     /// Runs `body` with the `:path` value's UTF-8 bytes; nil when the request has none.
     func withPathBytes<R>(_ body: (UnsafeBufferPointer<UInt8>) -> R) -> R? {
         if let built {

@@ -56,6 +56,20 @@ struct HTTP3ReceivedFieldsTests {
         #expect(HTTP3ReceivedFields().lines(named: "range").isEmpty)
     }
 
+    /// The quick test never says a present name is absent, and rules out `range` for a usual
+    /// request head (what the file handler asks before looking a range up).
+    @Test func mayContainNeverMissesAPresentName() {
+        let request = HTTP3ReceivedFields([
+            (":method", "GET"), (":scheme", "https"), (":authority", "localhost"), (":path", "/"),
+            ("user-agent", "h3load"), ("accept", "*/*"),
+        ])
+        #expect(!request.mayContain("range"))
+        #expect(request.mayContain(":path") && request.mayContain("user-agent") && request.mayContain("accept"))
+        let ranged = HTTP3ReceivedFields([(":method", "GET"), (":path", "/"), ("range", "bytes=0-1")])
+        #expect(ranged.mayContain("range"))
+        #expect(!HTTP3ReceivedFields().mayContain("range"))
+    }
+
     /// A response's fields as the client hands them out: the regular lines in wire order,
     /// repeats and cookies kept apart, a name nghttp3 gave a token read as that token's name,
     /// and a line whose name is no valid field name dropped.
