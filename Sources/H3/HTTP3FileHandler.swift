@@ -77,15 +77,15 @@ public struct HTTP3FileHandler: Sendable {
                 break
             }
         }
-        // Read by the connection as the client takes it, straight into the memory it sends from.
-        // Given to the response as it is made: set afterwards, it cost a copy of the response.
-        let region = method == .get ? HTTP3FileRegion(reader: file.reader, range: partial?.range ?? 0..<size) : nil
-        // The whole file's head was made and encoded when it was opened, and is shared by every
-        // request for it: most requests build no field at all.
+        // The body is read by the connection as the client takes it, straight into the memory
+        // it sends from.
         if let partial {
+            let region = method == .get ? HTTP3FileRegion(reader: file.reader, range: partial.range) : nil
             return HTTP3ServerResponse(head: HTTPResponse(status: .partialContent, headerFields: partial.fields), file: region)
         }
-        return HTTP3ServerResponse(prepared: file.wholeFile, file: region)
+        // The whole file's answers were made, and their head encoded, when it was opened: most
+        // requests build nothing at all.
+        return method == .get ? file.wholeFileResponse : file.wholeFileHeadResponse
     }
 
     /// Opens the regular file a request path names (a directory's `index.html`); nil when it is
@@ -380,6 +380,10 @@ final class HTTP3ServedFile: Sendable {
     /// `accept-ranges` and `content-length` (RFC 9110 §8.3, §14.3, §8.6), then the handler's
     /// additional fields.
     let wholeFile: HTTP3PreparedHead
+    /// The answers to a GET and to a HEAD of the whole file, made once: a request for it is
+    /// answered by counting one reference.
+    let wholeFileResponse: HTTP3ServerResponse
+    let wholeFileHeadResponse: HTTP3ServerResponse
 
     init(reader: HTTP3FileReader, contentType: String, additionalFields: HTTPFields = [:]) {
         self.reader = reader
@@ -393,6 +397,8 @@ final class HTTP3ServedFile: Sendable {
         fields.append(contentsOf: additionalFields)
         wholeFile = HTTP3PreparedHead(HTTPResponse(status: .ok, headerFields: fields))
         reader.keepWholeFileFields(wholeFile.encoded)
+        wholeFileResponse = HTTP3ServerResponse(prepared: wholeFile, file: HTTP3FileRegion(reader: reader, range: 0..<reader.size))
+        wholeFileHeadResponse = HTTP3ServerResponse(prepared: wholeFile, file: nil)
     }
 
     private static let acceptRanges = HTTPField(name: .acceptRanges, value: "bytes")

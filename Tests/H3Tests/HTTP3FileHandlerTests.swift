@@ -70,6 +70,10 @@ struct HTTP3FileHandlerTests {
         response.head.headerFields[.cacheControl] = "no-cache"
         #expect(response.prepared == nil)
         #expect(Self.submitted(response) == expected + ["cache-control: no-cache"])
+        // The file's kept answer is shared by every GET: the change stayed with the copy made.
+        let again = Self.get(handler, "/ten.txt")
+        #expect(again.prepared === prepared && Self.submitted(again) == expected)
+        #expect(try Self.bodyBytes(again) == Array("0123456789".utf8))
         #expect(Self.get(handler, "/ten.txt", range: "bytes=2-4").prepared == nil, "a 206 is built per request")
     }
 
