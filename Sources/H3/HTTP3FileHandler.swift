@@ -64,8 +64,7 @@ public struct HTTP3FileHandler: Sendable {
         }
         let size = file.reader.size
         var partial: (range: Range<Int>, fields: HTTPFields)?
-        // Most requests have no `range`: the quick test spares the lookup by name.
-        if request.source.mayHaveField("range"), let rangeText = request.headerField(.range) {
+        if let rangeText = request.headerField(.range) {
             switch Self.byteRange(rangeText, length: size) {
             case .satisfiable(let requested):
                 let contentRange = "bytes \(requested.lowerBound)-\(requested.upperBound - 1)/\(size)"
@@ -314,8 +313,8 @@ final class HTTP3RootDirectory: Sendable {
     func recentFile(requestedAs pathBytes: UnsafeBufferPointer<UInt8>, orLookUp lookUp: () -> HTTP3ServedFile?) -> HTTP3ServedFile? {
         guard reuse > 0 else { return lookUp() }
         let now = NIODeadline.now().uptimeNanoseconds
-        if let hit = recent.withLockedValue({ $0.byPath.value(forUTF8: pathBytes, now: now) }) { return hit }
-        let generation = recent.withLockedValue { $0.fieldsGeneration }
+        let (hit, generation) = recent.withLockedValue { ($0.byPath.value(forUTF8: pathBytes, now: now), $0.fieldsGeneration) }
+        if let hit { return hit }
         let file = lookUp()
         let path = String(decoding: pathBytes, as: UTF8.self)
         recent.withLockedValue { recent in

@@ -53,7 +53,7 @@ package struct HTTP3ReceivedFields: @unchecked Sendable {
 
     /// A section without lines, with a storage of its own (one small allocation).
     package init() {
-        storage = Storage.make(room: 0)
+        self.init(room: 0)
     }
 
     /// A section without lines, with room for `room` bytes of records before it grows.
@@ -106,8 +106,12 @@ package struct HTTP3ReceivedFields: @unchecked Sendable {
 
     @inline(__always)
     private static func nameBit(_ name: UnsafeBufferPointer<UInt8>) -> UInt64 {
-        let first = name.isEmpty ? 0 : Int(name[0])
-        return 1 << UInt64((name.count &* 7 &+ first) & 63)
+        nameBit(count: name.count, first: name.first ?? 0)
+    }
+
+    @inline(__always)
+    private static func nameBit(count: Int, first: UInt8) -> UInt64 {
+        1 << UInt64((count &* 7 &+ Int(first)) & 63)
     }
 
     private mutating func moveToNewStorage(room: Int) {
@@ -172,9 +176,10 @@ package struct HTTP3ReceivedFields: @unchecked Sendable {
     package func value(of line: Line) -> String { string(line.value) }
 
     /// False when no line is named `name` (lowercase, as HTTP/3 sends names, RFC 9114 §4.2);
-    /// true when one may be. Reads no record and makes no string.
-    func mayContain(_ name: StaticString) -> Bool {
-        name.withUTF8Buffer { namesSeen & Self.nameBit($0) != 0 }
+    /// true when one may be. Reads no record, and only the name's length and first byte.
+    func mayContain(_ name: String) -> Bool {
+        let utf8 = name.utf8
+        return namesSeen & Self.nameBit(count: utf8.count, first: utf8.first ?? 0) != 0
     }
 
     /// The lines named `name`, in wire order.

@@ -49,12 +49,6 @@ final class HTTP3RequestHeadSource: Sendable {
         return pathLine.map(fields.value(of:))
     }
 
-    /// False when the request surely has no field named `name` (lowercase): a quick test before
-    /// the subscript, which makes a string of the name to look for it.
-    func mayHaveField(_ name: StaticString) -> Bool {
-        built != nil || fields.mayContain(name)
-    }
-
     /// Runs `body` with the `:path` value's UTF-8 bytes; nil when the request has none.
     func withPathBytes<R>(_ body: (UnsafeBufferPointer<UInt8>) -> R) -> R? {
         if let built {
@@ -89,6 +83,8 @@ final class HTTP3RequestHeadSource: Sendable {
     /// values legalized), read from the section without building the head.
     subscript(name: HTTPField.Name) -> String? {
         if let built { return built.headerFields[name] }
+        // Most fields asked for are absent (`range`, for one): ruled out before any search.
+        guard fields.mayContain(name.canonicalName) else { return nil }
         let lines = fields.lines(named: name.canonicalName)
         switch lines.count {
         case 0:

@@ -57,7 +57,7 @@ struct HTTP3ReceivedFieldsTests {
     }
 
     /// The quick test never says a present name is absent, and rules out `range` for a usual
-    /// request head (what the file handler asks before looking a range up).
+    /// request head (what a request's field lookup asks first).
     @Test func mayContainNeverMissesAPresentName() {
         let request = HTTP3ReceivedFields([
             (":method", "GET"), (":scheme", "https"), (":authority", "localhost"), (":path", "/"),
