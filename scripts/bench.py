@@ -287,6 +287,12 @@ class Bench:
         run(cmd)
         return server.cpu_seconds() - before
 
+    def server_cpu_per_operation(self, ours: Server, theirs: Server, count: int, command) -> "Paired":
+        """Each server's CPU time (µs) per operation, over `count` operations that
+        `command(server)` performs against it, in rounds."""
+        return self.in_rounds(lambda: self.server_cpu(ours, command(ours)) / count * 1e6,
+                              lambda: self.server_cpu(theirs, command(theirs)) / count * 1e6)
+
     def aioquic_requests(self, server: Server, count: int, in_flight: int = 50) -> list[str]:
         return [self.py, os.path.join(AIOQUIC, "h3_requests.py"), self.url(server, "1k.bin", "127.0.0.1"),
                 "--cacert", self.cert, "--requests", str(count), "--in-flight", str(in_flight)]
@@ -338,20 +344,16 @@ class Bench:
         self.add_paired(group, f"bulk {self.bulk_bytes >> 20} MiB, client gtlsclient", "MB/s", rate, *names, True)
 
         n = self.requests
-        cpu = self.in_rounds(lambda: self.server_cpu(ours, self.aioquic_requests(ours, n)) / n * 1e6,
-                               lambda: self.server_cpu(theirs, self.aioquic_requests(theirs, n)) / n * 1e6)
+        cpu = self.server_cpu_per_operation(ours, theirs, n, lambda server: self.aioquic_requests(server, n))
         self.add_paired(group, f"CPU per 1 KiB GET, aioquic, 1 conn, 50 in flight ({n})", "µs", cpu, *names)
         n = self.load_requests
-        cpu = self.in_rounds(lambda: self.server_cpu(ours, self.h3load(ours, n, 1, 50)) / n * 1e6,
-                               lambda: self.server_cpu(theirs, self.h3load(theirs, n, 1, 50)) / n * 1e6)
+        cpu = self.server_cpu_per_operation(ours, theirs, n, lambda server: self.h3load(server, n, 1, 50))
         self.add_paired(group, f"CPU per 1 KiB GET, h3load -c 1 -m 50 ({n})", "µs", cpu, *names)
 
         n = self.connections
-        cpu = self.in_rounds(lambda: self.server_cpu(ours, self.aioquic_churn(ours, n)) / n * 1e6,
-                               lambda: self.server_cpu(theirs, self.aioquic_churn(theirs, n)) / n * 1e6)
+        cpu = self.server_cpu_per_operation(ours, theirs, n, lambda server: self.aioquic_churn(server, n))
         self.add_paired(group, f"CPU per new connection (handshake + GET), aioquic ({n})", "µs", cpu, *names)
-        cpu = self.in_rounds(lambda: self.server_cpu(ours, self.h3load(ours, n, n, 1)) / n * 1e6,
-                               lambda: self.server_cpu(theirs, self.h3load(theirs, n, n, 1)) / n * 1e6)
+        cpu = self.server_cpu_per_operation(ours, theirs, n, lambda server: self.h3load(server, n, n, 1))
         self.add_paired(group, f"CPU per new connection (handshake + GET), h3load -c {n} ({n})", "µs", cpu, *names)
 
         rss = self.in_rounds(lambda: self.idle_rss_per_connection(self.h3serve), lambda: self.idle_rss_per_connection(self.gtlsserver))
