@@ -107,6 +107,12 @@ package final class HTTP3Codec: QUICApplicationCodec {
     /// Whether `takeEvents()` has anything to hand over.
     package var hasEvents: Bool { !events.isEmpty }
 
+    /// A server's connection looks at the codec only for events and for request heads still
+    /// awaited (the request header timer); a client's looks every pass, for requests it queued.
+    package var needsPass: Bool {
+        role == .client || !events.isEmpty || (tracksRequestHeads && !awaitingRequestHeads.isEmpty)
+    }
+
     /// Hands over what the codec parsed since the last call. Body bytes of one stream that
     /// arrived back to back come as one `.data` event, not one per packet.
     package func takeEvents() -> [HTTP3Event] {

@@ -32,10 +32,15 @@ package protocol QUICApplicationCodec: AnyObject {
     func setBlocked(streamID: Int64, _ blocked: Bool) throws
     /// The stream's sending side is gone (reset or STOP_SENDING).
     func writeShutDown(streamID: Int64) throws
+    /// Whether the application's hook for each pass (`QUICConnectionDriver.afterPass`) has
+    /// anything to do: events to hand over, or state it looks at on every pass. Read on every
+    /// pass, so it must be cheap.
+    var needsPass: Bool { get }
 }
 
 extension QUICApplicationCodec {
     package func streamOpened(streamID: Int64) {}
+    package var needsPass: Bool { true }
 }
 
 /// A codec failure that closes the connection with `code` (RFC 9000 §10.2, application close).
@@ -52,6 +57,13 @@ package struct QUICApplicationCodecError: Error, CustomStringConvertible {
 }
 
 extension QUICConnectionCore {
+    /// Whether the codec asks for the application's hook this pass (`needsPass`); false
+    /// without a codec. Asked without a reference count, as `withCodec` lends it.
+    package var applicationNeedsPass: Bool {
+        guard let holder = codecHolder.map(Unmanaged.passUnretained) else { return false }
+        return holder._withUnsafeGuaranteedRef { $0.codec.needsPass }
+    }
+
     /// The latest time the connection was given (`receive`, `handleTimeout`), on the caller's clock.
     package var currentTime: UInt64 { latestTime }
 

@@ -524,6 +524,9 @@ package final class QUICConnectionCore {
         enterClosing(reason: .localApplicationClose(code: applicationErrorCode, reason: reason), now: now)
     }
 
+    /// Whether any event was recorded since the last `takeEvents()`.
+    package var hasEvents: Bool { !events.isEmpty }
+
     /// Hands over the events recorded since the last call.
     package func takeEvents() -> [QUICConnectionEvent] {
         // Handing the array over and starting afresh allocates only when events come; keeping

@@ -30,9 +30,9 @@ package final class QUICConnectionDriver: @unchecked Sendable {
     @exclusivity(unchecked) var takeEvents: (QUICConnectionCore) -> [QUICConnectionEvent] = { $0.takeEvents() }
     /// Runs once the core reaches `.closed` and may be freed; the driver drops its hooks first.
     @exclusivity(unchecked) package var onFinished: ((QUICConnectionDriver) -> Void)?
-    /// Runs in every pass, for an application codec's own events, and once before the pass
-    /// first writes; returns true when it queued work that needs writing (new requests,
-    /// consumed data).
+    /// Runs for an application codec's own events, in every pass in which the codec asks for
+    /// it (`QUICApplicationCodec.needsPass`): before the pass first writes, and after each
+    /// write. Returns true when it queued work that needs writing (new requests, consumed data).
     @exclusivity(unchecked) package var afterPass: (() -> Bool)?
 
     init(core: QUICConnectionCore, socket: QUICUDPSocket, eventLoop: QUICEventLoop) {
@@ -96,10 +96,21 @@ package final class QUICConnectionDriver: @unchecked Sendable {
     /// had anything: handlers may have queued data or consumed some (which sends
     /// MAX_STREAM_DATA), so the pass writes again.
     private func handOverEvents() -> Bool {
-        let events = takeEvents(core)
-        if !events.isEmpty { eventHandler?(events) }
-        let queued = afterPass?() == true
-        return !events.isEmpty || queued
+        // Most passes record no connection event (a request or an ACK raises none): the hook,
+        // a closure call with its context retained and released, then has nothing to take.
+        var handedOver = false
+        if core.hasEvents {
+            let events = takeEvents(core)
+            if !events.isEmpty {
+                eventHandler?(events)
+                handedOver = true
+            }
+        }
+        // Asked first: most passes after a write find the codec with nothing new, and the
+        // hook is a closure call with its context counted.
+        var queued = false
+        if core.applicationNeedsPass, let afterPass { queued = afterPass() }
+        return handedOver || queued
     }
 
     @exclusivity(unchecked) private var servicing = false
