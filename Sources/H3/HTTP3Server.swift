@@ -507,6 +507,9 @@ final class HTTP3ServerConnection: @unchecked Sendable {
     }
 
     private let driver: QUICConnectionDriver
+    /// `driver.core`, kept here too: a `let` of this class is read without a reference count,
+    /// while `driver.core`, a property from another module, is retained around each use.
+    private let core: QUICConnectionCore
     private let responder: HTTP3Server.Responder?
     private let handler: HTTP3Server.Handler
     private let logger: Logger
@@ -541,17 +544,29 @@ final class HTTP3ServerConnection: @unchecked Sendable {
         logger: Logger
     ) {
         self.driver = driver
+        self.core = driver.core
         self.responder = responder
         self.handler = handler
         self.requestHeaderTimeout = requestHeaderTimeout
         self.logger = logger
     }
 
-    private var codec: HTTP3Codec? { driver.core.applicationCodec as? HTTP3Codec }
+    private var codec: HTTP3Codec? { core.applicationCodec as? HTTP3Codec }
+    /// The codec as `attach` found it, unretained (the core owns it), and its identity.
+    @exclusivity(unchecked) private var attachedCodec: (reference: Unmanaged<HTTP3Codec>, id: ObjectIdentifier)?
+
+    /// Lends the codec to `body` without a reference count or a cast, as long as it is still
+    /// the connection's (the core drops it once the connection is over). For what runs on
+    /// every pass: `codec` retains, checks the type and releases each time.
+    private func withCodec<Result>(_ body: (HTTP3Codec) -> Result) -> Result? {
+        guard let attachedCodec, core.applicationCodecID == attachedCodec.id else { return nil }
+        return attachedCodec.reference._withUnsafeGuaranteedRef(body)
+    }
 
     /// The driver keeps this connection alive through its hooks until the QUIC connection ends,
     /// and drops them then.
     func attach() {
+        attachedCodec = codec.map { (Unmanaged.passUnretained($0), ObjectIdentifier($0)) }
         driver.afterPass = { self.drainCodec() }
         let previous = driver.onFinished
         driver.onFinished = { finished in
@@ -563,7 +578,7 @@ final class HTTP3ServerConnection: @unchecked Sendable {
     /// The QUIC connection is over: request bodies still arriving fail, response producers stop,
     /// and the server forgets this connection.
     private func connectionEnded() {
-        let reason = driver.core.closeReason.map { "\($0)" } ?? "closed"
+        let reason = core.closeReason.map { "\($0)" } ?? "closed"
         for (_, request) in incoming { request.body.finish(throwing: HTTP3RequestBodyError.connectionClosed(reason)) }
         incoming.removeAll()
         requestHeaderTimer?.cancel()
@@ -582,14 +597,14 @@ final class HTTP3ServerConnection: @unchecked Sendable {
         isShuttingDown = true
         guard codec.isEstablished else {
             // No HTTP/3 yet (the handshake is still running or failed): nothing to announce.
-            driver.core.close(applicationErrorCode: HTTP3ErrorCode.noError.rawValue, reason: "", now: QUICConnectionDriver.now())
+            core.close(applicationErrorCode: HTTP3ErrorCode.noError.rawValue, reason: "", now: QUICConnectionDriver.now())
             driver.afterInput()
             return
         }
         try? codec.submitShutdownNotice()
         driver.afterInput()
         // RFC 9114 §5.2: allow at least a round trip for requests already in flight.
-        let rtt = Int64(clamping: HTTP3Server.nanoseconds(driver.core.pathStatistics.smoothedRTT))
+        let rtt = Int64(clamping: HTTP3Server.nanoseconds(core.pathStatistics.smoothedRTT))
         let delay = TimeAmount.nanoseconds(max(2 * rtt, 50_000_000))
         // Never cancelled: if the connection ends first, the task finds no codec.
         _ = driver.eventLoop.scheduleTask(in: delay) {
@@ -601,7 +616,7 @@ final class HTTP3ServerConnection: @unchecked Sendable {
 
     private func closeIfIdle() {
         guard isShuttingDown, (codec?.openRequestStreams ?? 0) == 0 else { return }
-        driver.core.close(applicationErrorCode: HTTP3ErrorCode.noError.rawValue, reason: "", now: QUICConnectionDriver.now())
+        core.close(applicationErrorCode: HTTP3ErrorCode.noError.rawValue, reason: "", now: QUICConnectionDriver.now())
         driver.afterInput()
     }
 
@@ -636,13 +651,14 @@ final class HTTP3ServerConnection: @unchecked Sendable {
     /// the handling made every call set up room for a request body's stream and continuation,
     /// about 240 instructions.
     private func drainCodec() -> Bool {
-        guard let codec else { return false }
-        if requestHeaderTimeout != nil, requestHeaderTimer == nil, codec.oldestAwaitingRequestHead != nil {
-            armRequestHeaderTimer(now: QUICConnectionDriver.now())
-        }
-        guard codec.hasEvents else { return false }
-        codec.handOverEvents(handle)
-        return true
+        withCodec { codec in
+            if requestHeaderTimeout != nil, requestHeaderTimer == nil, codec.oldestAwaitingRequestHead != nil {
+                armRequestHeaderTimer(now: QUICConnectionDriver.now())
+            }
+            guard codec.hasEvents else { return false }
+            codec.handOverEvents(handle)
+            return true
+        } ?? false
     }
 
     @inline(never)
@@ -739,7 +755,10 @@ final class HTTP3ServerConnection: @unchecked Sendable {
     }
 
     private func respond(streamID: Int64, _ response: HTTP3ServerResponse) {
-        guard let codec else { return }
+        withCodec { codec in submit(response, on: streamID, to: codec) }
+    }
+
+    private func submit(_ response: HTTP3ServerResponse, on streamID: Int64, to codec: HTTP3Codec) {
         let fields = HTTP3ResponseFieldSection(response.storedHead)
         do {
             if let priority = response.priority { try codec.setPriority(streamID: streamID, priority) }
