@@ -394,8 +394,9 @@ struct NetworkConnectionTests {
         defer { server.process.stop() }
         try await withNetworkConnection(to: .hostPort(host: "localhost", port: NWEndpoint.Port(rawValue: server.port)!)) {
             // Long enough that a loaded machine's stall before the kill cannot end the tunnel
-            // early (2 s did, with the whole suite starting its servers at once).
-            Self.stack(server.authentication).idleTimeout(Int(TestEnvironment.scaled(5) * 1000))
+            // early: 2 s did, with the whole suite starting its servers at once, and so did 5 s
+            // once (the echo had not come back when the tunnel timed out, 13 s into the test).
+            Self.stack(server.authentication).idleTimeout(Int(TestEnvironment.scaled(10) * 1000))
         } _: { connection in
             let stream = try await connection.openStream()
             try await stream.send(Data("half".utf8))

@@ -163,9 +163,13 @@ package final class QUICConnectionDriver: @unchecked Sendable {
     }
 
     private func flush() {
-        let primary = sockets[0]
+        // Unowned: this driver and its sockets outlive the call (sockets come and go only in
+        // event handlers, never during a write), and each counted capture cost a retain and a
+        // release on every pass.
+        unowned(unsafe) let primary = sockets[0]
         // Each batch leaves as it is emitted, so one scratch area serves every socket.
-        let more = core.writePackets(now: Self.now(), scratch: primary.scratch) { bytes, segmentSize, path, ecn in
+        let more = core.writePackets(now: Self.now(), scratch: primary.scratch) { [unowned(unsafe) self] bytes, segmentSize, path, ecn in
+            guard sockets.count > 1 else { return primary.send(bytes, segmentSize: segmentSize, to: path.remote, ecn: ecn) }
             let socket = sockets.first { $0.localAddress == path.local } ?? primary
             socket.send(bytes, segmentSize: segmentSize, to: path.remote, ecn: ecn)
         }
@@ -182,7 +186,11 @@ package final class QUICConnectionDriver: @unchecked Sendable {
         let deadline = core.nextDeadline
         guard deadline != timerDeadline else { return }
         timerDeadline = deadline
-        if deadline == .max { timer?.cancel() } else { timer?.set(deadline: deadline) }
+        // Lent, not counted: only `stopRunning` drops the alarm, and not from within these calls.
+        guard let alarm = timer.map(Unmanaged.passUnretained) else { return }
+        alarm._withUnsafeGuaranteedRef { alarm in
+            if deadline == .max { alarm.cancel() } else { alarm.set(deadline: deadline) }
+        }
     }
 
     /// Stops running the core without closing it (a connection attempt given up for another

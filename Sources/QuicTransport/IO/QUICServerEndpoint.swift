@@ -16,7 +16,10 @@ package final class QUICServerEndpoint {
     let preferredSocket: QUICUDPSocket?
     package let core: QUICEndpointCore
     @exclusivity(unchecked) private var drivers: [ObjectIdentifier: QUICConnectionDriver] = [:]
-    @exclusivity(unchecked) private var touched: [QUICConnectionDriver] = []
+    /// Each holds one reference, taken in `touch` and given up once the driver is served:
+    /// that keeps a driver alive through its pass even if its connection ends in it, and the
+    /// pass itself is called without counting again.
+    @exclusivity(unchecked) private var touched: [Unmanaged<QUICConnectionDriver>] = []
     private let logger: Logger
     /// Called for each connection the endpoint accepts, before its first events.
     package var onNewConnection: ((QUICConnectionDriver) -> Void)?
@@ -182,7 +185,7 @@ package final class QUICServerEndpoint {
     private func touch(_ driver: QUICConnectionDriver) {
         guard !driver.isTouched else { return }
         driver.isTouched = true
-        touched.append(driver)
+        touched.append(.passRetained(driver))
     }
 
     private func serviceTouched() {
@@ -191,11 +194,13 @@ package final class QUICServerEndpoint {
         // even one served already.
         var index = 0
         while index < touched.count {
-            let driver = touched[index]
-            driver.isTouched = false
-            driver.afterInput()
+            touched[index]._withUnsafeGuaranteedRef { driver in
+                driver.isTouched = false
+                driver.afterInput()
+            }
             index += 1
         }
+        for driver in touched { driver.release() }
         touched.removeAll(keepingCapacity: true)
     }
 }
