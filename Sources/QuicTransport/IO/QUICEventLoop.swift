@@ -342,7 +342,11 @@ private final class LoopCore: @unchecked Sendable {
     }
 
     fileprivate func run() {
-        var events = [epoll_event](repeating: epoll_event(), count: 64)
+        // Plain memory, not an array: the loop writes it on every turn, and an array's write
+        // access checks that the buffer is unshared each time.
+        let events = UnsafeMutableBufferPointer<epoll_event>.allocate(capacity: 64)
+        events.initialize(repeating: epoll_event())
+        defer { events.deallocate() }
         var running: [LoopWork] = []
         var due: [() -> Void] = []
         while true {
@@ -355,7 +359,7 @@ private final class LoopCore: @unchecked Sendable {
                 let now = NIODeadline.now().uptimeNanoseconds
                 return deadline > now ? deadline - now : 0
             }
-            let count = events.withUnsafeMutableBufferPointer { wait(for: $0, timeout: timeout) }
+            let count = wait(for: events, timeout: timeout)
             for index in 0..<count {
                 let event = events[index]
                 let descriptor = event.data.fd
