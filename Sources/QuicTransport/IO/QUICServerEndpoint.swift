@@ -16,10 +16,13 @@ package final class QUICServerEndpoint {
     let preferredSocket: QUICUDPSocket?
     package let core: QUICEndpointCore
     @exclusivity(unchecked) private var drivers: [ObjectIdentifier: QUICConnectionDriver] = [:]
-    /// Each holds one reference, taken in `touch` and given up once the driver is served:
-    /// that keeps a driver alive through its pass even if its connection ends in it, and the
-    /// pass itself is called without counting again.
+    /// The drivers to serve after this read, in `touched[..<touchedCount]`. Each holds one
+    /// reference, taken in `touch` and given up once the driver is served: that keeps a driver
+    /// alive through its pass even if its connection ends in it, and the pass itself is called
+    /// without counting again. Entries past the count are stale plain pointers, so the list
+    /// empties by resetting the count: `removeAll` cost a generic call on every read.
     @exclusivity(unchecked) private var touched: [Unmanaged<QUICConnectionDriver>] = []
+    @exclusivity(unchecked) private var touchedCount = 0
     private let logger: Logger
     /// Called for each connection the endpoint accepts, before its first events.
     package var onNewConnection: ((QUICConnectionDriver) -> Void)?
@@ -185,7 +188,12 @@ package final class QUICServerEndpoint {
     private func touch(_ driver: QUICConnectionDriver) {
         guard !driver.isTouched else { return }
         driver.isTouched = true
-        touched.append(.passRetained(driver))
+        if touchedCount < touched.count {
+            touched[touchedCount] = .passRetained(driver)
+        } else {
+            touched.append(.passRetained(driver))
+        }
+        touchedCount += 1
     }
 
     private func serviceTouched() {
@@ -193,14 +201,14 @@ package final class QUICServerEndpoint {
         // clearing it allocate anew every pass); a driver touched meanwhile is served too,
         // even one served already.
         var index = 0
-        while index < touched.count {
+        while index < touchedCount {
             touched[index]._withUnsafeGuaranteedRef { driver in
                 driver.isTouched = false
                 driver.afterInput()
             }
             index += 1
         }
-        for driver in touched { driver.release() }
-        touched.removeAll(keepingCapacity: true)
+        for index in 0..<touchedCount { touched[index].release() }
+        touchedCount = 0
     }
 }
