@@ -146,7 +146,7 @@ package final class QUICServerEndpoint {
         let disposition = core.receive(datagram: datagram, path: path, ecn: ecn, now: QUICConnectionDriver.now(), mayHandOver: mayHandOver) { reply in
             replySocket._withUnsafeGuaranteedRef { $0.sendNow(reply, to: path.remote) }
         }
-        switch disposition {
+        switch consume disposition {
         case .delivered(let connection, let isNew):
             guard isNew else {
                 // Only this endpoint sets a server core's owner, always to a driver.
