@@ -40,7 +40,6 @@ package protocol QUICApplicationCodec: AnyObject {
 
 extension QUICApplicationCodec {
     package func streamOpened(streamID: Int64) {}
-    package var needsPass: Bool { true }
 }
 
 /// A codec failure that closes the connection with `code` (RFC 9000 §10.2, application close).
@@ -58,11 +57,12 @@ package struct QUICApplicationCodecError: Error, CustomStringConvertible {
 
 extension QUICConnectionCore {
     /// Whether the codec asks for the application's hook this pass (`needsPass`); false
-    /// without a codec. Asked without a reference count, as `withCodec` lends it.
-    package var applicationNeedsPass: Bool {
-        guard let holder = codecHolder.map(Unmanaged.passUnretained) else { return false }
-        return holder._withUnsafeGuaranteedRef { $0.codec.needsPass }
-    }
+    /// without a codec.
+    package var applicationNeedsPass: Bool { lendingCodec { $0.needsPass } ?? false }
+
+    /// Which codec runs this connection's streams, if any: for a caller that keeps the codec
+    /// unretained to check that it is still this connection's.
+    package var applicationCodecID: ObjectIdentifier? { lendingCodec { ObjectIdentifier($0) } }
 
     /// The latest time the connection was given (`receive`, `handleTimeout`), on the caller's clock.
     package var currentTime: UInt64 { latestTime }
@@ -113,16 +113,23 @@ extension QUICConnectionCore {
     /// release per call, and ngtcp2 runs several such callbacks per request.
     @inline(__always)
     func withCodec(_ body: (any QUICApplicationCodec) throws -> Void) -> Int32 {
-        guard let holder = codecHolder.map(Unmanaged.passUnretained) else { return 0 }
-        return holder._withUnsafeGuaranteedRef { holder in
+        lendingCodec { codec in
             do {
-                try body(holder.codec)
+                try body(codec)
                 return 0
             } catch {
                 codecFailure = error
                 return NGTCP2_ERR_CALLBACK_FAILURE
             }
-        }
+        } ?? 0
+    }
+
+    /// Lends the codec to `body` without a reference count; nil without a codec. The core
+    /// replaces or drops its codec only between calls into it (see `withCodec`).
+    @inline(__always)
+    private func lendingCodec<Result>(_ body: (any QUICApplicationCodec) -> Result) -> Result? {
+        guard let holder = codecHolder.map(Unmanaged.passUnretained) else { return nil }
+        return holder._withUnsafeGuaranteedRef { body($0.codec) }
     }
 }
 

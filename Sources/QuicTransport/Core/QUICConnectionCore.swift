@@ -77,12 +77,6 @@ package final class QUICConnectionCore {
     @exclusivity(unchecked) var codecHolder: QUICApplicationCodecHolder?
     /// Whether a codec runs this connection's streams (read without touching the codec).
     var hasApplicationCodec: Bool { codecHolder != nil }
-    /// Which codec runs this connection's streams, if any, read without a reference count: for
-    /// a caller that keeps the codec unretained to check that it is still this connection's.
-    package var applicationCodecID: ObjectIdentifier? {
-        guard let holder = codecHolder.map(Unmanaged.passUnretained) else { return nil }
-        return holder._withUnsafeGuaranteedRef { ObjectIdentifier($0.codec) }
-    }
     /// Whatever runs this connection's I/O (a server endpoint's driver), for the endpoint to find
     /// it from a routed datagram without a table lookup. Not counted, since the driver holds this
     /// core: the endpoint, which holds the driver for as long as it routes to this core, sets it

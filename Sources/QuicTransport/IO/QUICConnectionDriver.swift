@@ -98,19 +98,17 @@ package final class QUICConnectionDriver: @unchecked Sendable {
     private func handOverEvents() -> Bool {
         // Most passes record no connection event (a request or an ACK raises none): the hook,
         // a closure call with its context retained and released, then has nothing to take.
-        var handedOver = false
-        if core.hasEvents {
+        let handsOver = core.hasEvents
+        if handsOver {
+            // Taken even without a handler: the endpoint's `takeEvents` keeps its routes in step.
             let events = takeEvents(core)
-            if !events.isEmpty {
-                eventHandler?(events)
-                handedOver = true
-            }
+            eventHandler?(events)
         }
         // Asked first: most passes after a write find the codec with nothing new, and the
         // hook is a closure call with its context counted.
         var queued = false
         if core.applicationNeedsPass, let afterPass { queued = afterPass() }
-        return handedOver || queued
+        return handsOver || queued
     }
 
     @exclusivity(unchecked) private var servicing = false
@@ -169,6 +167,8 @@ package final class QUICConnectionDriver: @unchecked Sendable {
         unowned(unsafe) let primary = sockets[0]
         // Each batch leaves as it is emitted, so one scratch area serves every socket.
         let more = core.writePackets(now: Self.now(), scratch: primary.scratch) { [unowned(unsafe) self] bytes, segmentSize, path, ecn in
+            // One socket (every server connection, a client not migrating) needs no search,
+            // which retains each socket it looks at.
             guard sockets.count > 1 else { return primary.send(bytes, segmentSize: segmentSize, to: path.remote, ecn: ecn) }
             let socket = sockets.first { $0.localAddress == path.local } ?? primary
             socket.send(bytes, segmentSize: segmentSize, to: path.remote, ecn: ecn)
