@@ -551,22 +551,27 @@ final class HTTP3ServerConnection: @unchecked Sendable {
         self.logger = logger
     }
 
-    private var codec: HTTP3Codec? { core.applicationCodec as? HTTP3Codec }
-    /// The codec as `attach` found it, unretained (the core owns it), and its identity.
-    @exclusivity(unchecked) private var attachedCodec: (reference: Unmanaged<HTTP3Codec>, id: ObjectIdentifier)?
+    /// The codec as `attach` found it, unretained: the core owns it.
+    @exclusivity(unchecked) private var attachedCodec: Unmanaged<HTTP3Codec>?
 
     /// Lends the codec to `body` without a reference count or a cast, as long as it is still
-    /// the connection's (the core drops it once the connection is over). For what runs on
-    /// every pass: `codec` retains, checks the type and releases each time.
+    /// the connection's (the core drops it once the connection is over). What runs on every
+    /// pass and every response uses it: `core.applicationCodec` retains, checks the type and
+    /// releases each time.
     private func withCodec<Result>(_ body: (HTTP3Codec) -> Result) -> Result? {
-        guard let attachedCodec, core.applicationCodecID == attachedCodec.id else { return nil }
-        return attachedCodec.reference._withUnsafeGuaranteedRef(body)
+        guard let attachedCodec, let current = core.applicationCodecID,
+              attachedCodec._withUnsafeGuaranteedRef({ ObjectIdentifier($0) == current })
+        else { return nil }
+        return attachedCodec._withUnsafeGuaranteedRef(body)
     }
+
+    /// The codec, counted, for what runs now and then (shutdown, the request header timer).
+    private var codec: HTTP3Codec? { withCodec { $0 } }
 
     /// The driver keeps this connection alive through its hooks until the QUIC connection ends,
     /// and drops them then.
     func attach() {
-        attachedCodec = codec.map { (Unmanaged.passUnretained($0), ObjectIdentifier($0)) }
+        attachedCodec = (core.applicationCodec as? HTTP3Codec).map(Unmanaged.passUnretained)
         driver.afterPass = { self.drainCodec() }
         let previous = driver.onFinished
         driver.onFinished = { finished in
