@@ -666,6 +666,11 @@ final class HTTP3ServerConnection: @unchecked Sendable {
         } ?? false
     }
 
+    /// What each event means for the requests in progress. Anything that touches a request
+    /// body's continuation or the body pump is out of line: their types come from the
+    /// resilient standard library, and a function holding one looks up its metadata (seven
+    /// lookups here) on every call, before its first event, while most passes carry only
+    /// request heads and stream closes.
     @inline(never)
     private func handle(_ events: [HTTP3Event]) {
         var skipsEndOf: Int64?
@@ -681,28 +686,53 @@ final class HTTP3ServerConnection: @unchecked Sendable {
                 }
                 start(streamID: streamID, fields: fields, hasBody: !endsHere)
             case .headers(let streamID, let fields, true):
-                incoming[streamID]?.trailers.withLockedValue { $0 = HTTPFields(fields) }
+                receivedTrailers(fields, on: streamID)
             case .data(let streamID, let bytes):
-                incoming[streamID]?.body.yield(bytes)
+                receivedBody(bytes, on: streamID)
             case .end(let streamID) where streamID == skipsEndOf:
                 skipsEndOf = nil
             case .end(let streamID):
-                incoming.removeValue(forKey: streamID)?.body.finish()
+                endBody(of: streamID, throwing: nil)
             case .reset(let streamID, let code):
-                incoming.removeValue(forKey: streamID)?.body.finish(throwing: HTTP3RequestBodyError.clientReset(code))
+                endBody(of: streamID, throwing: HTTP3RequestBodyError.clientReset(code))
             case .closed(let streamID, let code):
                 // Usually empty (requests without a body, or all read): skip the hashing then.
-                if !incoming.isEmpty {
-                    incoming.removeValue(forKey: streamID)?.body.finish(throwing: HTTP3RequestBodyError.clientReset(code))
-                }
-                pump?.streamClosed(streamID)
+                if !incoming.isEmpty { endBody(of: streamID, throwing: HTTP3RequestBodyError.clientReset(code)) }
+                if pump != nil { pumpedStreamClosed(streamID) }
                 if isShuttingDown { driver.eventLoop.execute { self.closeIfIdle() } }
             case .goaway:
                 break
             case .bodyAcknowledged(let streamID):
-                pump?.acknowledged(streamID)
+                if pump != nil { pumpedBodyAcknowledged(streamID) }
             }
         }
+    }
+
+    @inline(never)
+    private func receivedTrailers(_ fields: HTTP3ReceivedFields, on streamID: Int64) {
+        incoming[streamID]?.trailers.withLockedValue { $0 = HTTPFields(fields) }
+    }
+
+    @inline(never)
+    private func receivedBody(_ bytes: [UInt8], on streamID: Int64) {
+        incoming[streamID]?.body.yield(bytes)
+    }
+
+    /// The request body of `streamID` ends: complete (`error` nil) or cut short.
+    @inline(never)
+    private func endBody(of streamID: Int64, throwing error: HTTP3RequestBodyError?) {
+        guard let request = incoming.removeValue(forKey: streamID) else { return }
+        if let error { request.body.finish(throwing: error) } else { request.body.finish() }
+    }
+
+    @inline(never)
+    private func pumpedStreamClosed(_ streamID: Int64) {
+        pump?.streamClosed(streamID)
+    }
+
+    @inline(never)
+    private func pumpedBodyAcknowledged(_ streamID: Int64) {
+        pump?.acknowledged(streamID)
     }
 
     /// Calls the handler as soon as the request head is in; the body follows as it arrives.
@@ -716,6 +746,15 @@ final class HTTP3ServerConnection: @unchecked Sendable {
             respond(streamID: streamID, response)
             return
         }
+        runHandler(for: request)
+    }
+
+    /// Starts the async handler on `request`. Out of line, as the other places that hold a
+    /// standard-library generic (here a task's priority): requests a responder answers at once
+    /// should not look up its metadata.
+    @inline(never)
+    private func runHandler(for request: HTTP3ServerRequest) {
+        let streamID = request.streamID
         let handler = self.handler
         let logger = self.logger
         // Started at once, on this loop (SE-0472): a handler that answers without suspending
@@ -777,11 +816,21 @@ final class HTTP3ServerConnection: @unchecked Sendable {
                 streaming: streaming,
                 trailers: response.trailers.map(\.pairs)
             )
-            if streaming, let stream = response.bodyStream { bodyPump().pump(streamID: streamID, from: stream) }
+            if streaming { pumpBody(of: response, on: streamID) }
         } catch {
-            logger.warning("cannot submit response", metadata: ["stream": "\(streamID)", "error": "\(error)"])
-            codec.cancel(streamID: streamID, code: .internalError)
+            refuse(streamID, to: codec, because: error)
         }
         driver.schedulePass()
+    }
+
+    @inline(never)
+    private func pumpBody(of response: HTTP3ServerResponse, on streamID: Int64) {
+        if let stream = response.bodyStream { bodyPump().pump(streamID: streamID, from: stream) }
+    }
+
+    @inline(never)
+    private func refuse(_ streamID: Int64, to codec: HTTP3Codec, because error: any Error) {
+        logger.warning("cannot submit response", metadata: ["stream": "\(streamID)", "error": "\(error)"])
+        codec.cancel(streamID: streamID, code: .internalError)
     }
 }
