@@ -438,18 +438,20 @@ public struct HTTP3ServerResponse: Sendable {
     private var storage: Storage
 
     // @unchecked Sendable: a storage is changed only through `uniqueStorage()`, while one
-    // response holds it; once shared, it is only read.
+    // response holds it; once shared, it is only read. For the same reason its properties
+    // skip Swift's run-time exclusivity check: each read of one that the optimizer left
+    // checked was a call into the runtime and a lookup of its thread-local access set.
     private final class Storage: @unchecked Sendable {
-        var head: HTTP3ResponseHead
-        var body: [UInt8]
-        var bodyStream: AsyncThrowingStream<[UInt8], any Error>?
+        @exclusivity(unchecked) var head: HTTP3ResponseHead
+        @exclusivity(unchecked) var body: [UInt8]
+        @exclusivity(unchecked) var bodyStream: AsyncThrowingStream<[UInt8], any Error>?
         /// Kept apart from `bodyStream`: telling that stream from nil goes through its type's
         /// metadata (the concurrency library is built for library evolution), and every
         /// response asks.
-        var hasBodyStream = false
-        var priority: HTTPPriority?
-        var trailers: HTTPFields?
-        var file: HTTP3FileRegion?
+        @exclusivity(unchecked) var hasBodyStream = false
+        @exclusivity(unchecked) var priority: HTTPPriority?
+        @exclusivity(unchecked) var trailers: HTTPFields?
+        @exclusivity(unchecked) var file: HTTP3FileRegion?
 
         init(head: HTTP3ResponseHead, body: [UInt8], file: HTTP3FileRegion?) {
             self.head = head
