@@ -511,9 +511,12 @@ private struct TimerHeap: ~Copyable {
         let sequence = nextSequence
         nextSequence += 1
         if let index = position(of: timer) {
-            let earlier = deadline < heap[index].deadline
-            heap[index].deadline = deadline
-            heap[index].sequence = sequence
+            let earlier = heap.withUnsafeMutableBufferPointer { heap in
+                let earlier = deadline < heap[index].deadline
+                heap[index].deadline = deadline
+                heap[index].sequence = sequence
+                return earlier
+            }
             if earlier { siftUp(index) } else { siftDown(index) }
             return
         }
@@ -557,34 +560,42 @@ private struct TimerHeap: ~Copyable {
         return index
     }
 
+    // The sifts work on the entries' memory: a write through the array checked that its
+    // buffer was unshared each time (a runtime call, as each entry moved also writes to its
+    // timer), about seven checks for every timer re-armed.
+
     private mutating func siftUp(_ start: Int) {
-        let entry = heap[start]
-        var hole = start
-        while hole > 0 {
-            let parent = (hole - 1) / 2
-            guard entry.precedes(heap[parent]) else { break }
-            heap[hole] = heap[parent]
-            heap[hole].index = hole
-            hole = parent
+        heap.withUnsafeMutableBufferPointer { heap in
+            let entry = heap[start]
+            var hole = start
+            while hole > 0 {
+                let parent = (hole - 1) / 2
+                guard entry.precedes(heap[parent]) else { break }
+                heap[hole] = heap[parent]
+                heap[hole].index = hole
+                hole = parent
+            }
+            heap[hole] = entry
+            entry.index = hole
         }
-        heap[hole] = entry
-        entry.index = hole
     }
 
     private mutating func siftDown(_ start: Int) {
-        let entry = heap[start]
-        var hole = start
-        while true {
-            let left = 2 * hole + 1
-            guard left < heap.count else { break }
-            var smallest = left
-            if left + 1 < heap.count, heap[left + 1].precedes(heap[left]) { smallest = left + 1 }
-            guard heap[smallest].precedes(entry) else { break }
-            heap[hole] = heap[smallest]
-            heap[hole].index = hole
-            hole = smallest
+        heap.withUnsafeMutableBufferPointer { heap in
+            let entry = heap[start]
+            var hole = start
+            while true {
+                let left = 2 * hole + 1
+                guard left < heap.count else { break }
+                var smallest = left
+                if left + 1 < heap.count, heap[left + 1].precedes(heap[left]) { smallest = left + 1 }
+                guard heap[smallest].precedes(entry) else { break }
+                heap[hole] = heap[smallest]
+                heap[hole].index = hole
+                hole = smallest
+            }
+            heap[hole] = entry
+            entry.index = hole
         }
-        heap[hole] = entry
-        entry.index = hole
     }
 }
