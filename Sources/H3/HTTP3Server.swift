@@ -710,11 +710,13 @@ final class HTTP3ServerConnection: @unchecked Sendable {
         }
     }
 
+    /// Trailers for a request whose body the handler reads (RFC 9114 §4.1).
     @inline(never)
     private func receivedTrailers(_ fields: HTTP3ReceivedFields, on streamID: Int64) {
         incoming[streamID]?.trailers.withLockedValue { $0 = HTTPFields(fields) }
     }
 
+    /// Body bytes for a request whose body the handler reads.
     @inline(never)
     private func receivedBody(_ bytes: [UInt8], on streamID: Int64) {
         incoming[streamID]?.body.yield(bytes)
@@ -727,11 +729,13 @@ final class HTTP3ServerConnection: @unchecked Sendable {
         if let error { request.body.finish(throwing: error) } else { request.body.finish() }
     }
 
+    /// A streamed response's stream closed: its pump stops.
     @inline(never)
     private func pumpedStreamClosed(_ streamID: Int64) {
         pump?.streamClosed(streamID)
     }
 
+    /// The peer acknowledged a streamed response's body so far: its pump may send more.
     @inline(never)
     private func pumpedBodyAcknowledged(_ streamID: Int64) {
         pump?.acknowledged(streamID)
@@ -825,11 +829,14 @@ final class HTTP3ServerConnection: @unchecked Sendable {
         driver.schedulePass()
     }
 
+    /// Starts pumping a response's body stream into its HTTP/3 stream.
     @inline(never)
     private func pumpBody(of response: HTTP3ServerResponse, on streamID: Int64) {
         if let stream = response.bodyStream { bodyPump().pump(streamID: streamID, from: stream) }
     }
 
+    /// A response nghttp3 would not take: logged, and its stream reset with
+    /// H3_INTERNAL_ERROR (RFC 9114 §8.1).
     @inline(never)
     private func refuse(_ streamID: Int64, to codec: HTTP3Codec, because error: any Error) {
         logger.warning("cannot submit response", metadata: ["stream": "\(streamID)", "error": "\(error)"])
