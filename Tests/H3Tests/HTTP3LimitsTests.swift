@@ -10,7 +10,7 @@ struct Timeout: Error {}
 
 /// Fails instead of hanging when `body` takes longer than `seconds`.
 func within<T: Sendable>(_ seconds: Double, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
-    try await withDeadline(seconds: TestEnvironment.scaled(seconds), timeoutError: { Timeout() }, body)
+    try await withDeadline(seconds: TestEnvironment.hangGuard(seconds), timeoutError: { Timeout() }, body)
 }
 
 /// What the HTTP/3 server does to clients that abuse it, over real UDP on 127.0.0.1 (issue 16,

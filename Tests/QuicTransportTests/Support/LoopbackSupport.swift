@@ -107,13 +107,14 @@ func roundTrip(_ message: Data, on group: NWConnectionGroup) async throws -> Dat
     return try await within(20) { try await stream.receiveMessage() }
 }
 
-/// Fails the test with `message` instead of hanging when `body` takes longer than `seconds`.
+/// Fails the test with `message` instead of hanging when `body` takes longer than `seconds`
+/// (at least the floor of `TestEnvironment.hangGuard`).
 func within<T: Sendable>(
     _ seconds: Double,
     _ message: String = "timed out",
     _ body: @escaping @Sendable () async throws -> T
 ) async throws -> T {
-    let seconds = TestEnvironment.scaled(seconds)
+    let seconds = TestEnvironment.hangGuard(seconds)
     return try await withDeadline(seconds: seconds, timeoutError: { TimeoutError(message: "\(message) after \(seconds) s") }, body)
 }
 
