@@ -60,7 +60,13 @@ final class HTTP3BodyPump: @unchecked Sendable {
         }
     }
 
+    // `acknowledged` and `streamClosed` stay out of line: the connections call them from their
+    // event handlers, and inlined there, a waiting producer's `CheckedContinuation` (a type of
+    // the resilient standard library) had each handler look up its metadata on every call,
+    // whether or not the connection had a pump.
+
     /// The peer acknowledged more of the stream's body: wake its producer when below half the limit.
+    @inline(never)
     func acknowledged(_ streamID: Int64) {
         guard !producers.isEmpty, let waiting = producers[streamID], let continuation = waiting, let codec = codec else { return }
         guard codec.bufferedBodyBytes(streamID: streamID) < Self.resumeLevel else { return }
@@ -69,6 +75,7 @@ final class HTTP3BodyPump: @unchecked Sendable {
     }
 
     /// The stream is gone: its producer stops.
+    @inline(never)
     func streamClosed(_ streamID: Int64) {
         stop(streamID)
     }

@@ -669,10 +669,10 @@ final class HTTP3ServerConnection: @unchecked Sendable {
     }
 
     /// What each event means for the requests in progress. Anything that touches a request
-    /// body's continuation or the body pump is out of line: their types come from the
-    /// resilient standard library, and a function holding one looks up its metadata (seven
-    /// lookups here) on every call, before its first event, while most passes carry only
-    /// request heads and stream closes.
+    /// body's continuation is out of line, as `HTTP3BodyPump`'s calls are: those types come
+    /// from the resilient standard library, and a function holding one looks up its metadata
+    /// (seven lookups here) on every call, before its first event, while most passes carry
+    /// only request heads and stream closes.
     @inline(never)
     private func handle(_ events: [HTTP3Event]) {
         var skipsEndOf: Int64?
@@ -700,12 +700,12 @@ final class HTTP3ServerConnection: @unchecked Sendable {
             case .closed(let streamID, let code):
                 // Usually empty (requests without a body, or all read): skip the hashing then.
                 if !incoming.isEmpty { endBody(of: streamID, throwing: HTTP3RequestBodyError.clientReset(code)) }
-                if pump != nil { pumpedStreamClosed(streamID) }
+                pump?.streamClosed(streamID)
                 if isShuttingDown { driver.eventLoop.execute { self.closeIfIdle() } }
             case .goaway:
                 break
             case .bodyAcknowledged(let streamID):
-                if pump != nil { pumpedBodyAcknowledged(streamID) }
+                pump?.acknowledged(streamID)
             }
         }
     }
@@ -727,18 +727,6 @@ final class HTTP3ServerConnection: @unchecked Sendable {
     private func endBody(of streamID: Int64, throwing error: HTTP3RequestBodyError?) {
         guard let request = incoming.removeValue(forKey: streamID) else { return }
         if let error { request.body.finish(throwing: error) } else { request.body.finish() }
-    }
-
-    /// A streamed response's stream closed: its pump stops.
-    @inline(never)
-    private func pumpedStreamClosed(_ streamID: Int64) {
-        pump?.streamClosed(streamID)
-    }
-
-    /// The peer acknowledged a streamed response's body so far: its pump may send more.
-    @inline(never)
-    private func pumpedBodyAcknowledged(_ streamID: Int64) {
-        pump?.acknowledged(streamID)
     }
 
     /// Calls the handler as soon as the request head is in; the body follows as it arrives.
