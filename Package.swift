@@ -157,7 +157,7 @@ let package = Package(
         .target(
             name: "QuicTestSupport",
             dependencies: [
-                "QuicTransport",
+                "QuicTransport", "CommandLineSupport",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ],

@@ -1,17 +1,9 @@
-import CommandLineSupport
 import Foundation
 import H3
 import HTTPTypes
 import QuicTestSupport
 import QuicTransport
 import Testing
-
-struct Timeout: Error {}
-
-/// Fails instead of hanging when `body` takes longer than `seconds`.
-func within<T: Sendable>(_ seconds: Double, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
-    try await withDeadline(seconds: TestEnvironment.hangGuard(seconds), timeoutError: { Timeout() }, body)
-}
 
 /// What the HTTP/3 server does to clients that abuse it, over real UDP on 127.0.0.1 (issue 16,
 /// part 4). Each case checks that the abuse is cut off and that the server serves on.

@@ -15,13 +15,6 @@ package enum TestEnvironment {
     /// `seconds` stretched by `timeScale`.
     package static func scaled(_ seconds: Double) -> Double { seconds * timeScale }
 
-    /// A bound that only keeps a broken test from hanging (`within`): `seconds`, but at least
-    /// 30 s, stretched by `timeScale`. No test asserts that its bound runs out, so a longer one
-    /// loses no assertion; a short one failed tests that were fine, since on a loaded 2-core
-    /// CI machine the whole test process has stalled for several seconds at a time (a 200 KB
-    /// echo that takes milliseconds timed out at 10 s while dozens of tests finished at once).
-    package static func hangGuard(_ seconds: Double) -> Double { scaled(max(seconds, 30)) }
-
     /// `duration` stretched by `timeScale`.
     package static func scaled(_ duration: Duration) -> Duration { duration * timeScale }
 

@@ -1,5 +1,4 @@
 import Foundation
-import CommandLineSupport
 import QuicTestSupport
 import NIOConcurrencyHelpers
 import QuicTransport
@@ -99,28 +98,12 @@ func startAndWaitUntilReady(_ group: NWConnectionGroup) async throws {
     try await within(20) { try await group.waitUntilReady() }
 }
 
-/// Sends `message` whole on a new bidirectional stream of `group` and returns the reply, waiting at most 20 s.
+/// Sends `message` whole on a new bidirectional stream of `group` and returns the reply.
 func roundTrip(_ message: Data, on group: NWConnectionGroup) async throws -> Data {
     let stream = try #require(NWConnection(from: group))
     stream.start(queue: DispatchQueue(label: "test.stream"))
     try await stream.send(content: message, isComplete: true)
     return try await within(20) { try await stream.receiveMessage() }
-}
-
-/// Fails the test with `message` instead of hanging when `body` takes longer than `seconds`
-/// (at least the floor of `TestEnvironment.hangGuard`).
-func within<T: Sendable>(
-    _ seconds: Double,
-    _ message: String = "timed out",
-    _ body: @escaping @Sendable () async throws -> T
-) async throws -> T {
-    let seconds = TestEnvironment.hangGuard(seconds)
-    return try await withDeadline(seconds: seconds, timeoutError: { TimeoutError(message: "\(message) after \(seconds) s") }, body)
-}
-
-struct TimeoutError: Error, CustomStringConvertible {
-    let message: String
-    var description: String { message }
 }
 
 func quicMetadata(_ connection: NWConnection) -> NWProtocolQUIC.Metadata {
