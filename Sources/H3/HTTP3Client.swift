@@ -163,10 +163,13 @@ public final class HTTP3Client: Sendable {
         // anything else the exchange asks of it (a cancel, a priority change), and the first
         // thing to wait for is the response head.
         let exchange = HTTP3Exchange(eventLoop: eventLoop)
-        eventLoop.execute {
-            let connection = self.connection(host: host, port: port)
-            exchange.connection = connection
-            connection.submit(fields: fields, body: body, bodyStream: bodyStream, trailers: trailers, exchange: exchange)
+        // A task on `taskExecutor` is on the loop already, and submits with no hop.
+        if eventLoop.inEventLoop {
+            submit(fields: fields, body: body, bodyStream: bodyStream, trailers: trailers, host: host, port: port, exchange: exchange)
+        } else {
+            eventLoop.execute {
+                self.submit(fields: fields, body: body, bodyStream: bodyStream, trailers: trailers, host: host, port: port, exchange: exchange)
+            }
         }
         let head = try await withTaskCancellationHandler {
             try await exchange.head()
@@ -174,6 +177,21 @@ public final class HTTP3Client: Sendable {
             exchange.cancelOnLoop()
         }
         return HTTP3Response(head: head, body: HTTP3ResponseBody(exchange: exchange), connection: exchange.connectionInfo)
+    }
+
+    /// Hands a request to the connection for `host:port`. On the loop.
+    private func submit(
+        fields: [(name: String, value: String)],
+        body: [UInt8]?,
+        bodyStream: AsyncThrowingStream<[UInt8], any Error>?,
+        trailers: [(name: String, value: String)]?,
+        host: String,
+        port: UInt16,
+        exchange: HTTP3Exchange
+    ) {
+        let connection = connection(host: host, port: port)
+        exchange.connection = connection
+        connection.submit(fields: fields, body: body, bodyStream: bodyStream, trailers: trailers, exchange: exchange)
     }
 
     /// Opens (or reuses) the connection for `host:port` and waits for its handshake, without

@@ -129,14 +129,19 @@ final class HTTP3ClientConnection: @unchecked Sendable {
             pending.append(Pending(fields: fields, body: body, bodyStream: bodyStream, trailers: trailers, exchange: exchange))
             if canSendEarly {
                 sendPending()
-                driver?.afterInput()
+                driver?.schedulePass()
             }
         case .ready:
             pending.append(Pending(fields: fields, body: body, bodyStream: bodyStream, trailers: trailers, exchange: exchange))
             sendPending()
-            driver?.afterInput()
+            // One pass writes what every request submitted in this turn of the loop queued: the
+            // tasks that a datagram of responses wakes each send their next request in the same
+            // turn, and a pass for each sealed a packet for each (0.6 packets per request under
+            // h3load with 100 in flight, where gtlsclient sends 0.09).
+            driver?.schedulePass()
         }
     }
+
 
     /// Succeeds once the handshake completes, fails when the connection does.
     func whenReady() -> EventLoopFuture<HTTP3ConnectionInfo> {

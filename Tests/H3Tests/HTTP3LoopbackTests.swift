@@ -815,6 +815,44 @@ struct HTTP3LoopbackTests {
         await client.close()
     }
 
+    /// Requests that tasks send in the same turn of the client's loop leave together: the
+    /// connection asks its driver for one pass (`schedulePass`) rather than writing at once,
+    /// so a burst of requests shares packets instead of sealing one packet each.
+    @Test func requestsSentInOneTurnSharePackets() async throws {
+        let (server, port, identity) = try await Self.startServer { _ in HTTP3ServerResponse(status: .noContent) }
+        defer { server.shutdown() }
+        let client = Self.client(trusting: identity)
+        let request = HTTPRequest(method: .get, scheme: "https", authority: "localhost:\(port)", path: "/")
+        let warmUp = try await client.execute(request)
+        _ = try await warmUp.body.collect()
+        let before = try #require(await warmUp.statistics()).transfer.sentPackets
+        let burst = 50
+        // The children start together in the loop's next turn, since the parent queues them all
+        // from the loop; each sends its request and waits for the response.
+        let last = try await withTaskExecutorPreference(client.taskExecutor) {
+            try await withThrowingTaskGroup(of: HTTP3Response.self) { group in
+                for _ in 0..<burst {
+                    group.addTask(executorPreference: client.taskExecutor) {
+                        let response = try await client.execute(request)
+                        _ = try await response.body.collect()
+                        return response
+                    }
+                }
+                var last: HTTP3Response?
+                for try await response in group {
+                    #expect(response.head.status == .noContent)
+                    last = response
+                }
+                return try #require(last)
+            }
+        }
+        let sent = try #require(await last.statistics()).transfer.sentPackets - before
+        // One packet per request without the shared flush; the acknowledgements of the
+        // responses add a few.
+        #expect(sent < UInt64(burst / 2), "the client sent \(sent) packets for \(burst) requests made in one turn")
+        await client.close()
+    }
+
     @Test func requestBodiesStreamUp() async throws {
         let (server, port, identity) = try await Self.startServer { request in
             let body = try await request.body.collect()
