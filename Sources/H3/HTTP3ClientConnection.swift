@@ -22,12 +22,30 @@ final class HTTP3ClientConnection: @unchecked Sendable {
     }
 
     /// A request waiting for the handshake or for stream credit.
-    struct Pending {
+    ///
+    /// A class: the queue (`CircularBuffer`, whose slots are optionals) copies an element in
+    /// and out through generic code, and each copy of a struct retained and released its five
+    /// references, some sixteen of each a request.
+    final class Pending {
         let fields: [(name: String, value: String)]
         let body: [UInt8]?
         let bodyStream: AsyncThrowingStream<[UInt8], any Error>?
         let trailers: [(name: String, value: String)]?
         let exchange: HTTP3Exchange
+
+        init(
+            fields: [(name: String, value: String)],
+            body: [UInt8]?,
+            bodyStream: AsyncThrowingStream<[UInt8], any Error>?,
+            trailers: [(name: String, value: String)]?,
+            exchange: HTTP3Exchange
+        ) {
+            self.fields = fields
+            self.body = body
+            self.bodyStream = bodyStream
+            self.trailers = trailers
+            self.exchange = exchange
+        }
     }
 
     let eventLoop: QUICEventLoop
