@@ -20,14 +20,16 @@ extension QUICConnectionCore {
     /// Queues bytes (and optionally FIN) on a stream; `token` comes back in `.streamSendCompleted`.
     package func send(streamID: Int64, bytes: UnsafeRawBufferPointer, fin: Bool, token: UInt64?) throws {
         guard state == .handshaking || state == .established else { throw QUICStreamError.connectionClosed }
-        guard var stream = streams[streamID] else { throw QUICStreamError.unknownStream(streamID) }
-        if stream.send.isAbandoned || stream.isClosedByTransport { throw QUICStreamError.sendingAbandoned }
-        guard !stream.send.finQueued else { throw QUICStreamError.sendAfterFinish }
-        guard canSend(on: streamID) else { throw QUICStreamError.receiveOnlyStream }
-        stream.send.enqueue(bytes, fin: fin, completionToken: token)
-        drainCompletions(&stream)
-        streams[streamID] = stream
-        if stream.send.hasUnwrittenData { enqueueForWrite(streamID) }
+        let hasUnwrittenData = try withStream(streamID) { stream in
+            if stream.send.isAbandoned || stream.isClosedByTransport { throw QUICStreamError.sendingAbandoned }
+            guard !stream.send.finQueued else { throw QUICStreamError.sendAfterFinish }
+            guard canSend(on: streamID) else { throw QUICStreamError.receiveOnlyStream }
+            stream.send.enqueue(bytes, fin: fin, completionToken: token)
+            drainCompletions(&stream)
+            return stream.send.hasUnwrittenData
+        }
+        guard let hasUnwrittenData else { throw QUICStreamError.unknownStream(streamID) }
+        if hasUnwrittenData { enqueueForWrite(streamID) }
     }
 
     /// Takes up to `maximumLength` received bytes, and returns whether the stream's receive side has ended.
@@ -35,15 +37,17 @@ extension QUICConnectionCore {
     /// Reading is what extends the peer's flow-control credit (RFC 9000 §4.1): unread data holds
     /// the window closed, which is the backpressure the application sees.
     package func read(streamID: Int64, maximumLength: Int) -> QUICStreamRead {
-        guard var stream = streams[streamID] else { return QUICStreamRead(bytes: [], isFinished: true, resetCode: nil) }
-        let bytes = stream.receive.read(maximumLength: maximumLength)
-        stream.readableSignalled = false
-        let result = QUICStreamRead(bytes: bytes, isFinished: stream.receive.isFinished, resetCode: stream.receive.resetCode)
-        if result.isFinished { stream.isEndDelivered = true }
-        streams[streamID] = stream
-        if !bytes.isEmpty, state == .handshaking || state == .established {
-            ngtcp2_conn_extend_max_stream_offset(conn, streamID, UInt64(bytes.count))
-            ngtcp2_conn_extend_max_offset(conn, UInt64(bytes.count))
+        let read = withStream(streamID) { stream in
+            let bytes = stream.receive.read(maximumLength: maximumLength)
+            stream.readableSignalled = false
+            let result = QUICStreamRead(bytes: bytes, isFinished: stream.receive.isFinished, resetCode: stream.receive.resetCode)
+            if result.isFinished { stream.isEndDelivered = true }
+            return result
+        }
+        guard let result = read else { return QUICStreamRead(bytes: [], isFinished: true, resetCode: nil) }
+        if !result.bytes.isEmpty, state == .handshaking || state == .established {
+            ngtcp2_conn_extend_max_stream_offset(conn, streamID, UInt64(result.bytes.count))
+            ngtcp2_conn_extend_max_offset(conn, UInt64(result.bytes.count))
         }
         forgetIfDone(streamID)
         return result
@@ -111,6 +115,18 @@ extension QUICConnectionCore {
 
     // MARK: Internal bookkeeping
 
+    /// Runs `body` on a stream's state where the table keeps it; nil when there is no such stream.
+    ///
+    /// In place, not copied out and written back: a copy shares its buffers with the table's
+    /// while `body` changes them, so each change first copied the buffer it touched (an empty
+    /// `removeAll(keepingCapacity:)` of a read stream's buffer allocated its whole capacity
+    /// anew). `body` must not touch `streams`.
+    @discardableResult
+    func withStream<R>(_ streamID: Int64, _ body: (inout QUICStreamState) throws -> R) rethrows -> R? {
+        guard let index = streams.index(forKey: streamID) else { return nil }
+        return try body(&streams.values[index])
+    }
+
     /// Stream ID bits (RFC 9000 §2.1): bit 0 is the initiator (0 client), bit 1 the direction (0 bidirectional).
     func isLocallyInitiated(_ streamID: Int64) -> Bool { (streamID & 0x1 == 0) == (role == .client) }
     static func isBidirectional(_ streamID: Int64) -> Bool { streamID & 0x2 == 0 }
@@ -151,11 +167,12 @@ extension QUICConnectionCore {
     }
 
     func didWrite(streamID: Int64, bytes: Int, fin: Bool) {
-        guard var stream = streams[streamID] else { return }
-        stream.send.didWrite(bytes, fin: fin)
-        drainCompletions(&stream)
-        if !stream.send.hasUnwrittenData { queuedForWrite.remove(streamID) }
-        streams[streamID] = stream
+        let allWritten = withStream(streamID) { stream in
+            stream.send.didWrite(bytes, fin: fin)
+            drainCompletions(&stream)
+            return !stream.send.hasUnwrittenData
+        }
+        if allWritten == true { queuedForWrite.remove(streamID) }
     }
 
     func drainCompletions(_ stream: inout QUICStreamState) {
@@ -167,19 +184,20 @@ extension QUICConnectionCore {
 
     func abandonSend(streamID: Int64) {
         queuedForWrite.remove(streamID)
-        guard var stream = streams[streamID] else { return }
-        let code = stream.send.resetCode ?? 0
-        for token in stream.send.discard() {
-            events.append(.streamSendCompleted(streamID: streamID, token: token, error: code))
+        withStream(streamID) { stream in
+            let code = stream.send.resetCode ?? 0
+            for token in stream.send.discard() {
+                events.append(.streamSendCompleted(streamID: streamID, token: token, error: code))
+            }
         }
-        streams[streamID] = stream
     }
 
     func signalReadable(_ streamID: Int64) {
-        guard var stream = streams[streamID], !stream.readableSignalled else { return }
-        stream.readableSignalled = true
-        streams[streamID] = stream
-        events.append(.streamReadable(streamID: streamID))
+        let signals = withStream(streamID) { stream in
+            defer { stream.readableSignalled = true }
+            return !stream.readableSignalled
+        }
+        if signals == true { events.append(.streamReadable(streamID: streamID)) }
     }
 
     /// Drops a stream ngtcp2 has closed once the application has read everything, including its end.
