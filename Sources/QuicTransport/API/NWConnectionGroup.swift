@@ -16,7 +16,9 @@ import NIOPosix
 /// states are Apple's five: a client group goes from `.setup` to `.ready` when the handshake
 /// completes, and a group a listener delivers becomes `.ready` when it starts.
 // @unchecked Sendable: handler properties sit behind `lock`, the state and queue in `observable`;
-// everything under "Loop-confined" is read and written only on `eventLoop`.
+// everything under "Loop-confined" is read and written only on `eventLoop`. Being confined, and
+// with no access to one of them spanning a call that can reach it again, those skip Swift's
+// run-time exclusivity check, as the connection core's do: each echo stream paid nine.
 public final class NWConnectionGroup: @unchecked Sendable {
     /// A tunnel's life cycle, matching Apple's `NWConnectionGroup.State` (there is no
     /// `.preparing`): `.setup`, then `.ready` once the handshake completes; `.failed` and
@@ -79,22 +81,22 @@ public final class NWConnectionGroup: @unchecked Sendable {
     let metadataObject: NWProtocolQUIC.Metadata
 
     // MARK: Loop-confined
-    var driver: QUICConnectionDriver?
-    var streams: [Int64: NWConnection] = [:]
+    @exclusivity(unchecked) var driver: QUICConnectionDriver?
+    @exclusivity(unchecked) var streams: [Int64: NWConnection] = [:]
     /// Streams waiting for the peer's stream limit, oldest first; a ring buffer, so thousands
     /// queued at once open in linear time.
-    private var pendingOpens = CircularBuffer<NWConnection>()
+    @exclusivity(unchecked) private var pendingOpens = CircularBuffer<NWConnection>()
     /// Streams and datagrams that arrived before `start(queue:)`, delivered once it runs.
-    private var heldInbound: [NWConnection] = []
-    private var heldDatagrams: [Data] = []
-    private var started = false
-    private var connector: QUICClientConnector?
+    @exclusivity(unchecked) private var heldInbound: [NWConnection] = []
+    @exclusivity(unchecked) private var heldDatagrams: [Data] = []
+    @exclusivity(unchecked) private var started = false
+    @exclusivity(unchecked) private var connector: QUICClientConnector?
     /// Runs once, on the loop, when the handshake completes (the listener delivers server groups then).
-    var onEstablished: (() -> Void)?
+    @exclusivity(unchecked) var onEstablished: (() -> Void)?
     /// Runs once the group is finished and can be forgotten.
-    var onFinished: (() -> Void)?
+    @exclusivity(unchecked) var onFinished: (() -> Void)?
     /// Runs when an accepted tunnel closes before it was ever established (a failed handshake).
-    var onHandshakeFailure: ((QUICCloseReason) -> Void)?
+    @exclusivity(unchecked) var onHandshakeFailure: ((QUICCloseReason) -> Void)?
 
     /// A client tunnel to the descriptor's endpoint, which must be an `NWMultiplexGroup` (the
     /// group fails at start otherwise).

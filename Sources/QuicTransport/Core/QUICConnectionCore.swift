@@ -50,14 +50,15 @@ package final class QUICConnectionCore {
     let clientTLS: QUICClientTLS?
     let idFactory: QUICConnectionIDFactory
 
-    var streams: [Int64: QUICStreamState] = [:]
+    /// Each raw stream's buffers and flags, when no application codec runs the streams.
+    @exclusivity(unchecked) var streams: [Int64: QUICStreamState] = [:]
     /// MAX_STREAMS credit given to the peer beyond the initial limits (RFC 9000 §4.6).
-    var peerStreamCreditGranted = (bidirectional: UInt64(0), unidirectional: UInt64(0))
+    @exclusivity(unchecked) var peerStreamCreditGranted = (bidirectional: UInt64(0), unidirectional: UInt64(0))
     /// How many streams of each kind this side has opened.
-    var localStreamsOpened = (bidirectional: UInt64(0), unidirectional: UInt64(0))
+    @exclusivity(unchecked) var localStreamsOpened = (bidirectional: UInt64(0), unidirectional: UInt64(0))
     /// Streams with bytes or FIN to write, served round-robin.
-    var writeQueue = QUICFIFOQueue<Int64>()
-    var queuedForWrite: Set<Int64> = []
+    @exclusivity(unchecked) var writeQueue = QUICFIFOQueue<Int64>()
+    @exclusivity(unchecked) var queuedForWrite: Set<Int64> = []
     /// Datagrams queued to send (RFC 9221), oldest first; a ring buffer, so a burst drains in
     /// linear time.
     @exclusivity(unchecked) var pendingDatagrams = QUICFIFOQueue<[UInt8]>()
