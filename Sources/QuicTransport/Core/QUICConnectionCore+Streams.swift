@@ -37,14 +37,14 @@ extension QUICConnectionCore {
     /// Reading is what extends the peer's flow-control credit (RFC 9000 §4.1): unread data holds
     /// the window closed, which is the backpressure the application sees.
     package func read(streamID: Int64, maximumLength: Int) -> QUICStreamRead {
-        let read = withStream(streamID) { stream in
+        let taken = withStream(streamID) { stream in
             let bytes = stream.receive.read(maximumLength: maximumLength)
             stream.readableSignalled = false
             let result = QUICStreamRead(bytes: bytes, isFinished: stream.receive.isFinished, resetCode: stream.receive.resetCode)
             if result.isFinished { stream.isEndDelivered = true }
             return result
         }
-        guard let result = read else { return QUICStreamRead(bytes: [], isFinished: true, resetCode: nil) }
+        guard let result = taken else { return QUICStreamRead(bytes: [], isFinished: true, resetCode: nil) }
         if !result.bytes.isEmpty, state == .handshaking || state == .established {
             ngtcp2_conn_extend_max_stream_offset(conn, streamID, UInt64(result.bytes.count))
             ngtcp2_conn_extend_max_offset(conn, UInt64(result.bytes.count))
@@ -193,9 +193,10 @@ extension QUICConnectionCore {
     }
 
     func signalReadable(_ streamID: Int64) {
-        let signals = withStream(streamID) { stream in
-            defer { stream.readableSignalled = true }
-            return !stream.readableSignalled
+        let signals = withStream(streamID) { stream -> Bool in
+            guard !stream.readableSignalled else { return false }
+            stream.readableSignalled = true
+            return true
         }
         if signals == true { events.append(.streamReadable(streamID: streamID)) }
     }
