@@ -82,6 +82,20 @@ struct QUICConnectionCoreTests {
         #expect(pair.client.nextDeadline >= pair.now + QUICConnectionCore.pacingOverhead)
     }
 
+    /// ngtcp2 0.12 paces at the initial RTT (333 ms) until it has a sample, so the client's
+    /// first Initial alone held its Finished about 26 ms after the server's reply was in, and
+    /// the server's flight held its answer as long (`QUICConnectionCore.updatePacing`). On a
+    /// 2 ms round trip the server's handshake completes when the client's Finished arrives,
+    /// one and a half round trips in.
+    @Test func pacingHoldsNoHandshakePacketBeforeTheFirstRTTSample() throws {
+        let pair = try InMemoryPair()
+        pair.oneWayDelay = 1_000_000
+        let start = pair.now
+        try pair.run(until: { pair.serverConnection?.isHandshakeCompleted == true })
+        let elapsed = pair.now - start
+        #expect(elapsed <= 4_000_000, "the server's handshake completed \(elapsed / 1000) µs in, more than two round trips")
+    }
+
     @Test func resetCodeReachesThePeerAndComesBack() throws {
         let pair = try InMemoryPair()
         pair.serverApplication = Self.echo

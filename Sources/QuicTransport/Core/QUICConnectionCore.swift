@@ -94,6 +94,8 @@ package final class QUICConnectionCore {
     private var lastError = ngtcp2_connection_close_error()
     private var closePacket: [UInt8] = []
     @exclusivity(unchecked) private var closePacketDue = false
+    /// ngtcp2 has measured an RTT: packets are paced from then on (`updatePacing`).
+    @exclusivity(unchecked) private var hasRTTSample = false
     private var closePacketsSent = 0
     /// Traffic and loss totals for data-transfer reports.
     @exclusivity(unchecked) var counters = QUICTransferCounters()
@@ -659,7 +661,7 @@ package final class QUICConnectionCore {
                     if batchEnd + maxPacket > scratch.count {
                         // The scratch is full (a send quantum fits in it, so this is rare): go on next pass.
                         flushBatch()
-                        ngtcp2_conn_update_pkt_tx_time(conn, now)
+                        updatePacing(now: now)
                         return true
                     }
                     let destination = scratch.baseAddress!.advanced(by: batchEnd).assumingMemoryBound(to: UInt8.self)
@@ -668,7 +670,7 @@ package final class QUICConnectionCore {
                     switch writeOnePacket(into: destination, capacity: capacity, path: &packetPath.pointee.path, vectors: vectors, now: now) {
                     case .packet(let size, let ecn): (packetSize, packetECN) = (size, ecn)
                     case .nothing:
-                        ngtcp2_conn_update_pkt_tx_time(conn, now)
+                        updatePacing(now: now)
                         flushBatch()
                         return false
                     case .failed(let rv):
@@ -698,13 +700,31 @@ package final class QUICConnectionCore {
                     counters.sentBytes += UInt64(packetSize)
                     if packetSize < segmentSize { flushBatch() }
                     if written >= quantumPackets {
-                        ngtcp2_conn_update_pkt_tx_time(conn, now)
+                        updatePacing(now: now)
                         flushBatch()
                         return true
                     }
                 }
             }
         }
+    }
+
+    /// Sets when ngtcp2 may send the next packet, from what this pass sent (RFC 9002 §7.7), once
+    /// there is an RTT sample to pace by.
+    ///
+    /// Before its first sample ngtcp2 0.12 paces at the initial RTT (333 ms): the client's first
+    /// Initial alone would hold its next packet, the handshake's Finished, for about 26 ms after
+    /// the server's reply is in (a loopback handshake took 25 ms, where it takes 3). ngtcp2 1.x
+    /// assumes 1 ms until its first sample; not pacing until then comes to the same. The bytes
+    /// sent before count towards the first interval.
+    private func updatePacing(now: UInt64) {
+        if !hasRTTSample {
+            var stat = ngtcp2_conn_stat()
+            cqs_ngtcp2_conn_get_conn_stat(conn, &stat)
+            guard stat.first_rtt_sample_ts != .max else { return }
+            hasRTTSample = true
+        }
+        ngtcp2_conn_update_pkt_tx_time(conn, now)
     }
 
     private enum PacketWriteResult {
