@@ -49,6 +49,36 @@ struct NWConnectionGroupLoopbackTests {
         #expect(echoed == payload)
     }
 
+    /// Completion handlers run on the queue given to `start(queue:)`, as Network.framework runs
+    /// them. The async methods only resume their caller, on the tunnel's loop: with the stream's
+    /// queue suspended they still complete, and a handler given meanwhile waits for the queue.
+    @Test func asyncMethodsCompleteWithoutTheStreamsQueue() async throws {
+        let server = try await LoopbackServer()
+        server.echo()
+        let group = server.makeClient()
+        try await startAndWaitUntilReady(group)
+        defer { withExtendedLifetime(server) { group.cancel() } }
+        let stream = try #require(NWConnection(from: group))
+        let queue = DispatchQueue(label: "test.stream.suspended")
+        stream.start(queue: queue)
+        queue.suspend()
+        let handlerRan = Recorder<String>()
+        let echoed = try await within(10) {
+            try await stream.send(content: Data("ping".utf8), isComplete: false)
+            stream.send(content: Data("!".utf8), isComplete: false, completion: .contentProcessed { _ in handlerRan.append("send") })
+            var received = Data()
+            while received.count < 5 {
+                let (content, _) = try await stream.receive(minimumIncompleteLength: 1, maximumLength: 64)
+                received += content ?? Data()
+            }
+            return received
+        }
+        #expect(String(decoding: echoed, as: UTF8.self) == "ping!")
+        #expect(handlerRan.values.isEmpty, "a completion handler ran while its queue was suspended")
+        queue.resume()
+        #expect(await eventually(within: 10) { handlerRan.values == ["send"] })
+    }
+
     /// Apple's write-close: completing `.defaultMessage` (the default arguments) leaves the stream
     /// open for more messages; completing `.finalMessage` or `.defaultStream` sends FIN.
     @Test(arguments: ["final", "stream"])

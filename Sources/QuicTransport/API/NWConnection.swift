@@ -140,10 +140,10 @@ public final class NWConnection: @unchecked Sendable {
     @exclusivity(unchecked) private(set) var streamID: Int64?
     @exclusivity(unchecked) private var started = false
     @exclusivity(unchecked) private var isCancelled = false
-    @exclusivity(unchecked) private var pendingSends: [(Data?, Bool, SendCompletion)] = []
-    @exclusivity(unchecked) private var sendCompletions: [UInt64: @Sendable (NWError?) -> Void] = [:]
+    @exclusivity(unchecked) private var pendingSends: [(Data?, Bool, SendCompletion, CompletionDelivery)] = []
+    @exclusivity(unchecked) private var sendCompletions: [UInt64: (handler: @Sendable (NWError?) -> Void, delivery: CompletionDelivery)] = [:]
     @exclusivity(unchecked) private var nextToken: UInt64 = 1
-    @exclusivity(unchecked) private var receives: [(minimum: Int, maximum: Int, completion: ReceiveCompletion)] = []
+    @exclusivity(unchecked) private var receives: [(minimum: Int, maximum: Int, completion: ReceiveCompletion, delivery: CompletionDelivery)] = []
     @exclusivity(unchecked) private var message = Data()
     @exclusivity(unchecked) private var failure: NWError?
     /// The contexts received data comes with, Apple's default and final message with the
@@ -332,17 +332,27 @@ public final class NWConnection: @unchecked Sendable {
         isComplete: Bool = true,
         completion: SendCompletion
     ) {
+        send(content: content, contentContext: contentContext, isComplete: isComplete, completion: completion, delivery: .queue)
+    }
+
+    private func send(
+        content: Data?,
+        contentContext: ContentContext,
+        isComplete: Bool,
+        completion: SendCompletion,
+        delivery: CompletionDelivery
+    ) {
         group.eventLoop.execute {
             if let error = self.failure ?? (self.isCancelled ? NWError.posix(.ECANCELED) : nil) {
-                self.complete(completion, error)
+                self.complete(completion, error, delivery)
                 return
             }
             let fin = isComplete && contentContext.endsStream
             guard self.streamID != nil else {
-                self.pendingSends.append((content, fin, completion))
+                self.pendingSends.append((content, fin, completion, delivery))
                 return
             }
-            self.write(content, fin: fin, completion: completion)
+            self.write(content, fin: fin, completion: completion, delivery: delivery)
         }
     }
 
@@ -353,16 +363,18 @@ public final class NWConnection: @unchecked Sendable {
         maximumLength: Int,
         completion: @escaping ReceiveCompletion
     ) {
-        group.eventLoop.execute {
-            self.receives.append((max(1, minimumIncompleteLength), max(1, maximumLength), completion))
-            self.serviceReceives()
-        }
+        receive(minimum: max(1, minimumIncompleteLength), maximum: max(1, maximumLength), completion: completion, delivery: .queue)
     }
 
     /// Delivers everything up to the peer's FIN in one piece.
     public func receiveMessage(completion: @escaping ReceiveCompletion) {
+        receive(minimum: .max, maximum: .max, completion: completion, delivery: .queue)
+    }
+
+    /// `minimum` `.max` asks for the whole message (`receiveMessage`).
+    private func receive(minimum: Int, maximum: Int, completion: @escaping ReceiveCompletion, delivery: CompletionDelivery) {
         group.eventLoop.execute {
-            self.receives.append((Int.max, Int.max, completion))
+            self.receives.append((minimum, maximum, completion, delivery))
             self.serviceReceives()
         }
     }
@@ -425,6 +437,9 @@ public final class NWConnection: @unchecked Sendable {
     }
 
     // MARK: Swift concurrency
+    //
+    // These resume their caller from the tunnel's loop, not through the queue given to
+    // `start(queue:)`: the caller's task runs on its own executor either way.
 
     /// State changes from now on; ends at `.failed` or `.cancelled`.
     public var states: AsyncStream<State> { observable.stream }
@@ -436,25 +451,25 @@ public final class NWConnection: @unchecked Sendable {
             let context: ContentContext = isComplete ? .finalMessage : .defaultMessage
             send(content: content, contentContext: context, isComplete: isComplete, completion: .contentProcessed { error in
                 if let error { continuation.resume(throwing: error) } else { continuation.resume() }
-            })
+            }, delivery: .loop)
         }
     }
 
     /// Receives the next bytes; `isComplete` is true once the peer's FIN has been reached.
     public func receive(minimumIncompleteLength: Int = 1, maximumLength: Int = 65_536) async throws -> (content: Data?, isComplete: Bool) {
         try await withCheckedThrowingContinuation { continuation in
-            receive(minimumIncompleteLength: minimumIncompleteLength, maximumLength: maximumLength) { data, _, isComplete, error in
+            receive(minimum: max(1, minimumIncompleteLength), maximum: max(1, maximumLength), completion: { data, _, isComplete, error in
                 if let error { continuation.resume(throwing: error) } else { continuation.resume(returning: (data, isComplete)) }
-            }
+            }, delivery: .loop)
         }
     }
 
     /// Receives the whole stream up to FIN.
     public func receiveMessage() async throws -> Data {
         try await withCheckedThrowingContinuation { continuation in
-            receiveMessage { data, _, _, error in
+            receive(minimum: .max, maximum: .max, completion: { data, _, _, error in
                 if let error { continuation.resume(throwing: error) } else { continuation.resume(returning: data ?? Data()) }
-            }
+            }, delivery: .loop)
         }
     }
 
@@ -463,6 +478,17 @@ public final class NWConnection: @unchecked Sendable {
     var streamIDForLogs: String { streamID.map(String.init) ?? "-" }
 
     private func callback(_ body: @escaping @Sendable () -> Void) { observable.callback(body) }
+
+    /// Where a send's or a receive's completion runs. Network.framework runs it on the queue
+    /// given to `start(queue:)`, and so do the completion-handler methods here. The async
+    /// methods' completions only resume a continuation, which hands the task to its executor:
+    /// they run on the tunnel's loop, for a hop through the queue's thread first would be one
+    /// more thread handoff per call, and would buy no order a resumed task could observe.
+    private enum CompletionDelivery { case queue, loop }
+
+    private func deliver(_ delivery: CompletionDelivery, _ body: @escaping @Sendable () -> Void) {
+        if delivery == .loop { body() } else { callback(body) }
+    }
 
     private func setState(_ new: State) {
         observable.update(new)
@@ -491,22 +517,22 @@ public final class NWConnection: @unchecked Sendable {
         if !isCancelled { setState(.ready) }
         let sends = pendingSends
         pendingSends.removeAll()
-        for (content, fin, completion) in sends { write(content, fin: fin, completion: completion) }
+        for (content, fin, completion, delivery) in sends { write(content, fin: fin, completion: completion, delivery: delivery) }
         if isCancelled {
             isCancelled = false
             cancel()
         }
     }
 
-    private func write(_ content: Data?, fin: Bool, completion: SendCompletion) {
+    private func write(_ content: Data?, fin: Bool, completion: SendCompletion, delivery: CompletionDelivery) {
         guard let id = streamID, let driver = group.driver else {
-            complete(completion, .posix(.ENOTCONN))
+            complete(completion, .posix(.ENOTCONN), delivery)
             return
         }
         var token: UInt64?
         if case .contentProcessed(let handler) = completion {
             token = nextToken
-            sendCompletions[nextToken] = handler
+            sendCompletions[nextToken] = (handler, delivery)
             nextToken += 1
         }
         do {
@@ -515,18 +541,18 @@ public final class NWConnection: @unchecked Sendable {
             driver.afterInput()
         } catch {
             if let token { sendCompletions[token] = nil }
-            complete(completion, .quic(.invalid("\(error)")))
+            complete(completion, .quic(.invalid("\(error)")), delivery)
         }
     }
 
-    private func complete(_ completion: SendCompletion, _ error: NWError?) {
-        if case .contentProcessed(let handler) = completion { callback { handler(error) } }
+    private func complete(_ completion: SendCompletion, _ error: NWError?, _ delivery: CompletionDelivery) {
+        if case .contentProcessed(let handler) = completion { deliver(delivery) { handler(error) } }
     }
 
     func completeSend(token: UInt64, error: UInt64?) {
-        guard let handler = sendCompletions.removeValue(forKey: token) else { return }
+        guard let (handler, delivery) = sendCompletions.removeValue(forKey: token) else { return }
         let failure: NWError? = error.map { _ in .posix(.ECONNRESET) }
-        callback { handler(failure) }
+        deliver(delivery) { handler(failure) }
     }
 
     /// Hands received bytes to waiting `receive` calls, in order. Reading is what credits the
@@ -541,7 +567,7 @@ public final class NWConnection: @unchecked Sendable {
             if let failure {
                 receives.removeFirst()
                 let completion = request.completion
-                callback { completion(nil, nil, false, failure) }
+                deliver(request.delivery) { completion(nil, nil, false, failure) }
                 continue
             }
             guard let core = group.driver?.core, let status = core.receiveStatus(streamID: id) else {
@@ -551,7 +577,7 @@ public final class NWConnection: @unchecked Sendable {
                 let data = message.isEmpty ? nil : message
                 message = Data()
                 let context = finalContext
-                callback { completion(data, context, true, nil) }
+                deliver(request.delivery) { completion(data, context, true, nil) }
                 continue
             }
             if let code = status.resetCode {
@@ -571,7 +597,7 @@ public final class NWConnection: @unchecked Sendable {
                 message = Data()
                 let completion = request.completion
                 let context = finalContext
-                callback { completion(data, context, true, nil) }
+                deliver(request.delivery) { completion(data, context, true, nil) }
                 continue
             }
             guard status.readableBytes >= request.minimum || status.finReceived else { break }
@@ -581,7 +607,7 @@ public final class NWConnection: @unchecked Sendable {
             let data = read.bytes.isEmpty ? nil : Data(read.bytes)
             let completion = request.completion
             let context = read.isFinished ? finalContext : receivedContext
-            callback { completion(data, context, read.isFinished, nil) }
+            deliver(request.delivery) { completion(data, context, read.isFinished, nil) }
         }
     }
 
@@ -605,14 +631,14 @@ public final class NWConnection: @unchecked Sendable {
         receives.removeAll()
         for request in receivesToFail {
             let completion = request.completion
-            callback { completion(nil, nil, false, error) }
+            deliver(request.delivery) { completion(nil, nil, false, error) }
         }
         let sends = sendCompletions.values
         sendCompletions.removeAll()
-        for handler in sends { callback { handler(error) } }
+        for (handler, delivery) in sends { deliver(delivery) { handler(error) } }
         let queued = pendingSends
         pendingSends.removeAll()
-        for (_, _, completion) in queued { complete(completion, error) }
+        for (_, _, completion, delivery) in queued { complete(completion, error, delivery) }
     }
 }
 
