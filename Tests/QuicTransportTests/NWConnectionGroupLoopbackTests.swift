@@ -79,6 +79,33 @@ struct NWConnectionGroupLoopbackTests {
         #expect(await eventually(within: 10) { handlerRan.values == ["send"] })
     }
 
+    /// The group's async datagram send resumes its caller from the loop too: it completes, and
+    /// the datagram comes back, while the group's queue is suspended.
+    @Test func asyncDatagramSendCompletesWithoutTheGroupsQueue() async throws {
+        let server = try await LoopbackServer { $0.isDatagram = true }
+        server.echo()
+        let group = server.makeClient { $0.isDatagram = true }
+        let received = group.datagrams
+        let queue = DispatchQueue(label: "test.group.suspended")
+        group.start(queue: queue)
+        try await within(20) { try await group.waitUntilReady() }
+        defer { withExtendedLifetime(server) { group.cancel() } }
+        queue.suspend()
+        defer { queue.resume() }
+        let datagram = Data("datagram while the queue sleeps".utf8)
+        let echoes = Recorder<Data>()
+        let reader = Task { for await echo in received { echoes.append(echo) } }
+        defer { reader.cancel() }
+        // Unreliable (RFC 9221 §5): sent again, a few times at most, until one comes back.
+        try await within(10) {
+            for _ in 0..<5 where !echoes.values.contains(datagram) {
+                try await group.send(datagram: datagram)
+                _ = await eventually(within: 1) { echoes.values.contains(datagram) }
+            }
+        }
+        #expect(echoes.values.contains(datagram))
+    }
+
     /// Apple's write-close: completing `.defaultMessage` (the default arguments) leaves the stream
     /// open for more messages; completing `.finalMessage` or `.defaultStream` sends FIN.
     @Test(arguments: ["final", "stream"])

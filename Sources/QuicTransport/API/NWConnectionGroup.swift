@@ -224,18 +224,27 @@ public final class NWConnectionGroup: @unchecked Sendable {
         message: Message = .default,
         completion: @escaping @Sendable (NWError?) -> Void
     ) {
+        sendDatagram(content, completesOnLoop: false, completion: completion)
+    }
+
+    /// `completesOnLoop` runs `completion` on the loop rather than on the user's queue: for the
+    /// async form, whose completion only resumes its caller (as `NWConnection`'s async methods).
+    private func sendDatagram(_ content: Data?, completesOnLoop: Bool, completion: @escaping @Sendable (NWError?) -> Void) {
         let bytes = Array(content ?? Data())
         eventLoop.execute {
+            let complete = { (error: NWError?) in
+                if completesOnLoop { completion(error) } else { self.callback { completion(error) } }
+            }
             guard let driver = self.driver else {
-                self.callback { completion(.posix(.ENOTCONN)) }
+                complete(.posix(.ENOTCONN))
                 return
             }
             do {
                 try driver.core.sendDatagram(bytes)
                 driver.afterInput()
-                self.callback { completion(nil) }
+                complete(nil)
             } catch {
-                self.callback { completion(.quic(.invalid("\(error)"))) }
+                complete(.quic(.invalid("\(error)")))
             }
         }
     }
@@ -392,7 +401,7 @@ public final class NWConnectionGroup: @unchecked Sendable {
     /// Sends one datagram and waits until it is queued.
     public func send(datagram: Data) async throws {
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-            send(content: datagram) { error in
+            sendDatagram(datagram, completesOnLoop: true) { error in
                 if let error { continuation.resume(throwing: error) } else { continuation.resume() }
             }
         }
