@@ -320,7 +320,7 @@ private func echoGenerated(_ group: NWConnectionGroup, size: Int, seed: UInt64, 
     let chunkSize = 256 << 10
     let sendsInFlight = 4
     let stream = try openStream(in: group)
-    stream.start(queue: DispatchQueue(label: "quic-echo.stream"))
+    stream.start(queue: tunnelQueue(of: group))
     let label = Data("bidi-\(index):".utf8)
     let total = label.count + size
 
@@ -408,12 +408,18 @@ private func openStream(in group: NWConnectionGroup, using options: NWProtocolQU
     return stream
 }
 
+/// The tunnel's queue, which its streams share: the echo awaits the async methods, which do
+/// not use it, so a queue per stream would cost one per stream for nothing.
+private func tunnelQueue(of group: NWConnectionGroup) -> DispatchQueue {
+    group.queue ?? DispatchQueue(label: "quic-echo.stream")
+}
+
 private func streamPayload(_ payload: Data, prefix: String) -> Data { Data(prefix.utf8) + payload }
 
 /// Sends the payload with FIN on a new bidirectional stream and checks the echo byte for byte.
 private func echoBidirectional(_ group: NWConnectionGroup, payload: Data, index: Int) async throws -> Int {
     let stream = try openStream(in: group)
-    stream.start(queue: DispatchQueue(label: "quic-echo.stream"))
+    stream.start(queue: tunnelQueue(of: group))
     let sent = streamPayload(payload, prefix: "bidi-\(index):")
     async let sending: Void = stream.send(content: sent, isComplete: true)
     let echoed = try await stream.receiveMessage()
@@ -429,7 +435,7 @@ private func echoUnidirectional(_ group: NWConnectionGroup, collector: Unidirect
     let options = NWProtocolQUIC.Options()
     options.direction = .unidirectional
     let stream = try openStream(in: group, using: options)
-    stream.start(queue: DispatchQueue(label: "quic-echo.stream"))
+    stream.start(queue: tunnelQueue(of: group))
     let sent = streamPayload(payload, prefix: "uni-\(index):")
     try await stream.send(content: sent, isComplete: true)
     let echoed = try await collector.message(withPrefix: "uni-\(index):")
@@ -442,7 +448,7 @@ private func echoUnidirectional(_ group: NWConnectionGroup, collector: Unidirect
 /// Resets the sending side of a bidirectional stream with `code` and expects the server's reset to carry it.
 private func resetBidirectional(_ group: NWConnectionGroup, code: UInt64) async throws -> Int {
     let stream = try openStream(in: group)
-    stream.start(queue: DispatchQueue(label: "quic-echo.stream"))
+    stream.start(queue: tunnelQueue(of: group))
     let probe = Data("reset-probe".utf8)
     try await stream.send(content: probe, isComplete: false)
     var echoed = Data()
@@ -469,7 +475,7 @@ private func resetUnidirectional(_ group: NWConnectionGroup, collector: Unidirec
     let options = NWProtocolQUIC.Options()
     options.direction = .unidirectional
     let stream = try openStream(in: group, using: options)
-    stream.start(queue: DispatchQueue(label: "quic-echo.stream"))
+    stream.start(queue: tunnelQueue(of: group))
     try await stream.send(content: Data("uni-reset:".utf8), isComplete: false)
     let metadata = stream.metadata(definition: NWProtocolQUIC.definition) as! NWProtocolQUIC.Metadata
     // Let the server see the stream before it is reset.

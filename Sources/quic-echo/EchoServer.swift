@@ -13,17 +13,20 @@ struct EchoServer: Sendable {
         group.setReceiveHandler { _, content, _ in
             group.send(content: content) { _ in }
         }
-        group.start(queue: DispatchQueue(label: "quic-echo.tunnel"))
+        // One queue for the tunnel and its streams: their handlers are few (the echo awaits the
+        // async methods, which do not use it), and a queue per stream cost one per stream.
+        let queue = DispatchQueue(label: "quic-echo.tunnel")
+        group.start(queue: queue)
         await withDiscardingTaskGroup { tasks in
             for await stream in streams {
-                tasks.addTask { await self.echo(stream, in: group) }
+                tasks.addTask { await self.echo(stream, in: group, queue: queue) }
             }
         }
         logger.info("tunnel from \(peer) closed: \(group.state)")
     }
 
     /// Bidirectional: echo on the same stream. Unidirectional: echo on a new server stream.
-    private func echo(_ inbound: NWConnection, in group: NWConnectionGroup) async {
+    private func echo(_ inbound: NWConnection, in group: NWConnectionGroup, queue: DispatchQueue) async {
         let metadata = inbound.metadata(definition: NWProtocolQUIC.definition) as! NWProtocolQUIC.Metadata
         let outbound: NWConnection
         if metadata.streamType == .bidirectional {
@@ -36,9 +39,9 @@ struct EchoServer: Sendable {
                 return
             }
             outbound = stream
-            outbound.start(queue: DispatchQueue(label: "quic-echo.stream"))
+            outbound.start(queue: queue)
         }
-        inbound.start(queue: DispatchQueue(label: "quic-echo.stream"))
+        inbound.start(queue: queue)
         do {
             while true {
                 // Whatever has arrived, up to 1 MiB: each read and each send is a round trip to
