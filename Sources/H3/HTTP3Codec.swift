@@ -438,6 +438,11 @@ package final class HTTP3Codec: QUICApplicationCodec {
         if rv != 0 && rv != NGHTTP3_ERR_STREAM_NOT_FOUND {
             throw applicationError(rv, "nghttp3_conn_close_stream")
         }
+        if rv == NGHTTP3_ERR_STREAM_NOT_FOUND && isRequestStream(streamID) {
+            // nghttp3's stream_close callback reports nothing for a stream it never saw: the end
+            // is reported here, so a server draining for shutdown sees its last request go.
+            append(.closed(streamID: streamID, code: HTTP3ErrorCode(rawValue: code ?? UInt64(NGHTTP3_H3_NO_ERROR))), streamID: streamID)
+        }
         // nghttp3's stream_close callback has dropped the body, if there was one.
         if !awaitingRequestHeads.isEmpty { stopAwaitingRequestHead(streamID) }
         if fieldSection.streamID == streamID { _ = takeFieldSection() }

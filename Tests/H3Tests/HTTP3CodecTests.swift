@@ -95,6 +95,27 @@ struct HTTP3CodecTests {
         #expect(String(decoding: body, as: UTF8.self) == "hello from /index.html")
     }
 
+    /// A request stream that opens on the server with the client's STOP_SENDING, before any
+    /// byte, and is then reset never reaches nghttp3, whose stream_close callback reports
+    /// nothing for it. The server's codec reports the end itself and counts the stream closed,
+    /// so a server draining for shutdown does not wait out its grace period for it.
+    @Test func aRequestCancelledBeforeItsFirstByteIsReportedClosed() throws {
+        var closed: [Int64] = []
+        let (pair, client, box) = try Self.makePair { _, event in
+            if case .closed(let stream, _) = event { closed.append(stream) }
+        }
+        try pair.run(until: { client.isEstablished && box.codec?.isEstablished == true })
+        let stream = try #require(try pair.client.openCodecBidirectionalStream())
+        let cancelled = HTTP3ErrorCode.requestCancelled.rawValue
+        // STOP_SENDING alone opens the stream on the server (ngtcp2 calls stream_open); a
+        // RESET_STREAM first would not.
+        pair.client.shutdownCodecStream(streamID: stream, code: cancelled, read: true, write: false)
+        try pair.run(until: { box.codec?.openRequestStreams == 1 })
+        pair.client.shutdownCodecStream(streamID: stream, code: cancelled, read: false, write: true)
+        try pair.run(until: { closed.contains(stream) })
+        #expect(box.codec?.openRequestStreams == 0)
+    }
+
     @Test func largeBodiesSurviveLoss() throws {
         let payload = (0..<2_000_000).map { UInt8(truncatingIfNeeded: $0 &* 13 &+ 1) }
         let (pair, client, _) = try Self.makePair(lossRate: 0.03) { _ in payload }
