@@ -356,8 +356,24 @@ class Bench:
         cpu = self.server_cpu_per_operation(ours, theirs, n, lambda server: self.h3load(server, n, n, 1))
         self.add_paired(group, f"CPU per new connection (handshake + GET), h3load -c {n} ({n})", "µs", cpu, *names)
 
+        runs = 10 if self.args.quick else 20
+        latency = self.in_rounds(lambda: self.first_response_ms(ours, runs), lambda: self.first_response_ms(theirs, runs))
+        self.add_paired(group, f"new connection to 1 KiB response, h3get time_total (median {runs})", "ms", latency, *names)
+
         rss = self.in_rounds(lambda: self.idle_rss_per_connection(self.h3serve), lambda: self.idle_rss_per_connection(self.gtlsserver))
         self.add_paired(group, f"anon RSS per idle connection ({self.idle_connections} held, aioquic)", "KiB", rss, *names)
+
+    def first_response_ms(self, server: Server, runs: int) -> float:
+        """How long h3get takes from its start of a transfer to the end of a 1 KiB response on a
+        new connection, handshake included (its time_total, as curl's): the median of `runs`.
+        ngtcp2 0.12 paces a server's first flight at the initial RTT, which holds its answer to
+        the client's Finished about 20 ms; h3serve paces from the first RTT sample."""
+        times = []
+        for _ in range(runs):
+            out = run([os.path.join(self.bin, "h3get"), "--http3-only", "--cacert", self.cert, "-s", "-o", os.devnull,
+                       "-w", "%{time_total}", self.url(server, "1k.bin")]).stdout
+            times.append(float(out.strip()) * 1e3)
+        return statistics.median(times)
 
     def idle_rss_per_connection(self, start) -> float:
         """Memory a fresh server takes on for each idle connection. A fresh one each time: a
