@@ -43,6 +43,26 @@ struct MigrationTests {
         #expect(pair.serverConnection?.lifetimeDataTransferReport.pathChanges == 1)
     }
 
+    /// ngtcp2 resets its RTT estimate when the client moves to a validated path (RFC 9000
+    /// §9.4), and 0.12 would then pace at the initial RTT (333 ms), about 26 ms per full
+    /// packet, until the new path's first sample. The core paces from that sample, as it does
+    /// after the handshake: on a 2 ms round trip, 20 kB echoed right after the move come back
+    /// within a few round trips.
+    @Test func pacingAfterAMigrationWaitsForTheNewPathsFirstRTTSample() throws {
+        let pair = try InMemoryPair()
+        pair.oneWayDelay = 1_000_000
+        try pair.run(until: { pair.clientEvents.contains(.handshakeConfirmed) })
+        pair.advance(by: 50_000_000)
+        try pair.client.migrate(to: Self.newClientAddress, now: pair.now)
+        let newPath = QUICPath(local: Self.newClientAddress, remote: InMemoryPair.serverAddress)
+        try pair.run(until: { pair.clientEvents.contains(.pathValidated(newPath, succeeded: true)) })
+        let start = pair.now
+        let (stream, payload) = try startEcho(pair, count: 20_000)
+        #expect(try pair.readClientStreamToEnd(stream) == payload)
+        let elapsed = pair.now - start
+        #expect(elapsed <= 10_000_000, "the echo took \(elapsed / 1000) µs after the move, more than five round trips")
+    }
+
     /// A new path that never answers fails validation; the connection stays where it was and the
     /// transfer finishes there.
     @Test func unreachablePathFailsValidationAndTheConnectionStays() throws {

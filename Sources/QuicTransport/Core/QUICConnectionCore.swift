@@ -434,6 +434,9 @@ package final class QUICConnectionCore {
         path = QUICPath(ngtcp2_conn_get_path(conn)!.pointee)
         guard path != previous else { return }
         counters.pathChanges += 1
+        // ngtcp2 may have started the new path's RTT estimate afresh (RFC 9000 §9.4): pacing
+        // waits for its first sample again (`updatePacing`).
+        hasRTTSample = false
         logPathUpdated(from: previous)
     }
 
@@ -714,7 +717,8 @@ package final class QUICConnectionCore {
     ///
     /// Before its first sample ngtcp2 0.12 paces at the initial RTT (333 ms): the client's first
     /// Initial alone would hold its next packet, the handshake's Finished, for about 26 ms after
-    /// the server's reply is in (a loopback handshake took 25 ms, where it takes 3). ngtcp2 1.x
+    /// the server's reply is in (a loopback handshake took 25 ms, where it takes 3), and a move
+    /// to a new path, which starts the RTT estimate afresh, would stall the same way. ngtcp2 1.x
     /// assumes 1 ms until its first sample; not pacing until then comes to the same. The bytes
     /// sent before count towards the first interval.
     private func updatePacing(now: UInt64) {
