@@ -138,7 +138,7 @@ struct LoadEngine: Sendable {
                 last = response
                 if counted {
                     tally.started += 1
-                    tally.record(status: response.head.status.code, bodyBytes: size, latency: (end - begin).seconds)
+                    tally.record(status: response.status.code, bodyBytes: size, latency: (end - begin).seconds)
                     supply.completed(at: end)
                 }
             } catch {

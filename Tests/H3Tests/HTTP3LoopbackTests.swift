@@ -853,6 +853,32 @@ struct HTTP3LoopbackTests {
         await client.close()
     }
 
+    /// A response's status is read when it arrives; its head, with the fields, is built when
+    /// first asked for and then kept, the same from any task.
+    @Test func aResponsesStatusComesWithoutItsHeadAndTheHeadIsComplete() async throws {
+        let (server, port, identity) = try await Self.startServer { _ in
+            var fields = HTTPFields()
+            fields[.contentType] = "text/plain"
+            fields[HTTPField.Name("x-trace")!] = "abc"
+            return HTTP3ServerResponse(status: .notFound, headerFields: fields, body: Array("gone\n".utf8))
+        }
+        defer { server.shutdown() }
+        let client = Self.client(trusting: identity)
+        let response = try await client.execute(HTTPRequest(method: .get, scheme: "https", authority: "localhost:\(port)", path: "/x"))
+        #expect(response.status == .notFound)
+        let heads = await withTaskGroup(of: HTTPResponse.self) { group in
+            for _ in 0..<4 { group.addTask { response.head } }
+            return await group.reduce(into: []) { $0.append($1) }
+        }
+        #expect(heads.allSatisfy { $0 == heads[0] })
+        #expect(heads[0].status == .notFound)
+        #expect(heads[0].headerFields[.contentType] == "text/plain")
+        #expect(heads[0].headerFields[HTTPField.Name("x-trace")!] == "abc")
+        #expect(heads[0].headerFields.contains { $0.name.rawName.hasPrefix(":") } == false, "pseudo-header fields stay out of the head")
+        #expect(String(decoding: try await response.body.collect(), as: UTF8.self) == "gone\n")
+        await client.close()
+    }
+
     @Test func requestBodiesStreamUp() async throws {
         let (server, port, identity) = try await Self.startServer { request in
             let body = try await request.body.collect()
