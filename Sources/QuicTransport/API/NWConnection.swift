@@ -363,7 +363,7 @@ public final class NWConnection: @unchecked Sendable {
         maximumLength: Int,
         completion: @escaping ReceiveCompletion
     ) {
-        receive(minimum: max(1, minimumIncompleteLength), maximum: max(1, maximumLength), completion: completion, delivery: .queue)
+        receive(minimum: minimumIncompleteLength, maximum: maximumLength, completion: completion, delivery: .queue)
     }
 
     /// Delivers everything up to the peer's FIN in one piece.
@@ -371,10 +371,10 @@ public final class NWConnection: @unchecked Sendable {
         receive(minimum: .max, maximum: .max, completion: completion, delivery: .queue)
     }
 
-    /// `minimum` `.max` asks for the whole message (`receiveMessage`).
+    /// `minimum` `.max` asks for the whole message (`receiveMessage`); either bound is at least 1.
     private func receive(minimum: Int, maximum: Int, completion: @escaping ReceiveCompletion, delivery: CompletionDelivery) {
         group.eventLoop.execute {
-            self.receives.append((minimum, maximum, completion, delivery))
+            self.receives.append((max(1, minimum), max(1, maximum), completion, delivery))
             self.serviceReceives()
         }
     }
@@ -458,7 +458,7 @@ public final class NWConnection: @unchecked Sendable {
     /// Receives the next bytes; `isComplete` is true once the peer's FIN has been reached.
     public func receive(minimumIncompleteLength: Int = 1, maximumLength: Int = 65_536) async throws -> (content: Data?, isComplete: Bool) {
         try await withCheckedThrowingContinuation { continuation in
-            receive(minimum: max(1, minimumIncompleteLength), maximum: max(1, maximumLength), completion: { data, _, isComplete, error in
+            receive(minimum: minimumIncompleteLength, maximum: maximumLength, completion: { data, _, isComplete, error in
                 if let error { continuation.resume(throwing: error) } else { continuation.resume(returning: (data, isComplete)) }
             }, delivery: .loop)
         }
@@ -479,15 +479,8 @@ public final class NWConnection: @unchecked Sendable {
 
     private func callback(_ body: @escaping @Sendable () -> Void) { observable.callback(body) }
 
-    /// Where a send's or a receive's completion runs. Network.framework runs it on the queue
-    /// given to `start(queue:)`, and so do the completion-handler methods here. The async
-    /// methods' completions only resume a continuation, which hands the task to its executor:
-    /// they run on the tunnel's loop, for a hop through the queue's thread first would be one
-    /// more thread handoff per call, and would buy no order a resumed task could observe.
-    private enum CompletionDelivery { case queue, loop }
-
     private func deliver(_ delivery: CompletionDelivery, _ body: @escaping @Sendable () -> Void) {
-        if delivery == .loop { body() } else { callback(body) }
+        observable.deliver(delivery, body)
     }
 
     private func setState(_ new: State) {

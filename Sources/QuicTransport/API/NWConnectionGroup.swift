@@ -224,17 +224,13 @@ public final class NWConnectionGroup: @unchecked Sendable {
         message: Message = .default,
         completion: @escaping @Sendable (NWError?) -> Void
     ) {
-        sendDatagram(content, completesOnLoop: false, completion: completion)
+        sendDatagram(content, delivery: .queue, completion: completion)
     }
 
-    /// `completesOnLoop` runs `completion` on the loop rather than on the user's queue: for the
-    /// async form, whose completion only resumes its caller (as `NWConnection`'s async methods).
-    private func sendDatagram(_ content: Data?, completesOnLoop: Bool, completion: @escaping @Sendable (NWError?) -> Void) {
+    private func sendDatagram(_ content: Data?, delivery: CompletionDelivery, completion: @escaping @Sendable (NWError?) -> Void) {
         let bytes = Array(content ?? Data())
         eventLoop.execute {
-            let complete = { (error: NWError?) in
-                if completesOnLoop { completion(error) } else { self.callback { completion(error) } }
-            }
+            let complete = { (error: NWError?) in self.observable.deliver(delivery) { completion(error) } }
             guard let driver = self.driver else {
                 complete(.posix(.ENOTCONN))
                 return
@@ -401,7 +397,7 @@ public final class NWConnectionGroup: @unchecked Sendable {
     /// Sends one datagram and waits until it is queued.
     public func send(datagram: Data) async throws {
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-            sendDatagram(datagram, completesOnLoop: true) { error in
+            sendDatagram(datagram, delivery: .loop) { error in
                 if let error { continuation.resume(throwing: error) } else { continuation.resume() }
             }
         }

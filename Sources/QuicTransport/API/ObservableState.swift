@@ -40,6 +40,12 @@ final class ObservableState<State: Equatable & Sendable>: @unchecked Sendable {
         (lock.withLock { queue } ?? DispatchQueue.global()).async(execute: body)
     }
 
+    /// Runs a completion where `delivery` says: on the caller's queue (`callback`), or at once,
+    /// on the loop that completes it.
+    func deliver(_ delivery: CompletionDelivery, _ body: @escaping @Sendable () -> Void) {
+        if delivery == .loop { body() } else { callback(body) }
+    }
+
     /// Moves to `new` unless already there or in a final state; tells the handler and observers.
     func update(_ new: State) {
         let (changed, handler, observers) = lock.withLock { () -> (Bool, (@Sendable (State) -> Void)?, [AsyncStream<State>.Continuation]) in
@@ -69,4 +75,13 @@ final class ObservableState<State: Equatable & Sendable>: @unchecked Sendable {
             }
         }
     }
+}
+
+/// Where a send's or a receive's completion runs. Network.framework runs it on the queue given
+/// to `start(queue:)`, and so do the completion-handler methods here. The async methods'
+/// completions only resume a continuation, which hands the task to its executor: they run on
+/// the tunnel's loop, for a hop through the queue's thread first would be one more thread
+/// handoff per call, and would buy no order a resumed task could observe.
+enum CompletionDelivery {
+    case queue, loop
 }
