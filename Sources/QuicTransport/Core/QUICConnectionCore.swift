@@ -723,9 +723,7 @@ package final class QUICConnectionCore {
     /// sent before count towards the first interval.
     private func updatePacing(now: UInt64) {
         if !hasRTTSample {
-            var stat = ngtcp2_conn_stat()
-            cqs_ngtcp2_conn_get_conn_stat(conn, &stat)
-            guard stat.first_rtt_sample_ts != .max else { return }
+            guard statistics.first_rtt_sample_ts != .max else { return }
             hasRTTSample = true
         }
         ngtcp2_conn_update_pkt_tx_time(conn, now)
