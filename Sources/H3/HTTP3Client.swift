@@ -313,8 +313,8 @@ extension HTTP3ClientConnection {
 /// The head, once built, is kept under a lock: callers may read it from any thread.
 final class HTTP3ResponseHeadSource: Sendable {
     let status: HTTPResponse.Status
-    /// The field section in wire order; its `:status` line is read again only by `head`'s
-    /// fields, which leave the pseudo-header fields out.
+    /// The field section in wire order, `:status` included (`HTTPFields(_:)` leaves the
+    /// pseudo-header fields out).
     private let fields: HTTP3ReceivedFields
     private let builtHead = Mutex<HTTPResponse?>(nil)
 

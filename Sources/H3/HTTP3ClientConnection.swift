@@ -160,7 +160,6 @@ final class HTTP3ClientConnection: @unchecked Sendable {
         }
     }
 
-
     /// Succeeds once the handshake completes, fails when the connection does.
     func whenReady() -> EventLoopFuture<HTTP3ConnectionInfo> {
         eventLoop.assertInEventLoop()
