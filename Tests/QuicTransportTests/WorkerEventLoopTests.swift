@@ -145,6 +145,48 @@ struct WorkerEventLoopTests {
         #expect(!loop.inEventLoop)
     }
 
+    /// A `pthread_t` is reused: once a stopped loop's thread has exited, a new thread often gets
+    /// the same one (glibc keeps the exited thread's stack and descriptor for the next). The
+    /// new thread is not the loop's, and `inEventLoop` must say so.
+    @Test func aNewThreadIsNotTakenForAStoppedLoopsThread() async throws {
+        let loop = try QUICEventLoop(name: "test-reuse")
+        let loopThread = try await loop.submit { pthread_self() }.get()
+        try await loop.shutdownGracefully()
+        #expect(await eventually(within: 10) { !Self.threadNames().contains("test-reuse") }, "the stopped loop's thread did not end")
+        final class Probe: @unchecked Sendable {
+            let loop: QUICEventLoop
+            let loopThread: pthread_t
+            let lock = NIOLock()
+            var reused = 0
+            var takenForTheLoop = 0
+            init(loop: QUICEventLoop, loopThread: pthread_t) { (self.loop, self.loopThread) = (loop, loopThread) }
+        }
+        let probe = Probe(loop: loop, loopThread: loopThread)
+        // glibc caches a few exited threads' stacks (and the descriptor at their top) for new
+        // threads: enough threads alive at once take them all, the stopped loop's among them.
+        for _ in 0..<20 where probe.reused == 0 {
+            var threads: [pthread_t] = []
+            for _ in 0..<16 {
+                var thread = pthread_t()
+                let context = Unmanaged.passRetained(probe).toOpaque()
+                let created = pthread_create(&thread, nil, { raw in
+                    let probe = Unmanaged<Probe>.fromOpaque(raw!).takeRetainedValue()
+                    if pthread_equal(pthread_self(), probe.loopThread) != 0 {
+                        probe.lock.withLock { probe.reused += 1 }
+                        if probe.loop.inEventLoop { probe.lock.withLock { probe.takenForTheLoop += 1 } }
+                    }
+                    usleep(2_000)
+                    return nil
+                }, context)
+                #expect(created == 0)
+                threads.append(thread)
+            }
+            for thread in threads { pthread_join(thread, nil) }
+        }
+        #expect(probe.reused > 0, "no new thread got the stopped loop's pthread_t: the case this test is for did not come up")
+        #expect(probe.takenForTheLoop == 0, "a new thread with the stopped loop's pthread_t passed for the loop's thread")
+    }
+
     /// The names of this process's threads (`/proc/self/task/*/comm`).
     static func threadNames() -> [String] {
         let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []

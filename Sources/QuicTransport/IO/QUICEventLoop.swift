@@ -189,6 +189,14 @@ private enum LoopWork {
     }
 }
 
+/// Marks a thread as a loop's: its value is the `LoopCore` running on it (`isCurrent`).
+private let loopThreadKey: pthread_key_t = {
+    var key = pthread_key_t()
+    let created = pthread_key_create(&key, nil)
+    precondition(created == 0, "pthread_key_create failed: \(created)")
+    return key
+}()
+
 /// The thread, its `epoll` set, its timers and its queue. It knows nothing of the
 /// `QUICEventLoop` in front of it, so the tasks and timers it holds keep that alive, not itself.
 // @unchecked Sendable: `queue`, `timers`, `wakeupPending`, `state` and `shutdownCallbacks` are
@@ -258,7 +266,12 @@ private final class LoopCore: @unchecked Sendable {
         }
     }
 
-    var isCurrent: Bool { pthread_equal(pthread_self(), thread) != 0 }
+    /// Whether the caller runs on this loop's thread. Asked of a thread-specific value, not of
+    /// `pthread_self()`: a `pthread_t` is reused, and once a stopped loop's thread has exited a
+    /// new thread often gets the same one (glibc hands it the exited thread's cached stack, and
+    /// the descriptor at its top), so it passed for the loop's thread. A new thread's value is
+    /// nil.
+    var isCurrent: Bool { pthread_getspecific(loopThreadKey) == Unmanaged.passUnretained(self).toOpaque() }
 
     /// Queues `task`; false when the loop has stopped and the task is dropped.
     func enqueue(_ task: @escaping () -> Void) -> Bool {
@@ -342,6 +355,7 @@ private final class LoopCore: @unchecked Sendable {
     }
 
     fileprivate func run() {
+        pthread_setspecific(loopThreadKey, Unmanaged.passUnretained(self).toOpaque())
         // Plain memory, not an array: the loop writes it on every turn, and an array's write
         // access checks that the buffer is unshared each time.
         let events = UnsafeMutableBufferPointer<epoll_event>.allocate(capacity: 64)
