@@ -146,45 +146,51 @@ struct WorkerEventLoopTests {
     }
 
     /// A `pthread_t` is reused: once a stopped loop's thread has exited, a new thread often gets
-    /// the same one (glibc keeps the exited thread's stack and descriptor for the next). The
-    /// new thread is not the loop's, and `inEventLoop` must say so.
+    /// the same one (glibc keeps the exited thread's stack, with the descriptor at its top, for
+    /// the next). The new thread is not the loop's, and `inEventLoop` must say so. Which thread
+    /// takes glibc's cached stack depends on what else the process starts, so the test gives the
+    /// loop's thread a stack of its own and runs the new thread on that same memory: it gets the
+    /// loop's `pthread_t` every time.
     @Test func aNewThreadIsNotTakenForAStoppedLoopsThread() async throws {
-        let loop = try QUICEventLoop(name: "test-reuse")
+        let stackSize = 1 << 20
+        let stackMemory = mmap(nil, stackSize, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0)
+        #expect(stackMemory != MAP_FAILED)
+        guard let stackMemory, stackMemory != MAP_FAILED else { return }
+        defer { munmap(stackMemory, stackSize) }
+        let stack = UnsafeMutableRawBufferPointer(start: stackMemory, count: stackSize)
+
+        let loop = try QUICEventLoop(name: "test-reuse", threadStack: stack)
         let loopThread = try await loop.submit { pthread_self() }.get()
+        #expect(try await loop.submit { loop.inEventLoop }.get(), "the loop's own thread is not taken for the loop's")
         try await loop.shutdownGracefully()
+        // The stack is free for another thread once the kernel has ended the loop's.
         #expect(await eventually(within: 10) { !Self.threadNames().contains("test-reuse") }, "the stopped loop's thread did not end")
+
         final class Probe: @unchecked Sendable {
             let loop: QUICEventLoop
             let loopThread: pthread_t
-            let lock = NIOLock()
-            var reused = 0
-            var takenForTheLoop = 0
+            var sameThreadIdentifier = false
+            var takenForTheLoop = true
             init(loop: QUICEventLoop, loopThread: pthread_t) { (self.loop, self.loopThread) = (loop, loopThread) }
         }
         let probe = Probe(loop: loop, loopThread: loopThread)
-        // glibc caches a few exited threads' stacks (and the descriptor at their top) for new
-        // threads: enough threads alive at once take them all, the stopped loop's among them.
-        for _ in 0..<20 where probe.reused == 0 {
-            var threads: [pthread_t] = []
-            for _ in 0..<16 {
-                var thread = pthread_t()
-                let context = Unmanaged.passRetained(probe).toOpaque()
-                let created = pthread_create(&thread, nil, { raw in
-                    let probe = Unmanaged<Probe>.fromOpaque(raw!).takeRetainedValue()
-                    if pthread_equal(pthread_self(), probe.loopThread) != 0 {
-                        probe.lock.withLock { probe.reused += 1 }
-                        if probe.loop.inEventLoop { probe.lock.withLock { probe.takenForTheLoop += 1 } }
-                    }
-                    usleep(2_000)
-                    return nil
-                }, context)
-                #expect(created == 0)
-                threads.append(thread)
-            }
-            for thread in threads { pthread_join(thread, nil) }
-        }
-        #expect(probe.reused > 0, "no new thread got the stopped loop's pthread_t: the case this test is for did not come up")
-        #expect(probe.takenForTheLoop == 0, "a new thread with the stopped loop's pthread_t passed for the loop's thread")
+        var attributes = pthread_attr_t()
+        pthread_attr_init(&attributes)
+        defer { pthread_attr_destroy(&attributes) }
+        #expect(pthread_attr_setstack(&attributes, stackMemory, stackSize) == 0)
+        var thread = pthread_t()
+        let created = pthread_create(&thread, &attributes, { raw in
+            let probe = Unmanaged<Probe>.fromOpaque(raw!).takeRetainedValue()
+            probe.sameThreadIdentifier = pthread_equal(pthread_self(), probe.loopThread) != 0
+            probe.takenForTheLoop = probe.loop.inEventLoop
+            return nil
+        }, Unmanaged.passRetained(probe).toOpaque())
+        #expect(created == 0)
+        guard created == 0 else { return }
+        // `pthread_join` orders the probe's writes before these reads.
+        pthread_join(thread, nil)
+        #expect(probe.sameThreadIdentifier, "a thread on the stopped loop's stack did not get its pthread_t: the case this test is for did not come up")
+        #expect(!probe.takenForTheLoop, "a new thread with the stopped loop's pthread_t passed for the loop's thread")
     }
 
     /// The names of this process's threads (`/proc/self/task/*/comm`).

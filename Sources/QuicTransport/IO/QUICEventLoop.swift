@@ -28,8 +28,13 @@ package final class QUICEventLoop: EventLoop, Sendable {
     private let core: LoopCore
 
     /// Starts the loop's thread, named `name` (at most 15 bytes reach the kernel).
-    package init(name: String) throws {
-        core = try LoopCore(name: name)
+    ///
+    /// `threadStack`, when given, is memory the caller owns and keeps until the thread has
+    /// ended (`pthread_attr_setstack`). glibc puts a thread's descriptor, and so its `pthread_t`,
+    /// at a fixed place in its stack; a test runs a new thread on the same memory to get the
+    /// `pthread_t` of a loop that has stopped.
+    package init(name: String, threadStack: UnsafeMutableRawBufferPointer? = nil) throws {
+        core = try LoopCore(name: name, threadStack: threadStack)
     }
 
     deinit {
@@ -219,7 +224,7 @@ private final class LoopCore: @unchecked Sendable {
 
     private enum State { case running, stopping, stopped }
 
-    init(name: String) throws {
+    init(name: String, threadStack: UnsafeMutableRawBufferPointer?) throws {
         epoll = epoll_create1(CInt(EPOLL_CLOEXEC))
         guard epoll >= 0 else { throw IOError(errnoCode: errno, reason: "epoll_create1") }
         wakeupDescriptor = eventfd(0, CInt(EFD_CLOEXEC | EFD_NONBLOCK))
@@ -239,7 +244,18 @@ private final class LoopCore: @unchecked Sendable {
         }
         let started = DispatchSemaphore(value: 0)
         let context = Unmanaged.passRetained(StartContext(loop: self, started: started))
-        let created = pthread_create(&thread, nil, { raw in
+        var attributes = pthread_attr_t()
+        pthread_attr_init(&attributes)
+        defer { pthread_attr_destroy(&attributes) }
+        if let threadStack {
+            let stackSet = pthread_attr_setstack(&attributes, threadStack.baseAddress, threadStack.count)
+            guard stackSet == 0 else {
+                Glibc.close(epoll)
+                Glibc.close(wakeupDescriptor)
+                throw IOError(errnoCode: stackSet, reason: "pthread_attr_setstack")
+            }
+        }
+        let created = pthread_create(&thread, &attributes, { raw in
             let context = Unmanaged<StartContext>.fromOpaque(raw!).takeRetainedValue()
             context.started.wait()
             context.loop.run()
