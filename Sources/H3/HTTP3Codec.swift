@@ -90,7 +90,14 @@ package final class HTTP3Codec: QUICApplicationCodec {
         cqs_nghttp3_settings_default(&settings)
         settings.qpack_max_dtable_capacity = 4096
         settings.qpack_blocked_streams = 100
-        if role == .server { settings.max_field_section_size = UInt64(Self.maximumFieldSectionSize) }
+        if role == .server {
+            settings.max_field_section_size = UInt64(Self.maximumFieldSectionSize)
+            // Responses are encoded with the static table and literals (RFC 9204 §2.1.1), as
+            // quic-go, quiche and nginx encode theirs: their fields change from response to
+            // response, and a section that referred to the dynamic table would cost the client
+            // a Section Acknowledgment and the server its decoding (§4.4.1).
+            settings.qpack_encoder_max_dtable_capacity = 0
+        }
         var newConn: OpaquePointer?
         let userData = Unmanaged.passUnretained(self).toOpaque()
         let rv = role == .client
