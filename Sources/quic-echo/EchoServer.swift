@@ -17,9 +17,12 @@ struct EchoServer: Sendable {
         // async methods, which do not use it), and a queue per stream cost one per stream.
         let queue = DispatchQueue(label: "quic-echo.tunnel")
         group.start(queue: queue)
+        // Each stream's echo runs on the tunnel's thread: a receive or send that completes
+        // resumes it there, with no hand-over to the global pool and back.
+        let executor = group.taskExecutor
         await withDiscardingTaskGroup { tasks in
             for await stream in streams {
-                tasks.addTask { await self.echo(stream, in: group, queue: queue) }
+                tasks.addTask(executorPreference: executor) { await self.echo(stream, in: group, queue: queue) }
             }
         }
         logger.info("tunnel from \(peer) closed: \(group.state)")

@@ -79,6 +79,31 @@ struct NWConnectionGroupLoopbackTests {
         #expect(await eventually(within: 10) { handlerRan.values == ["send"] })
     }
 
+    /// A task that prefers the group's `taskExecutor` starts on the tunnel's thread and comes back
+    /// to it after each awaited send and receive: the same thread throughout, a loop's.
+    @Test func aTaskOnTheGroupsExecutorRunsOnTheTunnelsThread() async throws {
+        let (server, group, stream) = try await streamToEchoServer()
+        defer { withExtendedLifetime(server) { group.cancel() } }
+        /// The caller's thread: its name, and its kernel ID (`/proc/thread-self` is "PID/task/TID").
+        @Sendable func currentThread() -> (name: String, id: String) {
+            let name = (try? String(contentsOfFile: "/proc/thread-self/comm", encoding: .utf8)) ?? "?"
+            let id = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/thread-self")) ?? "?"
+            return (name.trimmingCharacters(in: .whitespacesAndNewlines), id)
+        }
+        let threads = try await within(10) {
+            try await Task(executorPreference: group.taskExecutor) {
+                var threads = [currentThread()]
+                try await stream.send(content: Data("ping".utf8), isComplete: true)
+                threads.append(currentThread())
+                _ = try await stream.receiveMessage()
+                threads.append(currentThread())
+                return threads
+            }.value
+        }
+        #expect(Set(threads.map(\.id)).count == 1, "the task left the tunnel's thread: \(threads)")
+        #expect(threads.allSatisfy { $0.name.hasPrefix("quic-client-") }, "not a tunnel's thread: \(threads)")
+    }
+
     /// The group's async datagram send resumes its caller from the loop too: it completes, and
     /// the datagram comes back, while the group's queue is suspended.
     @Test func asyncDatagramSendCompletesWithoutTheGroupsQueue() async throws {

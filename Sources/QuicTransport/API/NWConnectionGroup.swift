@@ -50,6 +50,15 @@ public final class NWConnectionGroup: @unchecked Sendable {
     let eventLoop: QUICEventLoop
     let logger: Logger
     let options: NWProtocolQUIC.Options
+
+    /// Runs Swift tasks on the tunnel's own thread (SE-0417 task executors); not in Apple's API.
+    ///
+    /// A task started with it as its preference (`group.addTask(executorPreference:)`,
+    /// `withTaskExecutorPreference`) resumes on the thread that reads the tunnel's packets: an
+    /// awaited `receive` or `send` that completes wakes it there, with no hand-over to the global
+    /// pool and back. Such a task must not block, as the tunnel's I/O waits meanwhile.
+    public let taskExecutor: any TaskExecutor
+
     /// True for a tunnel a listener delivered: its handshake completed before anyone saw it.
     private let isAccepted: Bool
 
@@ -107,6 +116,7 @@ public final class NWConnectionGroup: @unchecked Sendable {
         self.isAccepted = false
         self.options = parameters.quicOptions.copy()
         self.eventLoop = QUICClientLoops.next()
+        self.taskExecutor = EventLoopTaskExecutor(eventLoop: eventLoop)
         self.logger = Logger(label: "quic.group")
     }
 
@@ -119,6 +129,7 @@ public final class NWConnectionGroup: @unchecked Sendable {
         self.isAccepted = true
         self.options = options
         self.eventLoop = driver.eventLoop
+        self.taskExecutor = EventLoopTaskExecutor(eventLoop: eventLoop)
         self.logger = logger
         self.driver = driver
         attachMetadata()
