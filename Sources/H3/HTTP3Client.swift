@@ -331,6 +331,15 @@ final class HTTP3ResponseHeadSource: Sendable {
             return made
         }
     }
+
+    /// The values of the fields named `name` (lowercase, as HTTP/3 sends names, RFC 9114
+    /// §4.2), joined by ", " as `HTTPFields` joins them; nil when there is none. Reads the
+    /// field section without building the head.
+    func value(ofFieldNamed name: String) -> String? {
+        let lines = fields.lines(named: name)
+        guard !lines.isEmpty else { return nil }
+        return lines.map { fields.value(of: $0) }.joined(separator: ", ")
+    }
 }
 
 /// Facts about the connection a response came on.
@@ -352,7 +361,7 @@ public struct HTTP3Response: Sendable {
     public let body: HTTP3ResponseBody
     /// The connection the response came on.
     public let connection: HTTP3ConnectionInfo
-    private let source: HTTP3ResponseHeadSource
+    let source: HTTP3ResponseHeadSource
 
     init(source: HTTP3ResponseHeadSource, body: HTTP3ResponseBody, connection: HTTP3ConnectionInfo) {
         self.source = source

@@ -77,8 +77,22 @@ public indirect enum HTTPSessionError: Error, Sendable, CustomStringConvertible 
 
 /// A response from `HTTPSession`, with the story of how it was fetched.
 public struct HTTPSessionResponse: Sendable {
-    /// The final response head: status and header fields.
-    public let head: HTTPResponse
+    /// The final response head: status and header fields. Over HTTP/3 it is built from the
+    /// field section on first use, as ``HTTP3Response/head`` is.
+    public var head: HTTPResponse {
+        switch headSource {
+        case .http3(let source): return source.head
+        case .built(let head): return head
+        }
+    }
+    /// The final response's status, read without building ``head``.
+    public var status: HTTPResponse.Status {
+        switch headSource {
+        case .http3(let source): return source.status
+        case .built(let head): return head.status
+        }
+    }
+    private let headSource: HeadSource
     /// The response body, streamed as it arrives.
     public let body: Body
     /// The HTTP version that carried the response.
@@ -93,6 +107,38 @@ public struct HTTPSessionResponse: Sendable {
     public let http3: HTTP3ConnectionInfo?
     let reprioritize: (@Sendable (HTTPPriority) async throws -> Void)?
     let collectStatistics: (@Sendable () async -> HTTP3ConnectionStatistics?)?
+
+    /// Where the head comes from: an HTTP/3 field section, read on demand, or a head that the
+    /// TCP client built.
+    enum HeadSource: Sendable {
+        case http3(HTTP3ResponseHeadSource)
+        case built(HTTPResponse)
+    }
+
+    init(
+        headSource: HeadSource, body: Body, version: HTTPVersionUsed, discovery: HTTP3Discovery?, fallbackReason: String?,
+        notes: [String], http3: HTTP3ConnectionInfo?, reprioritize: (@Sendable (HTTPPriority) async throws -> Void)?,
+        collectStatistics: (@Sendable () async -> HTTP3ConnectionStatistics?)?
+    ) {
+        self.headSource = headSource
+        self.body = body
+        self.version = version
+        self.discovery = discovery
+        self.fallbackReason = fallbackReason
+        self.notes = notes
+        self.http3 = http3
+        self.reprioritize = reprioritize
+        self.collectStatistics = collectStatistics
+    }
+
+    /// The `Alt-Svc` field's value (RFC 7838 §3), its lines joined by commas; nil without one.
+    /// Over HTTP/3 it is read from the field section, with no head built.
+    var altSvcValue: String? {
+        switch headSource {
+        case .http3(let source): return source.value(ofFieldNamed: "alt-svc")
+        case .built(let head): return HTTPSession.altSvcValue(of: head.headerFields)
+        }
+    }
 
     /// The QUIC connection's reports when HTTP/3 carried the response; nil over TCP.
     public func statistics() async -> HTTP3ConnectionStatistics? {
@@ -350,7 +396,7 @@ public final class HTTPSession: Sendable {
     /// most that second), rather than parsed, cached and saved to the file once more. That
     /// had cost 26k instructions per response from h3serve, and a file write with `--alt-svc`.
     private func learn(from response: HTTPSessionResponse, origin: AltServiceCache.Origin) -> HTTPSessionResponse {
-        guard let cache = configuration.altServiceCache, let value = Self.altSvcValue(of: response.head.headerFields) else { return response }
+        guard let cache = configuration.altServiceCache, let value = response.altSvcValue else { return response }
         let source = switch response.version {
         case .http1_1: "http/1.1"
         case .http2: "h2"
@@ -410,7 +456,7 @@ public final class HTTPSession: Sendable {
     ) async throws -> HTTPSessionResponse {
         let response = try await http3Client(for: target).execute(request, body: body)
         return HTTPSessionResponse(
-            head: response.head, body: .init(source: .http3(response.body)), version: .http3, discovery: target.discovery,
+            headSource: .http3(response.source), body: .init(source: .http3(response.body)), version: .http3, discovery: target.discovery,
             fallbackReason: fallbackReason, notes: notes, http3: response.connection, reprioritize: response.updatePriority,
             collectStatistics: response.statistics
         )
@@ -430,7 +476,7 @@ public final class HTTPSession: Sendable {
         }
         let response = try await transport.execute(request, body: body, host: host, port: port)
         return HTTPSessionResponse(
-            head: response.head, body: .init(source: .tcp(response.body)), version: response.version, discovery: discovery,
+            headSource: .built(response.head), body: .init(source: .tcp(response.body)), version: response.version, discovery: discovery,
             fallbackReason: reason, notes: notes, http3: nil, reprioritize: nil, collectStatistics: nil
         )
     }

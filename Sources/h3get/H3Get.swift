@@ -355,7 +355,7 @@ struct URLTransfers: Sendable {
                 timeConnect: connected, timeTotal: ContinuousClock.now - started
             )
         }
-        if head || (fail && response.head.status.code >= 400) {
+        if head || (fail && response.status.code >= 400) {
             return finish(nil, 0, nil)
         }
         // Bodies stream to their file, or to stdout when there is one URL; several URLs to stdout
@@ -400,7 +400,7 @@ struct URLTransfers: Sendable {
 
     /// Writes one transfer's output; returns an exit code when it counts as a failure.
     private func emit(_ transfer: Transfer, index: Int) -> H3Get.Exit? {
-        let status = transfer.response.head.status.code
+        let status = transfer.response.status.code
         if fail && status >= 400 {
             if !silent { writeToStandardError("h3get: \(transfer.url): the requested URL returned error: \(status)\n") }
             printWriteOut(transfer)
@@ -503,7 +503,7 @@ struct URLTransfers: Sendable {
         }
         let values: [String: String] = [
             "http_version": transfer.response.version.rawValue,
-            "response_code": "\(transfer.response.head.status.code)",
+            "response_code": "\(transfer.response.status.code)",
             "size_download": "\(transfer.size)",
             "time_connect": seconds(transfer.timeConnect),
             "time_total": seconds(transfer.timeTotal),

@@ -138,6 +138,28 @@ struct DiscoveryTests {
         #expect(entry.expires == clock.withLockedValue { $0 } + 120, "learnt again, a second and a half later")
     }
 
+    /// Over HTTP/3 the session reads Alt-Svc from the field section without building the
+    /// response's head: two field lines count as one value joined by a comma, as `HTTPFields`
+    /// joins them, and the head built later holds both lines and the same status.
+    @Test func altSvcLinesOverHTTP3AreLearntWithoutTheHead() async throws {
+        let live = try await Servers.start { _ in
+            var response = HTTP3ServerResponse(status: .accepted, body: [])
+            response.head.headerFields.append(HTTPField(name: .altSvc, value: "h3=\":4433\"; ma=60"))
+            response.head.headerFields.append(HTTPField(name: .altSvc, value: "h3=\":4434\"; ma=60"))
+            return response
+        }
+        defer { Task { await live.stop() } }
+        let cache = AltServiceCache()
+        let session = Self.session(.http3Only, cache: cache)
+        defer { Task { await session.shutdown() } }
+        let response = try await session.execute(Self.get("127.0.0.1:\(live.port)"))
+        #expect(response.version == .http3)
+        #expect(response.status == .accepted)
+        #expect(cache.alternatives(for: .init(host: "127.0.0.1", port: live.port)).map(\.port) == [4433, 4434])
+        #expect(response.head.status == .accepted)
+        #expect(response.head.headerFields[values: .altSvc] == ["h3=\":4433\"; ma=60", "h3=\":4434\"; ma=60"])
+    }
+
     @Test func aGarbageAltSvcIsIgnoredWithANote() async throws {
         let servers = try await Servers.start(quic: false, handler: Self.answering(altSvc: "h3=\":443\"; ma=\"never"))
         defer { Task { await servers.stop() } }
