@@ -38,6 +38,10 @@ struct H3Get: AsyncParsableCommand {
     @Argument(help: "https:// URLs.")
     var urls: [String]
 
+    /// Each URL's request target, from the parse that `validate()` checks, so that no URL is
+    /// parsed twice. Not an argument: ArgumentParser leaves it at its default.
+    var targets: [RequestTarget] = []
+
     @Option(name: [.customShort("o"), .customLong("output")], help: "Write the body to FILE instead of stdout (repeat once per URL).")
     var outputs: [String] = []
 
@@ -151,12 +155,15 @@ struct H3Get: AsyncParsableCommand {
     mutating func validate() throws {
         urls = PositionalValues.split(urls)
         guard !urls.isEmpty else { throw ValidationError("no URL given") }
+        targets = []
+        targets.reserveCapacity(urls.count)
         for url in urls {
             guard let components = URLComponents(string: url), let scheme = components.scheme else {
                 throw ValidationError("'\(url)' is not a URL")
             }
             guard scheme.lowercased() == "https" else { throw ValidationError("'\(url)': HTTP/3 needs https://, not \(scheme)://") }
-            guard components.host?.isEmpty == false else { throw ValidationError("'\(url)' has no host") }
+            guard let host = components.host, !host.isEmpty else { throw ValidationError("'\(url)' has no host") }
+            targets.append(RequestTarget(components, host: host))
         }
         if !outputs.isEmpty && outputs.count != urls.count && !remoteName {
             throw ValidationError("give one -o per URL (\(urls.count) URLs, \(outputs.count) -o)")
@@ -249,8 +256,23 @@ struct H3Get: AsyncParsableCommand {
 /// What each URL's transfer needs from the command line, read once when the run starts: a read
 /// of an ArgumentParser property goes through its generic wrapper, a metadata look-up each time,
 /// and a transfer reads a dozen of them.
+/// What a request for a URL carries from it: `:authority` and `:path` (RFC 9114 §4.3.1).
+struct RequestTarget: Decodable, Sendable {
+    let authority: String
+    /// The path and query as the URL has them (percent-encoded), "/" for an empty path.
+    let path: String
+
+    init(_ components: URLComponents, host: String) {
+        var path = components.percentEncodedPath.isEmpty ? "/" : components.percentEncodedPath
+        if let query = components.percentEncodedQuery { path += "?" + query }
+        self.path = path
+        authority = components.port.map { "\(host):\($0)" } ?? host
+    }
+}
+
 struct URLTransfers: Sendable {
     let urls: [String]
+    let targets: [RequestTarget]
     let head: Bool
     let method: String?
     let headers: [String]
@@ -265,7 +287,7 @@ struct URLTransfers: Sendable {
     let stats: ReportStyle?
 
     init(_ command: H3Get) {
-        (urls, head, method, headers, priority) = (command.urls, command.head, command.method, command.headers, command.priority)
+        (urls, targets, head, method, headers, priority) = (command.urls, command.targets, command.head, command.method, command.headers, command.priority)
         (outputs, remoteName, outputDirectory) = (command.outputs, command.remoteName, command.outputDirectory)
         (verbose, silent, fail, writeOut, stats) = (command.verbose, command.silent, command.fail, command.writeOut, command.stats)
     }
@@ -316,10 +338,7 @@ struct URLTransfers: Sendable {
     /// One URL's transfer; its times count from when it starts, as curl's do.
     private func fetch(_ url: String, index: Int, body: [UInt8]?, client: HTTPSession) async throws -> Transfer {
         let started = ContinuousClock.now
-        let components = URLComponents(string: url)!
-        var path = components.percentEncodedPath.isEmpty ? "/" : components.percentEncodedPath
-        if let query = components.percentEncodedQuery { path += "?" + query }
-        let authority = components.port.map { "\(components.host!):\($0)" } ?? components.host!
+        let (authority, path) = (targets[index].authority, targets[index].path)
         let requestMethod = head ? HTTPRequest.Method.head : HTTPRequest.Method(method ?? (body == nil ? "GET" : "POST"))!
         var request = HTTPRequest(method: requestMethod, scheme: "https", authority: authority, path: path)
         request.headerFields[.userAgent] = "h3get/0.1"
