@@ -394,7 +394,13 @@ struct URLTransfers: Sendable {
             for try await chunk in response.body {
                 size += chunk.count
                 // A failed write ends the transfer as curl's does (exit 23); the rest is not fetched.
-                if let output { try output.write(chunk) } else { buffered += chunk }
+                if let output {
+                    try output.write(chunk)
+                } else if buffered.isEmpty {
+                    buffered = chunk  // A small body comes whole: kept as it is, not copied.
+                } else {
+                    buffered += chunk
+                }
                 progress?.update(size)
             }
             progress?.finish(size)
