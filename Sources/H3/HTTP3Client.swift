@@ -565,23 +565,23 @@ final class HTTP3Exchange: Sendable {
         }
     }
 
-    private let state = NIOLockedValueBox(State())
+    private let state = Mutex(State())
     private let eventLoop: any EventLoop
 
     init(eventLoop: any EventLoop) {
         self.eventLoop = eventLoop
     }
 
-    var isFinished: Bool { state.withLockedValue { $0.finished } }
+    var isFinished: Bool { state.withLock { $0.finished } }
 
     var streamID: Int64? {
-        get { state.withLockedValue { $0.streamID } }
-        set { state.withLockedValue { $0.streamID = newValue } }
+        get { state.withLock { $0.streamID } }
+        set { state.withLock { $0.streamID = newValue } }
     }
 
     var connection: HTTP3ClientConnection? {
-        get { state.withLockedValue { $0.connection } }
-        set { state.withLockedValue { $0.connection = newValue } }
+        get { state.withLock { $0.connection } }
+        set { state.withLock { $0.connection = newValue } }
     }
 
     /// A snapshot of the connection for the response. Read after the head arrived, which is
@@ -590,12 +590,12 @@ final class HTTP3Exchange: Sendable {
         connection?.info ?? HTTP3ConnectionInfo(alpn: nil, qlogPath: nil)
     }
 
-    var trailers: HTTPFields? { state.withLockedValue { $0.trailers } }
+    var trailers: HTTPFields? { state.withLock { $0.trailers } }
 
     /// Set by the connection with the stream: the request is on `streamID`, and bytes the
     /// caller takes earn back flow-control credit through `flowCredit`.
     func sent(on streamID: Int64, flowCredit: HTTP3FlowCredit) {
-        state.withLockedValue { state in
+        state.withLock { state in
             state.streamID = streamID
             state.flowCredit = flowCredit
         }
@@ -603,7 +603,7 @@ final class HTTP3Exchange: Sendable {
 
     /// Credits flow control for bytes the caller took.
     func consumed(_ count: Int) {
-        let (flowCredit, streamID) = state.withLockedValue { ($0.flowCredit, $0.streamID) }
+        let (flowCredit, streamID) = state.withLock { ($0.flowCredit, $0.streamID) }
         if let flowCredit, let streamID { flowCredit.credit(streamID: streamID, bytes: count) }
     }
 
@@ -622,7 +622,7 @@ final class HTTP3Exchange: Sendable {
 
     nonisolated(nonsending) func head() async throws -> HTTP3ResponseHeadSource {
         try await withUnsafeThrowingContinuation { continuation in
-            let ready: Result<HTTP3ResponseHeadSource, HTTP3ClientError>? = state.withLockedValue { state in
+            let ready: Result<HTTP3ResponseHeadSource, HTTP3ClientError>? = state.withLock { state in
                 if let head = state.head { return head }
                 state.headWaiter = continuation
                 return nil
@@ -635,12 +635,12 @@ final class HTTP3Exchange: Sendable {
     /// `CancellationError` when the task was cancelled before the body ended, which also resets
     /// the request.
     nonisolated(nonsending) func nextChunk() async throws -> [UInt8]? {
-        if !Task.isCancelled, let ready = state.withLockedValue({ $0.takeReady() }) {
+        if !Task.isCancelled, let ready = state.withLock({ $0.takeReady() }) {
             return try ready.get()
         }
         return try await withTaskCancellationHandler {
             try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<[UInt8]?, any Error>) in
-                let ready: Result<[UInt8]?, any Error>? = state.withLockedValue { state in
+                let ready: Result<[UInt8]?, any Error>? = state.withLock { state in
                     if let ready = state.takeReady() { return ready }
                     state.bodyWaiter = continuation
                     return nil
@@ -665,7 +665,7 @@ final class HTTP3Exchange: Sendable {
 
     /// Applies a change to the body's state, then hands a waiting reader what is ready for it.
     private func changeBody(_ change: (inout State) -> Void) {
-        let wake = state.withLockedValue { state -> (UnsafeContinuation<[UInt8]?, any Error>, Result<[UInt8]?, any Error>)? in
+        let wake = state.withLock { state -> (UnsafeContinuation<[UInt8]?, any Error>, Result<[UInt8]?, any Error>)? in
             change(&state)
             guard let waiter = state.bodyWaiter, let ready = state.takeReady() else { return nil }
             state.bodyWaiter = nil
@@ -676,7 +676,7 @@ final class HTTP3Exchange: Sendable {
 
     func receive(fields: HTTP3ReceivedFields, isTrailers: Bool) {
         if isTrailers {
-            state.withLockedValue { $0.trailers = HTTPFields(fields) }
+            state.withLock { $0.trailers = HTTPFields(fields) }
             return
         }
         guard let status = fields.firstPseudoHeader(NGHTTP3_QPACK_TOKEN__STATUS), let code = Int(fields.value(of: status)) else {
@@ -707,7 +707,7 @@ final class HTTP3Exchange: Sendable {
     }
 
     private func resolveHead(_ result: Result<HTTP3ResponseHeadSource, HTTP3ClientError>) {
-        let waiter: UnsafeContinuation<HTTP3ResponseHeadSource, any Error>? = state.withLockedValue { state in
+        let waiter: UnsafeContinuation<HTTP3ResponseHeadSource, any Error>? = state.withLock { state in
             guard state.head == nil else { return nil }
             state.head = result
             defer { state.headWaiter = nil }

@@ -1,6 +1,6 @@
-import NIOConcurrencyHelpers
 import NIOCore
 import QuicTransport
+import Synchronization
 
 /// Returns flow-control credit for body bytes the application has read (RFC 9000 §4.1), from
 /// whatever thread read them, to the codec on its loop: once per loop turn, not once per chunk.
@@ -13,16 +13,16 @@ final class HTTP3FlowCredit: Sendable {
     }
 
     private let eventLoop: any EventLoop
-    private let pending: NIOLockedValueBox<Pending>
+    private let pending: Mutex<Pending>
 
     /// `apply` runs on `eventLoop` with the credit gathered per stream.
     init(eventLoop: any EventLoop, apply: @escaping @Sendable ([(streamID: Int64, value: Int)]) -> Void) {
         self.eventLoop = eventLoop
-        self.pending = NIOLockedValueBox(Pending(apply: apply))
+        self.pending = Mutex(Pending(apply: apply))
     }
 
     func credit(streamID: Int64, bytes: Int) {
-        let schedule = pending.withLockedValue { pending -> Bool in
+        let schedule = pending.withLock { pending -> Bool in
             guard pending.apply != nil else { return false }
             pending.credits[streamID] = (pending.credits[streamID] ?? 0) + bytes
             defer { pending.scheduled = true }
@@ -30,7 +30,7 @@ final class HTTP3FlowCredit: Sendable {
         }
         guard schedule else { return }
         eventLoop.execute {
-            let (credits, apply) = self.pending.withLockedValue { pending in
+            let (credits, apply) = self.pending.withLock { pending in
                 defer {
                     pending.credits.removeAll()
                     pending.scheduled = false
@@ -44,7 +44,7 @@ final class HTTP3FlowCredit: Sendable {
     /// Lets go of `apply` and whatever it holds, which lets its owner hold it strongly: the
     /// connection, once it is over. Credit given after that is dropped, as it has nowhere to go.
     func detach() {
-        pending.withLockedValue { pending in
+        pending.withLock { pending in
             pending.apply = nil
             pending.credits.removeAll()
         }
