@@ -361,6 +361,7 @@ public struct HTTP3Response: Sendable {
     public let body: HTTP3ResponseBody
     /// The connection the response came on.
     public let connection: HTTP3ConnectionInfo
+    /// The received field section; `HTTPSession` reads Alt-Svc from it without the head.
     let source: HTTP3ResponseHeadSource
 
     init(source: HTTP3ResponseHeadSource, body: HTTP3ResponseBody, connection: HTTP3ConnectionInfo) {
