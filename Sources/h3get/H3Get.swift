@@ -253,9 +253,6 @@ struct H3Get: AsyncParsableCommand {
     }
 }
 
-/// What each URL's transfer needs from the command line, read once when the run starts: a read
-/// of an ArgumentParser property goes through its generic wrapper, a metadata look-up each time,
-/// and a transfer reads a dozen of them.
 /// What a request for a URL carries from it: `:authority` and `:path` (RFC 9114 §4.3.1).
 struct RequestTarget: Decodable, Sendable {
     let authority: String
@@ -270,6 +267,9 @@ struct RequestTarget: Decodable, Sendable {
     }
 }
 
+/// What each URL's transfer needs from the command line, read once when the run starts: a read
+/// of an ArgumentParser property goes through its generic wrapper, a metadata look-up each time,
+/// and a transfer reads a dozen of them.
 struct URLTransfers: Sendable {
     let urls: [String]
     let targets: [RequestTarget]
