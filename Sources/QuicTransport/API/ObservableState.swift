@@ -7,13 +7,16 @@ import NIOConcurrencyHelpers
 /// Once a final state has been delivered the handler is released, as Network.framework releases a
 /// cancelled connection's handlers: handlers routinely capture their own connection, and holding
 /// them past the end would keep the connection, its core and its C objects alive for good.
-// @unchecked Sendable: every stored property is guarded by `lock`.
+// @unchecked Sendable: every stored property is guarded by `lock`. The lock already keeps
+// accesses apart, and no closure run under it reaches the property it was called for (`isFinal`
+// only looks at a state), so they skip Swift's run-time exclusivity check: a stream's states
+// paid about six of them a stream.
 final class ObservableState<State: Equatable & Sendable>: @unchecked Sendable {
     private let lock = NIOLock()
-    private var value: State
-    private var queue: DispatchQueue?
-    private var handler: (@Sendable (State) -> Void)?
-    private var continuations: [AsyncStream<State>.Continuation] = []
+    @exclusivity(unchecked) private var value: State
+    @exclusivity(unchecked) private var queue: DispatchQueue?
+    @exclusivity(unchecked) private var handler: (@Sendable (State) -> Void)?
+    @exclusivity(unchecked) private var continuations: [AsyncStream<State>.Continuation] = []
     private let isFinal: @Sendable (State) -> Bool
 
     init(_ initial: State, isFinal: @escaping @Sendable (State) -> Bool) {
