@@ -205,10 +205,10 @@ private let loopThreadKey: pthread_key_t = {
 /// The thread, its `epoll` set, its timers and its queue. It knows nothing of the
 /// `QUICEventLoop` in front of it, so the tasks and timers it holds keep that alive, not itself.
 // @unchecked Sendable: `queue`, `timers`, `wakeupPending`, `state` and `shutdownCallbacks` are
-// guarded by `lock`; `sources` is touched only on the loop's thread; `thread` is written once,
-// before `init` returns. The lock and the thread already keep accesses apart, and none spans a
-// call that can reach the same property (the closures passed under the lock fill locals), so
-// they skip Swift's run-time exclusivity check: every task queued and timer moved paid it.
+// guarded by `lock`; `sources` is touched only on the loop's thread. The lock and the thread
+// already keep accesses apart, and none spans a call that can reach the same property (the
+// closures passed under the lock fill locals), so they skip Swift's run-time exclusivity check:
+// every task queued and timer moved paid it.
 private final class LoopCore: @unchecked Sendable {
     private let epoll: CInt
     private let wakeupDescriptor: CInt
@@ -218,7 +218,6 @@ private final class LoopCore: @unchecked Sendable {
     @exclusivity(unchecked) private var wakeupPending = false
     @exclusivity(unchecked) private var state = State.running
     @exclusivity(unchecked) private var shutdownCallbacks: [(DispatchQueue, @Sendable ((any Error)?) -> Void)] = []
-    @exclusivity(unchecked) private var thread = pthread_t()
     /// The descriptors registered for readiness, and who handles them (a loop holds one or two).
     @exclusivity(unchecked) private var sources: [(descriptor: CInt, source: any QUICEventLoopSource)] = []
 
@@ -242,8 +241,6 @@ private final class LoopCore: @unchecked Sendable {
             Glibc.close(wakeupDescriptor)
             throw IOError(errnoCode: code, reason: "epoll_ctl")
         }
-        let started = DispatchSemaphore(value: 0)
-        let context = Unmanaged.passRetained(StartContext(loop: self, started: started))
         var attributes = pthread_attr_t()
         pthread_attr_init(&attributes)
         defer { pthread_attr_destroy(&attributes) }
@@ -255,31 +252,21 @@ private final class LoopCore: @unchecked Sendable {
                 throw IOError(errnoCode: stackSet, reason: "pthread_attr_setstack")
             }
         }
+        // The thread holds the loop until `run` returns; it needs nothing else from `init`.
+        let loop = Unmanaged.passRetained(self)
+        var thread = pthread_t()
         let created = pthread_create(&thread, &attributes, { raw in
-            let context = Unmanaged<StartContext>.fromOpaque(raw!).takeRetainedValue()
-            context.started.wait()
-            context.loop.run()
+            Unmanaged<LoopCore>.fromOpaque(raw!).takeRetainedValue().run()
             return nil
-        }, context.toOpaque())
+        }, loop.toOpaque())
         guard created == 0 else {
-            context.release()
+            loop.release()
             Glibc.close(epoll)
             Glibc.close(wakeupDescriptor)
             throw IOError(errnoCode: created, reason: "pthread_create")
         }
         pthread_detach(thread)
         _ = cqs_set_thread_name(thread, String(name.utf8.prefix(15))!)
-        // `thread` is set now; the loop may begin.
-        started.signal()
-    }
-
-    private final class StartContext {
-        let loop: LoopCore
-        let started: DispatchSemaphore
-        init(loop: LoopCore, started: DispatchSemaphore) {
-            self.loop = loop
-            self.started = started
-        }
     }
 
     /// Whether the caller runs on this loop's thread. Asked of a thread-specific value, not of
