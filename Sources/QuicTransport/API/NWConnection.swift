@@ -477,8 +477,6 @@ public final class NWConnection: @unchecked Sendable {
 
     var streamIDForLogs: String { streamID.map(String.init) ?? "-" }
 
-    private func callback(_ body: @escaping @Sendable () -> Void) { observable.callback(body) }
-
     private func deliver(_ delivery: CompletionDelivery, _ body: @escaping @Sendable () -> Void) {
         observable.deliver(delivery, body)
     }
