@@ -30,10 +30,12 @@ struct HTTP3CodecTests {
         }
     }
 
-    /// A pair whose server codec's every event goes to `serve`, after each step.
+    /// A pair whose server codec's every event goes to `serve`, after each step. The client's
+    /// core talks to `wrappingClient(client)`, the client codec itself unless a test watches it.
     static func makePair(
         lossRate: Double = 0,
         seed: UInt64 = 3,
+        wrappingClient: (HTTP3Codec) -> any QUICApplicationCodec = { $0 },
         serve: @escaping (HTTP3Codec, HTTP3Event) -> Void
     ) throws -> (InMemoryPair, HTTP3Codec, ServerBox) {
         let client = try HTTP3Codec(role: .client)
@@ -42,7 +44,7 @@ struct HTTP3CodecTests {
             clientConfiguration: configuration(),
             serverConfiguration: configuration(),
             seed: seed,
-            clientCodec: client,
+            clientCodec: wrappingClient(client),
             serverCodec: { box.make() }
         )
         pair.lossRate = lossRate
@@ -127,23 +129,20 @@ struct HTTP3CodecTests {
     /// its stream type and nothing else, and every field still arrives.
     @Test func responsesLeaveTheDynamicTableUnused() throws {
         let repeated = ("x-served-by", "an-origin-server-with-a-long-name.example")
-        let client = try HTTP3Codec(role: .client)
-        let counting = StreamByteCounter(client)
-        let box = ServerBox()
-        let pair = try InMemoryPair(
-            clientConfiguration: Self.configuration(), serverConfiguration: Self.configuration(), seed: 3,
-            clientCodec: counting, serverCodec: { box.make() }
-        )
-        pair.afterStep = {
-            guard let server = box.codec else { return }
-            for case .headers(let stream, _, false) in server.takeEvents() {
-                try? server.submitResponse(
-                    streamID: stream,
-                    headers: [(":status", "200"), ("content-type", "text/plain; charset=us-ascii"), repeated, ("content-length", "2")],
-                    body: Array("ok".utf8)
-                )
-            }
+        var counting: StreamByteCounter?
+        let (pair, client, _) = try Self.makePair(wrappingClient: { client in
+            let counter = StreamByteCounter(client)
+            counting = counter
+            return counter
+        }) { server, event in
+            guard case .headers(let stream, _, false) = event else { return }
+            try? server.submitResponse(
+                streamID: stream,
+                headers: [(":status", "200"), ("content-type", "text/plain; charset=us-ascii"), repeated, ("content-length", "2")],
+                body: Array("ok".utf8)
+            )
         }
+        let counted = try #require(counting)
         try pair.run(until: { pair.client.isHandshakeCompleted })
         for index in 0..<20 {
             let stream = try #require(try client.submitRequest(headers: Self.request("/\(index)"), body: nil))
@@ -160,10 +159,10 @@ struct HTTP3CodecTests {
         }
         // Server-initiated unidirectional streams (RFC 9000 §2.1); the QPACK encoder stream
         // begins with its type, 0x02 (RFC 9204 §4.2).
-        let encoderStreams = counting.firstByte.filter { $0.key & 0x3 == 0x3 && $0.value == 0x02 }.map(\.key)
-        #expect(encoderStreams.count == 1, "the server's QPACK encoder stream was not seen: \(counting.firstByte)")
+        let encoderStreams = counted.firstByte.filter { $0.key & 0x3 == 0x3 && $0.value == 0x02 }.map(\.key)
+        #expect(encoderStreams.count == 1, "the server's QPACK encoder stream was not seen: \(counted.firstByte)")
         for stream in encoderStreams {
-            #expect(counting.bytes[stream] == 1, "the server's encoder stream carried \(counting.bytes[stream] ?? 0) bytes: it used the dynamic table")
+            #expect(counted.bytes[stream] == 1, "the server's encoder stream carried \(counted.bytes[stream] ?? 0) bytes: it used the dynamic table")
         }
     }
 

@@ -163,8 +163,8 @@ struct WorkerEventLoopTests {
         let loopThread = try await loop.submit { pthread_self() }.get()
         #expect(try await loop.submit { loop.inEventLoop }.get(), "the loop's own thread is not taken for the loop's")
         try await loop.shutdownGracefully()
-        // The stack is free for another thread once the kernel has ended the loop's.
-        #expect(await eventually(within: 10) { !Self.threadNames().contains("test-reuse") }, "the stopped loop's thread did not end")
+        // The stack is free for another thread once the kernel has ended the loop's, and not before.
+        try #require(await eventually(within: 10) { !Self.threadNames().contains("test-reuse") }, "the stopped loop's thread did not end")
 
         final class Probe: @unchecked Sendable {
             let loop: QUICEventLoop
