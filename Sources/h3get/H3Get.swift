@@ -12,6 +12,7 @@ import H3
 import HTTPTypes
 import Logging
 import QuicTransport
+import Synchronization
 
 /// The entry point: see `runWithBlockedMainThread` for why it is not the async `main()`.
 @main
@@ -269,8 +270,9 @@ struct RequestTarget: Decodable, Sendable {
 
 /// What each URL's transfer needs from the command line, read once when the run starts: a read
 /// of an ArgumentParser property goes through its generic wrapper, a metadata look-up each time,
-/// and a transfer reads a dozen of them.
-struct URLTransfers: Sendable {
+/// and a transfer reads a dozen of them. A class, so that each URL's task holds it with one
+/// reference count where a copy of the struct retained each of its arrays and strings.
+final class URLTransfers: Sendable {
     let urls: [String]
     let targets: [RequestTarget]
     let head: Bool
@@ -297,34 +299,99 @@ struct URLTransfers: Sendable {
     ///
     /// At most `parallelMax` URLs past the oldest one not yet written are started, as curl's
     /// `--parallel-max` bounds its transfers, so a run of any length holds that many transfers
-    /// and their bodies, however many URLs it was given.
+    /// and their bodies, however many URLs it was given. They are fetched by as many workers,
+    /// each a task that takes URLs one after another: a task per URL cost its creation and, as
+    /// each grew its allocator's slabs again for the calls a transfer makes, about seven
+    /// `malloc`s (about 10k instructions a URL in all).
     func fetchAll(with client: HTTPSession, body: [UInt8]?, parallelMax: Int) async -> H3Get.Exit? {
-        var exit: H3Get.Exit?
-        await withTaskGroup(of: (Int, Result<Transfer, any Error>).self) { tasks in
-            var finished: [Int: Result<Transfer, any Error>] = [:]
-            var nextToStart = 0
-            var nextToWrite = 0
-            func startWithinWindow() {
-                while nextToStart < urls.count && nextToStart < nextToWrite + parallelMax {
-                    let (index, url) = (nextToStart, urls[nextToStart])
-                    tasks.addTask { (index, await Result { try await fetch(url, index: index, body: body, client: client) }) }
-                    nextToStart += 1
+        let queue = TransferQueue(count: urls.count, window: parallelMax)
+        await withTaskGroup(of: Void.self) { workers in
+            for _ in 0..<min(parallelMax, urls.count) {
+                workers.addTask {
+                    while let index = await queue.next() {
+                        let result = await Result { try await self.fetch(self.urls[index], index: index, body: body, client: client) }
+                        queue.finish(index, result) { self.write($0, index: $1) }
+                    }
                 }
-            }
-            startWithinWindow()
-            for await (index, result) in tasks {
-                finished[index] = result
-                while let result = finished.removeValue(forKey: nextToWrite) {
-                    if let failure = write(result, index: nextToWrite) { exit = exit ?? failure }
-                    nextToWrite += 1
-                }
-                startWithinWindow()
             }
         }
-        return exit
+        return queue.exit
     }
 
-    struct Transfer: Sendable {
+    /// The URLs in turn for `fetchAll`'s workers, and their outcomes, written in URL order.
+    private final class TransferQueue: Sendable {
+        private struct State {
+            var nextToStart = 0
+            var nextToWrite = 0
+            /// Outcomes waiting for an earlier URL's to be written.
+            var finished: [Int: Result<Transfer, any Error>] = [:]
+            /// Workers whose next URL would be past the window.
+            var waiting: [UnsafeContinuation<Void, Never>] = []
+            var exit: H3Get.Exit?
+        }
+
+        private enum Turn { case start(Int), wait, none }
+
+        private let state = Mutex(State())
+        private let count: Int
+        private let window: Int
+
+        init(count: Int, window: Int) {
+            (self.count, self.window) = (count, window)
+        }
+
+        /// The first failure's exit code, in URL order.
+        var exit: H3Get.Exit? { state.withLock { $0.exit } }
+
+        /// The next URL to fetch, once it is fewer than `window` past the oldest one not yet
+        /// written; nil when every URL has been handed out.
+        func next() async -> Int? {
+            while true {
+                switch state.withLock({ take(&$0) }) {
+                case .start(let index): return index
+                case .none: return nil
+                case .wait:
+                    await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
+                        let turn = state.withLock { state -> Turn in
+                            let turn = take(&state, peekOnly: true)
+                            if case .wait = turn { state.waiting.append(continuation) }
+                            return turn
+                        }
+                        if case .wait = turn { return }
+                        continuation.resume()
+                    }
+                }
+            }
+        }
+
+        private func take(_ state: inout State, peekOnly: Bool = false) -> Turn {
+            guard state.nextToStart < count else { return .none }
+            guard state.nextToStart < state.nextToWrite + window else { return .wait }
+            if peekOnly { return .start(state.nextToStart) }
+            defer { state.nextToStart += 1 }
+            return .start(state.nextToStart)
+        }
+
+        /// Records a URL's outcome and writes, with `write`, every outcome that is now next in
+        /// URL order. The writes happen under the lock, so outcomes come out in order whichever
+        /// thread the workers run on.
+        func finish(_ index: Int, _ result: Result<Transfer, any Error>, write: (Result<Transfer, any Error>, Int) -> H3Get.Exit?) {
+            let woken = state.withLock { state -> [UnsafeContinuation<Void, Never>] in
+                state.finished[index] = result
+                while let next = state.finished.removeValue(forKey: state.nextToWrite) {
+                    if let failure = write(next, state.nextToWrite) { state.exit = state.exit ?? failure }
+                    state.nextToWrite += 1
+                }
+                defer { state.waiting.removeAll() }
+                return state.waiting
+            }
+            for worker in woken { worker.resume() }
+        }
+    }
+
+    /// A class, as the struct was copied several times on its way to being written (its result,
+    /// the map of finished URLs), each copy retaining its strings, arrays and response.
+    final class Transfer: Sendable {
         let url: String
         let response: HTTPSessionResponse
         /// The body, when it waits to be written to stdout in URL order; nil when streamed out.
@@ -333,6 +400,11 @@ struct URLTransfers: Sendable {
         let writeFailure: String?
         let timeConnect: Duration
         let timeTotal: Duration
+
+        init(url: String, response: HTTPSessionResponse, buffered: [UInt8]?, size: Int, writeFailure: String?, timeConnect: Duration, timeTotal: Duration) {
+            (self.url, self.response, self.buffered, self.size) = (url, response, buffered, size)
+            (self.writeFailure, self.timeConnect, self.timeTotal) = (writeFailure, timeConnect, timeTotal)
+        }
     }
 
     /// One URL's transfer; its times count from when it starts, as curl's do.
