@@ -169,7 +169,13 @@ struct H3Get: AsyncParsableCommand {
         if !outputs.isEmpty && outputs.count != urls.count && !remoteName {
             throw ValidationError("give one -o per URL (\(urls.count) URLs, \(outputs.count) -o)")
         }
-        for header in headers where !header.contains(":") { throw ValidationError("header '\(header)' is not \"Name: value\"") }
+        for header in headers {
+            guard let (name, _) = parseHeaderOption(header) else { throw ValidationError("header '\(header)' is not \"Name: value\"") }
+            // A field name is a token (RFC 9110 §5.1).
+            guard HTTPField.Name(name) != nil else { throw ValidationError("header '\(header)': '\(name)' is not a field name") }
+        }
+        // A method is a token too (RFC 9110 §9.1); curl sends whatever -X says.
+        if let method, HTTPRequest.Method(method) == nil { throw ValidationError("-X '\(method)' is not an HTTP method") }
         if [http3, http3Only, http3AfterDiscovery].filter({ $0 }).count > 1 {
             throw ValidationError("use only one of --http3, --http3-only and --http3-after-discovery")
         }
@@ -211,7 +217,7 @@ struct H3Get: AsyncParsableCommand {
         configuration.connectTo = trust.connectTarget
         let body = try loadBody()
         let client = HTTPSession(configuration: configuration)
-        let transfers = URLTransfers(self)
+        let transfers = URLTransfers(self, sendsBody: body != nil)
         // The run, and the URLs' tasks it starts, go on the session's connection thread, so a
         // response wakes its reader without a hop to the global pool and back.
         let exit = await withTaskExecutorPreference(client.taskExecutor) {
@@ -276,8 +282,6 @@ final class URLTransfers: Sendable {
     let urls: [String]
     let targets: [RequestTarget]
     let head: Bool
-    let method: String?
-    let headers: [String]
     let priority: [String]
     let outputs: [String]
     let remoteName: Bool
@@ -287,11 +291,22 @@ final class URLTransfers: Sendable {
     let fail: Bool
     let writeOut: String?
     let stats: ReportStyle?
+    /// The method and header fields every request carries (`-X`, `-I`, `-H`), checked by
+    /// `H3Get.validate()`: each URL's request is this one with its own authority and path.
+    let requestTemplate: HTTPRequest
 
-    init(_ command: H3Get) {
-        (urls, targets, head, method, headers, priority) = (command.urls, command.targets, command.head, command.method, command.headers, command.priority)
+    init(_ command: H3Get, sendsBody: Bool) {
+        (urls, targets, head, priority) = (command.urls, command.targets, command.head, command.priority)
         (outputs, remoteName, outputDirectory) = (command.outputs, command.remoteName, command.outputDirectory)
         (verbose, silent, fail, writeOut, stats) = (command.verbose, command.silent, command.fail, command.writeOut, command.stats)
+        let method = head ? HTTPRequest.Method.head : HTTPRequest.Method(command.method ?? (sendsBody ? "POST" : "GET")) ?? .get
+        var request = HTTPRequest(method: method, scheme: "https", authority: nil, path: nil)
+        request.headerFields[.userAgent] = "h3get/0.1"
+        for header in command.headers {
+            guard let (name, value) = parseHeaderOption(header), let name = HTTPField.Name(name) else { continue }
+            request.headerFields[name] = value
+        }
+        requestTemplate = request
     }
 
     /// Fetches every URL and writes each one's output in URL order as soon as it and those
@@ -411,14 +426,9 @@ final class URLTransfers: Sendable {
     private func fetch(_ url: String, index: Int, body: [UInt8]?, client: HTTPSession) async throws -> Transfer {
         let started = ContinuousClock.now
         let (authority, path) = (targets[index].authority, targets[index].path)
-        let requestMethod = head ? HTTPRequest.Method.head : HTTPRequest.Method(method ?? (body == nil ? "GET" : "POST"))!
-        var request = HTTPRequest(method: requestMethod, scheme: "https", authority: authority, path: path)
-        request.headerFields[.userAgent] = "h3get/0.1"
-        for header in headers {
-            let (name, value) = parseHeaderOption(header) ?? ("", "")
-            guard let fieldName = HTTPField.Name(name) else { throw HTTP3ClientError.invalidRequest("bad header name '\(name)'") }
-            request.headerFields[fieldName] = value
-        }
+        var request = requestTemplate
+        request.authority = authority
+        request.path = path
         if verbose {
             var lines = ["> \(request.method) \(path)", "> :authority: \(authority)"]
             lines += request.headerFields.map { "> \($0.name): \($0.value)" }

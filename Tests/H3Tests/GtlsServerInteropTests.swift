@@ -137,4 +137,20 @@ struct GtlsServerInteropTests {
             #expect(run.standardError.contains(message), "\(url): \(run.standardError)")
         }
     }
+
+    /// A method or header name that is not a token (RFC 9110 §9.1, §5.1) is refused before any
+    /// request, with a message; a bad -X used to stop h3get on a failed unwrap.
+    @Test func h3getRejectsBadMethodsAndHeaderNamesClearly() async throws {
+        let binary = try TestEnvironment.executable("h3get")
+        for (arguments, message) in [
+            (["-X", "BAD METHOD"], "-X 'BAD METHOD' is not an HTTP method"),
+            (["-H", "bad name: x"], "'bad name' is not a field name"),
+            (["-H", "no colon"], "is not \"Name: value\""),
+        ] {
+            let run = try ChildProcess(binary, arguments + ["https://localhost:9/"])
+            let status = try await run.waitForExit()
+            #expect(status == 64, "\(arguments): exit \(status), \(run.standardError)")
+            #expect(run.standardError.contains(message), "\(arguments): \(run.standardError)")
+        }
+    }
 }
