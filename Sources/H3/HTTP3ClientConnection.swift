@@ -2,7 +2,7 @@ import HTTPTypes
 import Logging
 import NIOConcurrencyHelpers
 import NIOCore
-import QuicTransport
+@_spi(StreamTable) import QuicTransport
 
 /// One HTTP/3 connection to one authority: a QUIC client with an `HTTP3Codec` attached, and
 /// the requests in flight on it (RFC 9114 §4).
@@ -62,7 +62,7 @@ final class HTTP3ClientConnection: @unchecked Sendable {
     @exclusivity(unchecked) private var pending = CircularBuffer<Pending>()
     /// Requests sent in 0-RTT, kept until the handshake says whether the server took them.
     @exclusivity(unchecked) private var sentEarly: [Pending] = []
-    @exclusivity(unchecked) private var exchanges = HTTP3StreamTable<HTTP3Exchange>()
+    @exclusivity(unchecked) private var exchanges = QUICStreamTable<HTTP3Exchange>()
     /// Callers of `whenReady()` waiting for the handshake.
     @exclusivity(unchecked) private var readyWaiters: [EventLoopPromise<HTTP3ConnectionInfo>] = []
     /// Runs once the connection is over, with it, so the client can forget it.

@@ -1,5 +1,5 @@
 import CQuicShims
-import QuicTransport
+@_spi(StreamTable) import QuicTransport
 
 /// HTTP/3 (RFC 9114) on nghttp3 0.8, running inside a QUIC connection core's read and write
 /// loops: the single owner of one `nghttp3_conn`.
@@ -28,7 +28,7 @@ package final class HTTP3Codec: QUICApplicationCodec {
     /// The bodies being sent, owned here until their stream closes. nghttp3 also holds each
     /// queued one, unretained, as its stream's user data, so the callbacks for every chunk read
     /// and acknowledged reach it without hashing; whoever drops a body here clears that first.
-    @exclusivity(unchecked) private var bodies = HTTP3StreamTable<StreamBody>()
+    @exclusivity(unchecked) private var bodies = QUICStreamTable<StreamBody>()
     /// File bodies whose window an acknowledgement just reopened: resumed once nghttp3's call
     /// returns, since its callbacks must not call it again.
     @exclusivity(unchecked) private var resumableBodies: [Int64] = []
@@ -37,7 +37,7 @@ package final class HTTP3Codec: QUICApplicationCodec {
     /// event's index, and the events still open for more bytes: by stream, the place of their
     /// bytes in `dataBuffers`.
     @exclusivity(unchecked) private var dataBuffers: [(event: Int, bytes: [UInt8])] = []
-    @exclusivity(unchecked) private var openData = HTTP3StreamTable<Int>()
+    @exclusivity(unchecked) private var openData = QUICStreamTable<Int>()
     /// The field section being decoded, kept out of a dictionary because nghttp3 usually
     /// decodes a section whole. A HEADERS frame split across packets pauses its section; one
     /// paused while another stream's starts waits in `pausedFieldSections`.

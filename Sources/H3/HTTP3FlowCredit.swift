@@ -1,12 +1,12 @@
 import NIOCore
-import QuicTransport
+@_spi(StreamTable) import QuicTransport
 import Synchronization
 
 /// Returns flow-control credit for body bytes the application has read (RFC 9000 §4.1), from
 /// whatever thread read them, to the codec on its loop: once per loop turn, not once per chunk.
 final class HTTP3FlowCredit: Sendable {
     private struct Pending: Sendable {
-        var credits = HTTP3StreamTable<Int>()
+        var credits = QUICStreamTable<Int>()
         var scheduled = false
         /// Nil once detached.
         var apply: (@Sendable ([(streamID: Int64, value: Int)]) -> Void)?

@@ -85,11 +85,11 @@ private final class ParsedCertificate {
     }
 }
 
+/// An address's bytes in network order (16 for IPv6, 4 for IPv4); empty if it is neither.
 private func binaryIP(_ text: String) -> [UInt8] {
-    var v6 = in6_addr()
-    if inet_pton(AF_INET6, text, &v6) == 1 { return withUnsafeBytes(of: &v6) { Array($0) } }
-    var v4 = in_addr()
-    if inet_pton(AF_INET, text, &v4) == 1 { return withUnsafeBytes(of: &v4) { Array($0) } }
+    var bytes = [UInt8](repeating: 0, count: 16)
+    if inet_pton(AF_INET6, text, &bytes) == 1 { return bytes }
+    if inet_pton(AF_INET, text, &bytes) == 1 { return Array(bytes.prefix(4)) }
     return []
 }
 

@@ -91,7 +91,7 @@ public final class NWConnectionGroup: @unchecked Sendable {
 
     // MARK: Loop-confined
     @exclusivity(unchecked) var driver: QUICConnectionDriver?
-    @exclusivity(unchecked) var streams: [Int64: NWConnection] = [:]
+    @exclusivity(unchecked) var streams = QUICStreamTable<NWConnection>()
     /// Streams waiting for the peer's stream limit, oldest first; a ring buffer, so thousands
     /// queued at once open in linear time.
     @exclusivity(unchecked) private var pendingOpens = CircularBuffer<NWConnection>()
@@ -615,7 +615,7 @@ public final class NWConnectionGroup: @unchecked Sendable {
     private func failAllStreams(_ error: NWError) {
         for connection in pendingOpens { connection.groupFailed(error) }
         pendingOpens.removeAll()
-        for connection in streams.values { connection.groupFailed(error) }
+        for (_, connection) in streams.entries { connection.groupFailed(error) }
     }
 
     private func deliverInbound(_ connection: NWConnection) {

@@ -193,7 +193,7 @@ extension QUICConnectionCore {
                 if core.hasApplicationCodec {
                     return core.withCodec { try $0.acknowledged(streamID: streamID, bytes: UInt64(length)) }
                 }
-                core.streams[streamID]?.send.didAcknowledge(upTo: offset + UInt64(length))
+                core.withStream(streamID) { $0.send.didAcknowledge(upTo: offset + UInt64(length)) }
                 return 0
             }
         }
@@ -202,7 +202,7 @@ extension QUICConnectionCore {
                 if core.hasApplicationCodec {
                     return core.withCodec { try $0.peerReset(streamID: streamID, code: code) }
                 }
-                core.streams[streamID]?.receive.resetCode = code
+                core.withStream(streamID) { $0.receive.resetCode = code }
                 core.signalReadable(streamID)
                 return 0
             }
@@ -226,8 +226,11 @@ extension QUICConnectionCore {
                 if core.hasApplicationCodec {
                     return core.withCodec { try $0.setBlocked(streamID: streamID, false) }
                 }
-                core.streams[streamID]?.isFlowControlBlocked = false
-                if core.streams[streamID]?.send.hasUnwrittenData == true { core.enqueueForWrite(streamID) }
+                let hasUnwrittenData = core.withStream(streamID) { stream in
+                    stream.isFlowControlBlocked = false
+                    return stream.send.hasUnwrittenData
+                }
+                if hasUnwrittenData == true { core.enqueueForWrite(streamID) }
                 return 0
             }
         }
@@ -301,19 +304,17 @@ extension QUICConnectionCore {
     }
 
     func didReceiveStreamData(streamID: Int64, bytes: UnsafeRawBufferPointer, fin: Bool) {
-        guard streams[streamID] != nil else {
+        guard withStream(streamID, { $0.receive.append(bytes, fin: fin) }) != nil else {
             // Data for a stream we already forgot: credit it back so the connection window keeps moving.
             ngtcp2_conn_extend_max_offset(conn, UInt64(bytes.count))
             return
         }
-        streams[streamID]!.receive.append(bytes, fin: fin)
         signalReadable(streamID)
     }
 
     func didCloseStream(streamID: Int64, code: UInt64?) {
-        queuedForWrite.remove(streamID)
-        guard streams[streamID] != nil else { return }
-        streams[streamID]!.isClosedByTransport = true
+        queuedForWrite.removeValue(forKey: streamID)
+        guard withStream(streamID, { $0.isClosedByTransport = true }) != nil else { return }
         replenishPeerStreamCredit(closed: streamID)
         events.append(.streamClosed(streamID: streamID, code: code))
         forgetIfDone(streamID)

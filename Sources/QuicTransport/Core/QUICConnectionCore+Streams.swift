@@ -69,7 +69,7 @@ extension QUICConnectionCore {
     package func resetStream(streamID: Int64, code: UInt64) {
         guard state == .handshaking || state == .established, streams[streamID] != nil else { return }
         _ = ngtcp2_conn_shutdown_stream_write(conn, streamID, code)
-        streams[streamID]?.send.resetCode = code
+        withStream(streamID) { $0.send.resetCode = code }
         abandonSend(streamID: streamID)
     }
 
@@ -97,7 +97,7 @@ extension QUICConnectionCore {
     /// out again from offset 0 in 1-RTT packets. Returns nonzero if ngtcp2 refused.
     func resendRejectedEarlyData() -> Int32 {
         guard ngtcp2_conn_early_data_rejected(conn) == 0 else { return -1 }
-        for id in streams.keys.filter({ isLocallyInitiated($0) }).sorted() {
+        for id in streams.streamIDs.filter({ isLocallyInitiated($0) }).sorted() {
             var reopened: Int64 = -1
             let rv = Self.isBidirectional(id)
                 ? ngtcp2_conn_open_bidi_stream(conn, &reopened, nil)
@@ -107,8 +107,11 @@ extension QUICConnectionCore {
                 abandonSend(streamID: id)
                 continue
             }
-            streams[id]!.send.rewind()
-            if streams[id]!.send.hasUnwrittenData { enqueueForWrite(id) }
+            let hasUnwrittenData = withStream(id) { stream in
+                stream.send.rewind()
+                return stream.send.hasUnwrittenData
+            }
+            if hasUnwrittenData == true { enqueueForWrite(id) }
         }
         return 0
     }
@@ -123,8 +126,7 @@ extension QUICConnectionCore {
     /// anew). `body` must not touch `streams`.
     @discardableResult
     func withStream<R>(_ streamID: Int64, _ body: (inout QUICStreamState) throws -> R) rethrows -> R? {
-        guard let index = streams.index(forKey: streamID) else { return nil }
-        return try body(&streams.values[index])
+        try streams.withValue(for: streamID, body)
     }
 
     /// Stream ID bits (RFC 9000 §2.1): bit 0 is the initiator (0 client), bit 1 the direction (0 bidirectional).
@@ -141,12 +143,12 @@ extension QUICConnectionCore {
 
     func enqueueForWrite(_ streamID: Int64) {
         guard !queuedForWrite.contains(streamID) else { return }
-        queuedForWrite.insert(streamID)
+        queuedForWrite[streamID] = ()
         writeQueue.append(streamID)
     }
 
     func dequeueForWrite(_ streamID: Int64) {
-        queuedForWrite.remove(streamID)
+        queuedForWrite.removeValue(forKey: streamID)
     }
 
     /// The next stream with unwritten data and flow-control credit, rotating for fairness.
@@ -156,7 +158,7 @@ extension QUICConnectionCore {
             guard queuedForWrite.contains(candidate), let stream = streams[candidate],
                 stream.send.hasUnwrittenData, !stream.isFlowControlBlocked
             else {
-                queuedForWrite.remove(candidate)
+                queuedForWrite.removeValue(forKey: candidate)
                 continue
             }
             // Rotate: move it to the back so the next packet serves another stream.
@@ -172,7 +174,7 @@ extension QUICConnectionCore {
             drainCompletions(&stream)
             return !stream.send.hasUnwrittenData
         }
-        if allWritten == true { queuedForWrite.remove(streamID) }
+        if allWritten == true { queuedForWrite.removeValue(forKey: streamID) }
     }
 
     func drainCompletions(_ stream: inout QUICStreamState) {
@@ -183,7 +185,7 @@ extension QUICConnectionCore {
     }
 
     func abandonSend(streamID: Int64) {
-        queuedForWrite.remove(streamID)
+        queuedForWrite.removeValue(forKey: streamID)
         withStream(streamID) { stream in
             let code = stream.send.resetCode ?? 0
             for token in stream.send.discard() {

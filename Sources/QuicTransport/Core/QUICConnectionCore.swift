@@ -51,14 +51,14 @@ package final class QUICConnectionCore {
     let idFactory: QUICConnectionIDFactory
 
     /// Each raw stream's buffers and flags, when no application codec runs the streams.
-    @exclusivity(unchecked) var streams: [Int64: QUICStreamState] = [:]
+    @exclusivity(unchecked) var streams = QUICStreamTable<QUICStreamState>()
     /// MAX_STREAMS credit given to the peer beyond the initial limits (RFC 9000 §4.6).
     @exclusivity(unchecked) var peerStreamCreditGranted = (bidirectional: UInt64(0), unidirectional: UInt64(0))
     /// How many streams of each kind this side has opened.
     @exclusivity(unchecked) var localStreamsOpened = (bidirectional: UInt64(0), unidirectional: UInt64(0))
     /// Streams with bytes or FIN to write, served round-robin.
     @exclusivity(unchecked) var writeQueue = QUICFIFOQueue<Int64>()
-    @exclusivity(unchecked) var queuedForWrite: Set<Int64> = []
+    @exclusivity(unchecked) var queuedForWrite = QUICStreamTable<Void>()
     /// Datagrams queued to send (RFC 9221), oldest first; a ring buffer, so a burst drains in
     /// linear time.
     @exclusivity(unchecked) var pendingDatagrams = QUICFIFOQueue<[UInt8]>()
@@ -775,7 +775,7 @@ package final class QUICConnectionCore {
                 }
             } else if let next = nextWritableStream() {
                 streamID = next
-                (vectorCount, fin) = streams[next]!.send.gather(into: vectors)
+                (vectorCount, fin) = withStream(next) { $0.send.gather(into: vectors) } ?? (0, false)
             }
             var flags = UInt32(NGTCP2_WRITE_STREAM_FLAG_MORE)
             if fin { flags |= UInt32(NGTCP2_WRITE_STREAM_FLAG_FIN) }
@@ -803,7 +803,7 @@ package final class QUICConnectionCore {
                 if hasCodec {
                     if withCodec({ try $0.setBlocked(streamID: streamID, true) }) != 0 { return .failed(NGTCP2_ERR_CALLBACK_FAILURE) }
                 } else {
-                    streams[streamID]?.isFlowControlBlocked = true
+                    withStream(streamID) { $0.isFlowControlBlocked = true }
                     dequeueForWrite(streamID)
                 }
                 continue
