@@ -72,7 +72,7 @@ public final class NWConnectionGroup: @unchecked Sendable {
     private var _newConnectionHandler: (@Sendable (NWConnection) -> Void)?
     private var _receiveHandler: (@Sendable (Message, Data?, Bool) -> Void)?
     private var receiveLimit = Int.max
-    private var streamContinuations: [AsyncStream<NWConnection>.Continuation] = []
+    private var streamQueues: [InboundStreamQueue] = []
     private var datagramContinuations: [AsyncStream<Data>.Continuation] = []
     /// The tunnel's path as the core reports it; an `NWPath` (whose interface takes a
     /// `getifaddrs`) is made from it only when someone asks or listens.
@@ -380,8 +380,10 @@ public final class NWConnectionGroup: @unchecked Sendable {
     public var states: AsyncStream<State> { observable.stream }
 
     /// Streams the peer opens; create it before `start(queue:)` so none is missed.
-    public var inboundStreams: AsyncStream<NWConnection> {
-        AsyncStream { continuation in lock.withLock { streamContinuations.append(continuation) } }
+    public var inboundStreams: InboundStreams {
+        let queue = InboundStreamQueue()
+        lock.withLock { streamQueues.append(queue) }
+        return InboundStreams(queue: queue)
     }
 
     /// Datagrams received on the tunnel.
@@ -532,14 +534,14 @@ public final class NWConnectionGroup: @unchecked Sendable {
     private func finishObservers() {
         let (streamObservers, datagramObservers, pathObservers) = lock.withLock {
             defer {
-                streamContinuations.removeAll()
+                streamQueues.removeAll()
                 datagramContinuations.removeAll()
                 pathContinuations.removeAll()
                 pathsEnded = true
             }
-            return (streamContinuations, datagramContinuations, Array(pathContinuations.values))
+            return (streamQueues, datagramContinuations, Array(pathContinuations.values))
         }
-        for continuation in streamObservers { continuation.finish() }
+        for queue in streamObservers { queue.finish() }
         for continuation in datagramObservers { continuation.finish() }
         for continuation in pathObservers { continuation.finish() }
     }
@@ -619,10 +621,10 @@ public final class NWConnectionGroup: @unchecked Sendable {
     }
 
     private func deliverInbound(_ connection: NWConnection) {
-        let (handler, continuations) = lock.withLock { (_newConnectionHandler, streamContinuations) }
+        let (handler, queues) = lock.withLock { (_newConnectionHandler, streamQueues) }
         if let handler { callback { handler(connection) } }
-        for continuation in continuations { continuation.yield(connection) }
-        if handler == nil && continuations.isEmpty {
+        for queue in queues { queue.yield(connection) }
+        if handler == nil && queues.isEmpty {
             logger.debug("no newConnectionHandler; stream \(connection.streamIDForLogs) waits unread")
         }
     }

@@ -41,7 +41,7 @@ public final class NetworkConnection<ApplicationProtocol: Sendable>: NetworkChan
     private var started = false
     private var inboundTaken = false
     /// Streams the peer opens, subscribed before the group starts so none is missed.
-    private let inbound: AsyncStream<NWConnection>
+    private let inbound: NWConnectionGroup.InboundStreams
     /// Datagrams the peer sends, when the stack enables them; subscribed before the group starts,
     /// and holding the newest `QUIC.Datagrams.unreadLimit` nobody has read.
     let datagramInbox: AsyncStream<Data>?
@@ -153,7 +153,7 @@ public final class NetworkConnection<ApplicationProtocol: Sendable>: NetworkChan
     }
 
     /// Takes the inbound streams; throws if they were taken already.
-    func takeInbound() throws -> AsyncStream<NWConnection> {
+    func takeInbound() throws -> NWConnectionGroup.InboundStreams {
         try lock.withLock {
             guard !inboundTaken else { throw NWError.posix(.EALREADY) }
             inboundTaken = true
