@@ -11,10 +11,15 @@ import Glibc
 #endif
 import Logging
 import QuicTransport
+import Synchronization
 
 /// `quic-echo connect`: sends data through several streams, checks every echoed byte, and reports.
 struct Connect: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Connect to an echo server and verify the echo.")
+
+    /// Bidirectional streams in flight at once, at most: more than a server grants at a time
+    /// (ours 100, aioquic 128, ngtcp2's examples 100), so the limit is the server's.
+    static let bidirectionalWorkers = 256
 
     @Argument(help: "Server host name or address.")
     var host: String
@@ -137,11 +142,22 @@ struct Connect: AsyncParsableCommand {
         do {
             bytes = try await withDeadline(seconds: timeout) {
                 try await withThrowingTaskGroup(of: Int.self) { tasks in
-                    for index in 0..<streams {
-                        if let size {
-                            tasks.addTask { try await echoGenerated(group, size: size, seed: seed, index: index) }
-                        } else {
-                            tasks.addTask { try await echoBidirectional(group, payload: payload, index: index) }
+                    // Bidirectional streams go through at most `bidirectionalWorkers` at once,
+                    // each worker taking the next stream number when its stream is done: a task
+                    // per stream cost its creation and its allocator's slabs again each time, and
+                    // the server's stream limit (RFC 9000 §4.6) keeps fewer than that open anyway.
+                    let numbers = StreamNumbers(count: streams)
+                    for _ in 0..<min(streams, Self.bidirectionalWorkers) {
+                        tasks.addTask {
+                            var echoed = 0
+                            while let index = numbers.next() {
+                                if let size {
+                                    echoed += try await echoGenerated(group, size: size, seed: seed, index: index)
+                                } else {
+                                    echoed += try await echoBidirectional(group, payload: payload, index: index)
+                                }
+                            }
+                            return echoed
                         }
                     }
                     for index in 0..<uni {
@@ -444,6 +460,19 @@ private func echoBidirectional(_ group: NWConnectionGroup, payload: Data, index:
         throw EchoError("bidirectional stream \(index): echo differs (sent \(sent.count) bytes, got \(echoed.count))")
     }
     return echoed.count
+}
+
+/// Hands out the numbers 0..<count once each, to whichever worker asks first.
+private final class StreamNumbers: Sendable {
+    private let taken = Atomic(0)
+    private let count: Int
+
+    init(count: Int) { self.count = count }
+
+    func next() -> Int? {
+        let number = taken.add(1, ordering: .relaxed).oldValue
+        return number < count ? number : nil
+    }
 }
 
 /// Sends on a new unidirectional stream and waits for the server's unidirectional echo.
