@@ -6,6 +6,14 @@ import Testing
 /// In-memory client/server pairs: real ngtcp2 and GnuTLS, simulated link, virtual clock.
 @Suite("QUICConnectionCore in memory")
 struct QUICConnectionCoreTests {
+    /// Events are copied several times on their way to the driver and stored in arrays, most of
+    /// them a stream ID or two: the rare large payloads (a path, a close reason) are boxed, so
+    /// an event stays small. A path inline made each one 265 bytes.
+    @Test func eventsStaySmall() {
+        #expect(MemoryLayout<QUICPath>.size > 200, "the case this guards against")
+        #expect(MemoryLayout<QUICConnectionEvent>.size <= 40, "\(MemoryLayout<QUICConnectionEvent>.size) bytes")
+    }
+
     /// Echoes every client stream back, resets with the peer's code, echoes datagrams.
     static func echo(_ core: QUICConnectionCore, _ event: QUICConnectionEvent) {
         switch event {

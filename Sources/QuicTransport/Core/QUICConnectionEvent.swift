@@ -9,7 +9,9 @@ package enum QUICConnectionEvent: Sendable, Equatable {
     /// migration are allowed from now on.
     case handshakeConfirmed
     /// A path validation (RFC 9000 §8.2) ended; on success the connection now uses `path`.
-    case pathValidated(QUICPath, succeeded: Bool)
+    /// Boxed (`indirect`), as is `closed`: a path is two `sockaddr_storage`s, and inline it made
+    /// every event, most of them a stream ID or two, 265 bytes to copy and to store.
+    indirect case pathValidated(QUICPath, succeeded: Bool)
     /// The server refused 0-RTT and ngtcp2 forgot every stream. A core with an application
     /// codec replaced it with a fresh one (`makeApplicationCodec`): the owner sends its requests
     /// again. Streams without a codec are resent by the core itself.
@@ -34,5 +36,5 @@ package enum QUICConnectionEvent: Sendable, Equatable {
     /// A local connection ID the endpoint should no longer route.
     case connectionIDRetired(QUICConnectionID)
     /// The connection is over for the application; the core may linger to finish the closing period.
-    case closed(QUICCloseReason)
+    indirect case closed(QUICCloseReason)
 }
