@@ -324,7 +324,7 @@ final class URLTransfers: Sendable {
             for _ in 0..<min(parallelMax, urls.count) {
                 workers.addTask {
                     while let index = await queue.next() {
-                        let result = await Result { try await self.fetch(self.urls[index], index: index, body: body, client: client) }
+                        let result = await Result { try await self.fetch(index, body: body, client: client) }
                         queue.finish(index, result) { self.write($0, index: $1) }
                     }
                 }
@@ -362,28 +362,32 @@ final class URLTransfers: Sendable {
         /// written; nil when every URL has been handed out.
         func next() async -> Int? {
             while true {
-                switch state.withLock({ take(&$0) }) {
+                let turn = state.withLock { state -> Turn in
+                    let turn = nextTurn(in: state)
+                    if case .start = turn { state.nextToStart += 1 }
+                    return turn
+                }
+                switch turn {
                 case .start(let index): return index
                 case .none: return nil
                 case .wait:
+                    // Parked until an outcome is written; the window may have moved meanwhile.
                     await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
-                        let turn = state.withLock { state -> Turn in
-                            let turn = take(&state, peekOnly: true)
-                            if case .wait = turn { state.waiting.append(continuation) }
-                            return turn
+                        let parked = state.withLock { state -> Bool in
+                            guard case .wait = nextTurn(in: state) else { return false }
+                            state.waiting.append(continuation)
+                            return true
                         }
-                        if case .wait = turn { return }
-                        continuation.resume()
+                        if !parked { continuation.resume() }
                     }
                 }
             }
         }
 
-        private func take(_ state: inout State, peekOnly: Bool = false) -> Turn {
+        /// What a worker asking now gets, the state left as it is.
+        private func nextTurn(in state: State) -> Turn {
             guard state.nextToStart < count else { return .none }
             guard state.nextToStart < state.nextToWrite + window else { return .wait }
-            if peekOnly { return .start(state.nextToStart) }
-            defer { state.nextToStart += 1 }
             return .start(state.nextToStart)
         }
 
@@ -423,8 +427,9 @@ final class URLTransfers: Sendable {
     }
 
     /// One URL's transfer; its times count from when it starts, as curl's do.
-    private func fetch(_ url: String, index: Int, body: [UInt8]?, client: HTTPSession) async throws -> Transfer {
+    private func fetch(_ index: Int, body: [UInt8]?, client: HTTPSession) async throws -> Transfer {
         let started = ContinuousClock.now
+        let url = urls[index]
         let (authority, path) = (targets[index].authority, targets[index].path)
         var request = requestTemplate
         request.authority = authority

@@ -29,6 +29,8 @@ extension NWConnectionGroup {
                 await queue.next()
             }
 
+            /// The same, on the caller's actor: the default of `AsyncIteratorProtocol` would
+            /// call `next()` and hop to the global pool first.
             public mutating func next(isolation actor: isolated (any Actor)?) async -> NWConnection? {
                 await queue.next()
             }
@@ -46,8 +48,9 @@ final class InboundStreamQueue: Sendable {
         /// The tunnel ended, or a reader's task was cancelled: what waits is still read, then nil.
         var finished = false
 
-        mutating func take() -> NWConnection? {
-            guard let connection = waiting.first else { return nil }
+        /// The next stream, `.some(nil)` once the sequence has ended, nil when a reader must wait.
+        mutating func poll() -> NWConnection?? {
+            guard let connection = waiting.first else { return finished ? .some(nil) : nil }
             waiting.removeFirst()
             return connection
         }
@@ -80,21 +83,12 @@ final class InboundStreamQueue: Sendable {
     }
 
     nonisolated(nonsending) func next() async -> NWConnection? {
-        enum Ready { case stream(NWConnection), end, wait }
-        let ready = state.withLock { state -> Ready in
-            if let connection = state.take() { return .stream(connection) }
-            return state.finished ? .end : .wait
-        }
-        switch ready {
-        case .stream(let connection): return connection
-        case .end: return nil
-        case .wait: break
-        }
+        if let ready = state.withLock({ $0.poll() }) { return ready }
         return await withTaskCancellationHandler {
             await withUnsafeContinuation { (reader: UnsafeContinuation<NWConnection?, Never>) in
                 let ready = state.withLock { state -> NWConnection?? in
-                    if let connection = state.take() { return .some(connection) }
-                    if state.finished || Task.isCancelled { return .some(nil) }
+                    if let ready = state.poll() { return ready }
+                    if Task.isCancelled { return .some(nil) }
                     precondition(state.reader == nil, "InboundStreams is read by one task at a time")
                     state.reader = reader
                     return nil

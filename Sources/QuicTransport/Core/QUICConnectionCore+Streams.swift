@@ -67,7 +67,7 @@ extension QUICConnectionCore {
 
     /// Abandons the sending side with RESET_STREAM carrying `code` (RFC 9000 §19.4).
     package func resetStream(streamID: Int64, code: UInt64) {
-        guard state == .handshaking || state == .established, streams[streamID] != nil else { return }
+        guard state == .handshaking || state == .established, streams.contains(streamID) else { return }
         _ = ngtcp2_conn_shutdown_stream_write(conn, streamID, code)
         withStream(streamID) { $0.send.resetCode = code }
         abandonSend(streamID: streamID)
@@ -75,7 +75,7 @@ extension QUICConnectionCore {
 
     /// Asks the peer to stop sending with STOP_SENDING carrying `code` (RFC 9000 §19.5).
     package func stopSending(streamID: Int64, code: UInt64) {
-        guard state == .handshaking || state == .established, streams[streamID] != nil else { return }
+        guard state == .handshaking || state == .established, streams.contains(streamID) else { return }
         _ = ngtcp2_conn_shutdown_stream_read(conn, streamID, code)
     }
 

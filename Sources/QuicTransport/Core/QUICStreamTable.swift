@@ -15,10 +15,8 @@
 /// modules, and H3's tables then ran the unspecialized generic code, looking up the slots'
 /// type metadata on every call (37.2k instructions per 1 KiB GET where 27.3k).
 @_spi(StreamTable)
-@frozen
 public struct QUICStreamTable<Value> {
     /// A stream ID (never negative, RFC 9000 §2.1), `empty` or `removed`, and its value.
-    @frozen
     @usableFromInline
     struct Slot {
         @usableFromInline var key: Int64
