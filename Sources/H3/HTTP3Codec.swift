@@ -19,6 +19,8 @@ package final class HTTP3Codec: QUICApplicationCodec {
 
     package let role: Role
     @exclusivity(unchecked) private var conn: OpaquePointer?
+    /// The memory `conn` allocates from; it outlives `conn` (freed in `deinit`, before this).
+    private let blockPool = HTTP3BlockPool()
     /// The connection this codec runs in; set once the handshake completes. Not counted, since
     /// the core holds this codec: it is borrowed for each use, where an `unowned(unsafe)`
     /// reference is retained and released around each one, several times per request.
@@ -101,8 +103,8 @@ package final class HTTP3Codec: QUICApplicationCodec {
         var newConn: OpaquePointer?
         let userData = Unmanaged.passUnretained(self).toOpaque()
         let rv = role == .client
-            ? cqs_nghttp3_conn_client_new(&newConn, &callbacks, &settings, nghttp3_mem_default(), userData)
-            : cqs_nghttp3_conn_server_new(&newConn, &callbacks, &settings, nghttp3_mem_default(), userData)
+            ? cqs_nghttp3_conn_client_new(&newConn, &callbacks, &settings, blockPool.memory, userData)
+            : cqs_nghttp3_conn_server_new(&newConn, &callbacks, &settings, blockPool.memory, userData)
         guard rv == 0, let newConn else { throw HTTP3CodecError(function: "nghttp3_conn_new", code: rv) }
         conn = newConn
     }
