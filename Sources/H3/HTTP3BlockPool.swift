@@ -16,7 +16,8 @@ import Glibc
 /// so what the pool keeps is bounded by what the connection once had in use at the same time;
 /// blocks over `largestPooled` bytes come from and go back to glibc. Everything kept is freed
 /// with the pool, which must outlive its connection (nghttp3 keeps a pointer to `memory`).
-/// Used only by its codec, on that codec's loop.
+/// Under AddressSanitizer nothing is kept (`keepsFreedBlocks`), so the sanitizer still sees
+/// each use of a block nghttp3 freed. Used only by its codec, on that codec's loop.
 final class HTTP3BlockPool {
     /// Sizes are rounded up to a multiple of this.
     static let classStep = 32
@@ -29,6 +30,11 @@ final class HTTP3BlockPool {
     private static let headerSize = 16
     /// The size class a block from glibc's own sizes carries in its header.
     private static let unpooled = -1
+
+    /// False in a process built with AddressSanitizer: every block goes back to glibc when
+    /// freed, where the sanitizer watches it.
+    let keepsFreedBlocks = !HTTP3BlockPool.isAddressSanitized
+    private static let isAddressSanitized = dlsym(nil, "__asan_init") != nil
 
     /// What nghttp3 calls; it points back at this pool, unretained.
     let memory: UnsafeMutablePointer<nghttp3_mem>
@@ -72,7 +78,7 @@ final class HTTP3BlockPool {
     }
 
     /// Free blocks waiting in the class that `size` bytes fall in (tests).
-    func keptBlocks(forSize size: Int) -> Int { freeCounts[Self.sizeClass(of: size)] }
+    func keptBlocks(forSize size: Int) -> Int { size > Self.largestPooled ? 0 : freeCounts[Self.sizeClass(of: size)] }
 
     @inline(__always)
     private static func sizeClass(of size: Int) -> Int { size <= classStep ? 0 : (size - 1) / classStep }
@@ -103,7 +109,7 @@ final class HTTP3BlockPool {
         guard let block else { return }
         let header = block - Self.headerSize
         let sizeClass = header.load(as: Int.self)
-        guard sizeClass != Self.unpooled, freeCounts[sizeClass] < Self.keptPerClass else {
+        guard keepsFreedBlocks, sizeClass != Self.unpooled, freeCounts[sizeClass] < Self.keptPerClass else {
             Glibc.free(header)
             return
         }
