@@ -74,6 +74,60 @@ struct AioquicHTTP3InteropTests {
         #expect(results.first { ($0["url"] as? String)?.hasSuffix("/absent") == true }?["status"] as? Int == 404)
     }
 
+    /// A client pinned to the server's certificate.
+    static func client(trusting identity: SelfSignedCertificate) -> HTTP3Client {
+        var configuration = HTTP3Client.Configuration()
+        configuration.certificateVerification = .pinnedSHA256(identity.sha256Fingerprint)
+        return HTTP3Client(configuration: configuration)
+    }
+
+    /// How many requests the server says it rejected, read once `expected` have been reported
+    /// or after five seconds: the line is written before the reset leaves, but this process
+    /// reads the server's output on its own thread.
+    static func rejections(by server: ChildProcess, expected: Int) async throws -> Int {
+        var count = 0
+        for _ in 0..<250 {
+            count = server.standardOutput.components(separatedBy: "REJECTED").count - 1
+            if count >= expected { break }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        return count
+    }
+
+    /// RFC 9114 §4.1.1: a request the server refused unprocessed (H3_REQUEST_REJECTED) may be
+    /// sent again. `execute` sends it once more, and the caller sees only the response.
+    @Test func aRejectedRequestIsSentAgainAndAnswered() async throws {
+        let (server, port, identity) = try await Self.startServer(["--reject-requests", "1"])
+        defer { server.stop() }
+        let client = Self.client(trusting: identity)
+        defer { client.shutdown() }
+        let request = HTTPRequest(method: .get, scheme: "https", authority: "localhost:\(port)", path: "/bytes/1000")
+        let response = try await client.execute(request)
+        #expect(response.head.status == .ok)
+        #expect(try await response.body.collect() == Self.pattern(1000))
+        #expect(try await Self.rejections(by: server, expected: 1) == 1, "\(server.standardOutput)")
+    }
+
+    /// The retry happens once: a request rejected twice fails with `requestRejected`, and the
+    /// client goes on serving later requests.
+    @Test func aRequestRejectedTwiceFailsAsRejected() async throws {
+        let (server, port, identity) = try await Self.startServer(["--reject-requests", "2"])
+        defer { server.stop() }
+        let client = Self.client(trusting: identity)
+        defer { client.shutdown() }
+        let request = HTTPRequest(method: .get, scheme: "https", authority: "localhost:\(port)", path: "/bytes/1000")
+        do {
+            _ = try await client.execute(request)
+            Issue.record("a request rejected twice was answered")
+        } catch HTTP3ClientError.requestRejected {
+        } catch {
+            Issue.record("expected requestRejected, got \(error)")
+        }
+        #expect(try await Self.rejections(by: server, expected: 2) == 2, "\(server.standardOutput)")
+        let response = try await client.execute(request)
+        #expect(try await response.body.collect() == Self.pattern(1000))
+    }
+
     @Test func aServerThatSendsDataBeforeHeadersIsAProtocolError() async throws {
         let (server, port, identity) = try await Self.startServer(["--misbehave", "data-before-headers"])
         defer { server.stop() }

@@ -18,9 +18,15 @@ request stream *before* any HEADERS frame, followed by FIN. The control stream a
 SETTINGS still go out normally. A correct client treats this as H3_FRAME_UNEXPECTED
 (0x105, RFC 9114 section 4.1).
 
+``--reject-requests N``: the first N requests this process receives (over all its
+connections) are refused unprocessed: their stream is reset and read-stopped with
+H3_REQUEST_REJECTED (0x10b, RFC 9114 section 4.1.1), and each is logged as
+``REJECTED <path>`` on stdout. Later requests are served as usual.
+
 Usage:
     h3_server.py --host 127.0.0.1 --port 0 --cert cert.pem --key key.pem \
-        [--root DIR] [--misbehave data-before-headers] [--qlog-dir DIR] [-v]
+        [--root DIR] [--misbehave data-before-headers] [--reject-requests N]
+        [--qlog-dir DIR] [-v]
 
 Prints ``LISTENING <port>`` on stdout once the UDP socket is bound, then serves until
 SIGTERM/SIGINT. Everything else is logged to stderr.
@@ -87,13 +93,21 @@ class Request:
         self.too_large = False
 
 
+class Rejections:
+    """How many more requests the process refuses (``--reject-requests``), over all connections."""
+
+    def __init__(self, count: int) -> None:
+        self.left = count
+
+
 class H3ServerProtocol(QuicConnectionProtocol):
     """One instance per QUIC connection."""
 
-    def __init__(self, *args, root: str | None, misbehave: str | None, **kwargs) -> None:
+    def __init__(self, *args, root: str | None, misbehave: str | None, rejections: Rejections, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.root = root
         self.misbehave = misbehave
+        self.rejections = rejections
         self._http: H3Connection | None = None
         self._requests: dict[int, Request] = {}
         # Response writers still running, by stream id.
@@ -160,6 +174,10 @@ class H3ServerProtocol(QuicConnectionProtocol):
             if self.misbehave == "data-before-headers":
                 self._send_data_before_headers(event.stream_id)
                 return
+            if self.rejections.left > 0:
+                self.rejections.left -= 1
+                self._reject(event.stream_id, request.path)
+                return
             self._requests[event.stream_id] = request
             if event.stream_ended:
                 self._dispatch(request)
@@ -173,6 +191,15 @@ class H3ServerProtocol(QuicConnectionProtocol):
                 request.body += event.data
             if event.stream_ended:
                 self._dispatch(request)
+
+    def _reject(self, stream_id: int, path: str) -> None:
+        """Refuses a request unprocessed: H3_REQUEST_REJECTED both ways (RFC 9114 §4.1.1)."""
+        # Printed before the reset leaves, so the line is written before the client can react.
+        print(f"REJECTED {path}", flush=True)
+        self._quic.reset_stream(stream_id, 0x10B)
+        self._quic.stop_stream(stream_id, 0x10B)
+        self.transmit()
+        log.info("%s: stream %d: rejected with H3_REQUEST_REJECTED", self._peer, stream_id)
 
     def _send_data_before_headers(self, stream_id: int) -> None:
         """Protocol violation on purpose: DATA frame with no HEADERS before it, then FIN.
@@ -321,7 +348,8 @@ async def main(args: argparse.Namespace) -> None:
         session_ticket_fetcher=tickets.pop,
         session_ticket_handler=lambda ticket: tickets.__setitem__(ticket.ticket, ticket),
         create_protocol=functools.partial(
-            H3ServerProtocol, root=args.root, misbehave=args.misbehave
+            H3ServerProtocol, root=args.root, misbehave=args.misbehave,
+            rejections=Rejections(args.reject_requests),
         ),
     )
     port = server._transport.get_extra_info("sockname")[1]
@@ -356,6 +384,13 @@ def parse_args() -> argparse.Namespace:
         "--misbehave",
         choices=["data-before-headers"],
         help="answer every request with a protocol violation",
+    )
+    p.add_argument(
+        "--reject-requests",
+        type=int,
+        default=0,
+        metavar="N",
+        help="refuse the first N requests with H3_REQUEST_REJECTED",
     )
     p.add_argument("--qlog-dir", help="write one <ODCID>.qlog per connection here")
     p.add_argument("--retry", action="store_true", help="validate client addresses with Retry")
