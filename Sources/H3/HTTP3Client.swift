@@ -123,7 +123,7 @@ public final class HTTP3Client: Sendable {
         try await execute(request, body: nil, bodyStream: bodyStream, trailers: trailers, priority: priority)
     }
 
-    nonisolated(nonsending) private func execute(
+    @inline(__always) nonisolated(nonsending) private func execute(
         _ request: HTTPRequest,
         body: [UInt8]?,
         bodyStream: AsyncThrowingStream<[UInt8], any Error>?,
@@ -144,15 +144,18 @@ public final class HTTP3Client: Sendable {
         if let body, request.headerFields[.contentLength] == nil { fields.append(("content-length", "\(body.count)")) }
 
         // A request the server rejected unprocessed (GOAWAY, H3_REQUEST_REJECTED) is retried once
-        // on a new connection, as RFC 9114 §4.1.1 allows.
-        do {
-            return try await send(fields: fields, body: body, bodyStream: bodyStream, trailers: trailers?.pairs, host: host, port: port)
-        } catch HTTP3ClientError.requestRejected where bodyStream == nil {
-            return try await send(fields: fields, body: body, bodyStream: nil, trailers: trailers?.pairs, host: host, port: port)
+        // on a new connection, as RFC 9114 §4.1.1 allows. One call site, so `send` is inlined.
+        var mayRetry = bodyStream == nil
+        while true {
+            do {
+                return try await send(fields: fields, body: body, bodyStream: bodyStream, trailers: trailers?.pairs, host: host, port: port)
+            } catch HTTP3ClientError.requestRejected where mayRetry {
+                mayRetry = false
+            }
         }
     }
 
-    nonisolated(nonsending) private func send(
+    @inline(__always) nonisolated(nonsending) private func send(
         fields: [(name: String, value: String)],
         body: [UInt8]?,
         bodyStream: AsyncThrowingStream<[UInt8], any Error>?,
