@@ -31,9 +31,7 @@ struct AioquicHTTP3InteropTests {
     @Test func ourClientFetchesFromAioquic() async throws {
         let (server, port, identity) = try await Self.startServer()
         defer { server.stop() }
-        var configuration = HTTP3Client.Configuration()
-        configuration.certificateVerification = .pinnedSHA256(identity.sha256Fingerprint)
-        let client = HTTP3Client(configuration: configuration)
+        let client = Self.client(trusting: identity)
         defer { client.shutdown() }
         for size in [1_000_000, 50_000_000] {
             let request = HTTPRequest(method: .get, scheme: "https", authority: "localhost:\(port)", path: "/bytes/\(size)")
@@ -81,6 +79,18 @@ struct AioquicHTTP3InteropTests {
         return HTTP3Client(configuration: configuration)
     }
 
+    /// Runs `body` with an aioquic server that refuses its first `count` requests
+    /// (`--reject-requests`), a client that trusts it, and a GET of 1000 pattern bytes.
+    static func withServer(
+        rejecting count: Int, _ body: (ChildProcess, HTTP3Client, HTTPRequest) async throws -> Void
+    ) async throws {
+        let (server, port, identity) = try await Self.startServer(["--reject-requests", "\(count)"])
+        defer { server.stop() }
+        let client = Self.client(trusting: identity)
+        defer { client.shutdown() }
+        try await body(server, client, HTTPRequest(method: .get, scheme: "https", authority: "localhost:\(port)", path: "/bytes/1000"))
+    }
+
     /// How many requests the server says it rejected, read once `expected` have been reported
     /// or after five seconds: the line is written before the reset leaves, but this process
     /// reads the server's output on its own thread.
@@ -97,43 +107,35 @@ struct AioquicHTTP3InteropTests {
     /// RFC 9114 §4.1.1: a request the server refused unprocessed (H3_REQUEST_REJECTED) may be
     /// sent again. `execute` sends it once more, and the caller sees only the response.
     @Test func aRejectedRequestIsSentAgainAndAnswered() async throws {
-        let (server, port, identity) = try await Self.startServer(["--reject-requests", "1"])
-        defer { server.stop() }
-        let client = Self.client(trusting: identity)
-        defer { client.shutdown() }
-        let request = HTTPRequest(method: .get, scheme: "https", authority: "localhost:\(port)", path: "/bytes/1000")
-        let response = try await client.execute(request)
-        #expect(response.head.status == .ok)
-        #expect(try await response.body.collect() == Self.pattern(1000))
-        #expect(try await Self.rejections(by: server, expected: 1) == 1, "\(server.standardOutput)")
+        try await Self.withServer(rejecting: 1) { server, client, request in
+            let response = try await client.execute(request)
+            #expect(response.head.status == .ok)
+            #expect(try await response.body.collect() == Self.pattern(1000))
+            #expect(try await Self.rejections(by: server, expected: 1) == 1, "\(server.standardOutput)")
+        }
     }
 
     /// The retry happens once: a request rejected twice fails with `requestRejected`, and the
     /// client goes on serving later requests.
     @Test func aRequestRejectedTwiceFailsAsRejected() async throws {
-        let (server, port, identity) = try await Self.startServer(["--reject-requests", "2"])
-        defer { server.stop() }
-        let client = Self.client(trusting: identity)
-        defer { client.shutdown() }
-        let request = HTTPRequest(method: .get, scheme: "https", authority: "localhost:\(port)", path: "/bytes/1000")
-        do {
-            _ = try await client.execute(request)
-            Issue.record("a request rejected twice was answered")
-        } catch HTTP3ClientError.requestRejected {
-        } catch {
-            Issue.record("expected requestRejected, got \(error)")
+        try await Self.withServer(rejecting: 2) { server, client, request in
+            do {
+                _ = try await client.execute(request)
+                Issue.record("a request rejected twice was answered")
+            } catch HTTP3ClientError.requestRejected {
+            } catch {
+                Issue.record("expected requestRejected, got \(error)")
+            }
+            #expect(try await Self.rejections(by: server, expected: 2) == 2, "\(server.standardOutput)")
+            let response = try await client.execute(request)
+            #expect(try await response.body.collect() == Self.pattern(1000))
         }
-        #expect(try await Self.rejections(by: server, expected: 2) == 2, "\(server.standardOutput)")
-        let response = try await client.execute(request)
-        #expect(try await response.body.collect() == Self.pattern(1000))
     }
 
     @Test func aServerThatSendsDataBeforeHeadersIsAProtocolError() async throws {
         let (server, port, identity) = try await Self.startServer(["--misbehave", "data-before-headers"])
         defer { server.stop() }
-        var configuration = HTTP3Client.Configuration()
-        configuration.certificateVerification = .pinnedSHA256(identity.sha256Fingerprint)
-        let client = HTTP3Client(configuration: configuration)
+        let client = Self.client(trusting: identity)
         defer { client.shutdown() }
         let request = HTTPRequest(method: .get, scheme: "https", authority: "localhost:\(port)", path: "/anything")
         do {
