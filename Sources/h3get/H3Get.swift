@@ -153,6 +153,12 @@ struct H3Get: AsyncParsableCommand {
         }
     }
 
+    /// `-X`'s method: a token (RFC 9110 §9.1), whatever its name, as curl sends whatever `-X` says.
+    static func requestMethod(_ text: String) throws(ValidationError) -> HTTPRequest.Method {
+        guard let method = HTTPRequest.Method(text) else { throw ValidationError("-X '\(text)' is not an HTTP method") }
+        return method
+    }
+
     mutating func validate() throws {
         urls = PositionalValues.split(urls)
         guard !urls.isEmpty else { throw ValidationError("no URL given") }
@@ -169,13 +175,8 @@ struct H3Get: AsyncParsableCommand {
         if !outputs.isEmpty && outputs.count != urls.count && !remoteName {
             throw ValidationError("give one -o per URL (\(urls.count) URLs, \(outputs.count) -o)")
         }
-        for header in headers {
-            guard let (name, _) = parseHeaderOption(header) else { throw ValidationError("header '\(header)' is not \"Name: value\"") }
-            // A field name is a token (RFC 9110 §5.1).
-            guard HTTPField.Name(name) != nil else { throw ValidationError("header '\(header)': '\(name)' is not a field name") }
-        }
-        // A method is a token too (RFC 9110 §9.1); curl sends whatever -X says.
-        if let method, HTTPRequest.Method(method) == nil { throw ValidationError("-X '\(method)' is not an HTTP method") }
+        _ = try headerFields(fromOptions: headers)
+        if let method { _ = try Self.requestMethod(method) }
         if [http3, http3Only, http3AfterDiscovery].filter({ $0 }).count > 1 {
             throw ValidationError("use only one of --http3, --http3-only and --http3-after-discovery")
         }
@@ -217,7 +218,7 @@ struct H3Get: AsyncParsableCommand {
         configuration.connectTo = trust.connectTarget
         let body = try loadBody()
         let client = HTTPSession(configuration: configuration)
-        let transfers = URLTransfers(self, sendsBody: body != nil)
+        let transfers = try URLTransfers(self, sendsBody: body != nil)
         // The run, and the URLs' tasks it starts, go on the session's connection thread, so a
         // response wakes its reader without a hop to the global pool and back.
         let exit = await withTaskExecutorPreference(client.taskExecutor) {
@@ -295,17 +296,15 @@ final class URLTransfers: Sendable {
     /// `H3Get.validate()`: each URL's request is this one with its own authority and path.
     let requestTemplate: HTTPRequest
 
-    init(_ command: H3Get, sendsBody: Bool) {
+    /// Throws only what `H3Get.validate()` has already refused.
+    init(_ command: H3Get, sendsBody: Bool) throws {
         (urls, targets, head, priority) = (command.urls, command.targets, command.head, command.priority)
         (outputs, remoteName, outputDirectory) = (command.outputs, command.remoteName, command.outputDirectory)
         (verbose, silent, fail, writeOut, stats) = (command.verbose, command.silent, command.fail, command.writeOut, command.stats)
-        let method = head ? HTTPRequest.Method.head : HTTPRequest.Method(command.method ?? (sendsBody ? "POST" : "GET")) ?? .get
+        let method = head ? HTTPRequest.Method.head : try H3Get.requestMethod(command.method ?? (sendsBody ? "POST" : "GET"))
         var request = HTTPRequest(method: method, scheme: "https", authority: nil, path: nil)
         request.headerFields[.userAgent] = "h3get/0.1"
-        for header in command.headers {
-            guard let (name, value) = parseHeaderOption(header), let name = HTTPField.Name(name) else { continue }
-            request.headerFields[name] = value
-        }
+        for (name, value) in try headerFields(fromOptions: command.headers) { request.headerFields[name] = value }
         requestTemplate = request
     }
 

@@ -90,11 +90,7 @@ struct H3Load: AsyncParsableCommand {
             if warmUpTime != nil { throw ValidationError("--warm-up-time needs -D (it is for timed runs)") }
         }
         if let warmUpTime, warmUpTime < 0 { throw ValidationError("--warm-up-time must not be negative") }
-        for header in headers {
-            guard let (name, _) = parseHeaderOption(header), HTTPField.Name(name) != nil else {
-                throw ValidationError("header '\(header)' is not \"Name: value\"")
-            }
-        }
+        _ = try headerFields(fromOptions: headers)
     }
 
     func run() async throws {
@@ -109,14 +105,11 @@ struct H3Load: AsyncParsableCommand {
         if let qlogDirectory { configuration.qlogDirectory = qlogDirectory }
 
         let targets = try urls.map(Self.target(of:))
+        let extraFields = try headerFields(fromOptions: headers)
         let requests = targets.map { target in
             var request = HTTPRequest(method: .get, scheme: "https", authority: target.authority, path: target.path)
             request.headerFields[.userAgent] = "h3load/0.1"
-            for header in headers {
-                // validate() has checked each one.
-                let (name, value) = parseHeaderOption(header)!
-                request.headerFields[HTTPField.Name(name)!] = value
-            }
+            for (name, value) in extraFields { request.headerFields[name] = value }
             return request
         }
         let amount: LoadEngine.Amount = if let duration {
