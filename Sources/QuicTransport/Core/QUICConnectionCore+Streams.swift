@@ -155,8 +155,8 @@ extension QUICConnectionCore {
     func nextWritableStream() -> Int64? {
         while let candidate = writeQueue.first {
             writeQueue.removeFirst()
-            guard queuedForWrite.contains(candidate), let stream = streams[candidate],
-                stream.send.hasUnwrittenData, !stream.isFlowControlBlocked
+            guard queuedForWrite.contains(candidate),
+                withStream(candidate, { $0.send.hasUnwrittenData && !$0.isFlowControlBlocked }) == true
             else {
                 queuedForWrite.removeValue(forKey: candidate)
                 continue
