@@ -34,8 +34,15 @@ public final class HTTP3Server: Sendable {
 
     /// Where the server listens, its certificate, and how its QUIC connections behave.
     public struct Configuration: Sendable {
-        /// The address or host name to listen on; `127.0.0.1`, loopback only, by default.
-        public var host = "127.0.0.1"
+        /// The address or host name to listen on: by default `localhost`, loopback only.
+        ///
+        /// - `localhost` listens on `::1` and `127.0.0.1`, one socket each, because browsers
+        ///   and curl look for it at both (RFC 6761 §6.3; Chromium tries `::1` first).
+        /// - `::` listens on every address of both IP versions with one dual-stack socket
+        ///   (`IPV6_V6ONLY` off), as Apple's listeners do; IPv4 clients are then seen as
+        ///   v4-mapped addresses (`::ffff:a.b.c.d`).
+        /// - `0.0.0.0` is every IPv4 address; any other name, every address it resolves to.
+        public var host = "localhost"
         /// The UDP port to listen on; 4433 by default, 0 picks a free one (`start()` returns it).
         public var port: UInt16 = 4433
         /// PEM files; when nil, `identity` or a generated self-signed certificate is used.

@@ -1,3 +1,6 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 import HTTPTypes
 import Logging
 import NIOConcurrencyHelpers
@@ -9,6 +12,7 @@ import NIOHTTPTypesHTTP1
 import NIOHTTPTypesHTTP2
 import NIOPosix
 import NIOSSL
+import QuicTransport
 
 /// Serves HTTP/2 and HTTP/1.1 over TLS on TCP with the same handler as `HTTP3Server`, so one
 /// application answers on every version; ALPN picks the version (RFC 9113 §3.2, RFC 7301).
@@ -18,8 +22,10 @@ import NIOSSL
 public final class HTTPTCPServer: Sendable {
     /// Where the server listens, its certificate, and how large a request body it accepts.
     public struct Configuration: Sendable {
-        /// The address or host name to listen on; `127.0.0.1`, loopback only, by default.
-        public var host = "127.0.0.1"
+        /// The address or host name to listen on: by default `localhost`, which is `::1` and
+        /// `127.0.0.1` (loopback only). `::` listens on every address of both IP versions; see
+        /// `HTTP3Server.Configuration.host`.
+        public var host = "localhost"
         /// The TCP port to listen on; 4433 by default, 0 picks a free one (`start()` returns it).
         public var port: UInt16 = 4433
         /// The certificate chain and key, PEM.
@@ -41,7 +47,8 @@ public final class HTTPTCPServer: Sendable {
     private let handler: HTTP3Server.Handler
     private let sslContext: NIOSSLContext
     private let logger = Logger(label: "h3.tcp-server")
-    private let channel = NIOLockedValueBox<(any Channel)?>(nil)
+    /// One listening channel per address (`::1` and `127.0.0.1` for `localhost`).
+    private let channels = NIOLockedValueBox<[any Channel]>([])
 
     /// Fails with a clear error when the certificate or key does not parse.
     public init(configuration: Configuration, handler: @escaping HTTP3Server.Handler) throws {
@@ -65,7 +72,7 @@ public final class HTTPTCPServer: Sendable {
         let handler = self.handler
         let limit = configuration.maximumRequestBodySize
         let logger = self.logger
-        let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+        let bootstrap = ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(.backlog, value: 256)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
@@ -96,16 +103,36 @@ public final class HTTPTCPServer: Sendable {
                     )
                 }
             }
-            .bind(host: configuration.host, port: Int(configuration.port))
-            .get()
-        self.channel.withLockedValue { $0 = channel }
-        return UInt16(channel.localAddress?.port ?? 0)
+        // The same addresses as HTTP/3's for the same host, all on the port the first picks.
+        let addresses = try QUICHostResolver.listeningAddresses(
+            host: configuration.host, port: Int(configuration.port), options: QUICSocketOptions()
+        )
+        var bound: [any Channel] = []
+        var port = Int(configuration.port)
+        do {
+            for var address in addresses {
+                address.port = port
+                do {
+                    bound.append(try await bootstrap.bind(to: address).get())
+                } catch let error as IOError where addresses.count > 1 && error.errnoCode == EADDRNOTAVAIL {
+                    logger.notice("cannot listen on \(address); serving the other addresses", metadata: ["error": "\(error)"])
+                    continue
+                }
+                if port == 0 { port = bound[0].localAddress?.port ?? 0 }
+            }
+        } catch {
+            for channel in bound { try? await channel.close() }
+            throw error
+        }
+        guard !bound.isEmpty else { throw IOError(errnoCode: EADDRNOTAVAIL, reason: "bind(\(configuration.host))") }
+        channels.withLockedValue { $0 = bound }
+        return UInt16(port)
     }
 
     /// Stops accepting connections; open ones finish on their own.
     public func shutdown() async {
-        let channel = self.channel.withLockedValue { channel in defer { channel = nil }; return channel }
-        try? await channel?.close()
+        let channels = self.channels.withLockedValue { channels in defer { channels = [] }; return channels }
+        for channel in channels { try? await channel.close() }
     }
 }
 

@@ -36,8 +36,8 @@ struct H3Serve: AsyncParsableCommand {
             """
     )
 
-    @Option(help: "Address to bind.")
-    var host = "127.0.0.1"
+    @Option(help: "Address or name to listen on: localhost (the default) is ::1 and 127.0.0.1, :: every address of both IP versions (one dual-stack socket), 0.0.0.0 every IPv4 address.")
+    var host = "localhost"
 
     @Option(help: "UDP and TCP port (0 picks a free one).")
     var port: UInt16 = 4433
@@ -212,7 +212,7 @@ struct H3Serve: AsyncParsableCommand {
                 boundPort = try await server.start()
                 quicServer = server
             } catch {
-                throw fail("cannot serve HTTP/3 on \(host):\(port) (UDP): \(error)")
+                throw fail("cannot serve HTTP/3 on \(formatHostPort(host, port)) (UDP): \(error)")
             }
         }
         var tcpServer: HTTPTCPServer?
@@ -225,7 +225,7 @@ struct H3Serve: AsyncParsableCommand {
                 boundPort = try await server.start()
                 tcpServer = server
             } catch {
-                throw fail("cannot serve HTTP/2 and HTTP/1.1 on \(host):\(boundPort) (TCP): \(error)")
+                throw fail("cannot serve HTTP/2 and HTTP/1.1 on \(formatHostPort(host, boundPort)) (TCP): \(error)")
             }
         }
         // Alt-Svc advertises HTTP/3 to clients that came over TCP (RFC 7838); without a TCP
@@ -234,7 +234,7 @@ struct H3Serve: AsyncParsableCommand {
             files.additionalFields = HTTPFields([HTTPField(name: .altSvc, value: altSvc ?? "h3=\":\(boundPort)\"; ma=86400")])
         }
         let versions = [noQUIC ? nil : "HTTP/3", noTCP ? nil : "HTTP/2", noTCP ? nil : "HTTP/1.1"].compactMap { $0 }
-        say("serving \(root) on https://\(host):\(boundPort)/ (\(versions.joined(separator: ", ")))")
+        say("serving \(root) on https://\(formatHostPort(host, boundPort))/ (\(versions.joined(separator: ", ")))")
         if let preferred = quicServer?.boundPreferredAddress { say("preferred address: \(preferred)") }
         if let quicServer, workers > 1 {
             let steering = quicServer.isSteeredByKernel

@@ -16,8 +16,8 @@ import QuicTransport
 struct Serve: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Serve the echo protocol.")
 
-    @Option(help: "Address to bind.")
-    var host = "127.0.0.1"
+    @Option(help: "Address or name to listen on: localhost (the default) is ::1 and 127.0.0.1, :: every address of both IP versions (one dual-stack socket), 0.0.0.0 every IPv4 address.")
+    var host = "localhost"
 
     @Option(help: "UDP port (0 picks a free one).")
     var port: NWEndpoint.Port = 4433
@@ -95,11 +95,11 @@ struct Serve: AsyncParsableCommand {
         for await state in states {
             if case .ready = state {
                 // Written unbuffered: scripts wait for this line to learn the port.
-                writeToStandardOutput("listening on \(host):\(listener.port?.rawValue ?? 0) alpn \(common.alpn)\n")
+                writeToStandardOutput("listening on \(formatHostPort(host, listener.port?.rawValue ?? 0)) alpn \(common.alpn)\n")
                 break
             }
             if case .failed(let error) = state {
-                writeToStandardError("error: cannot listen on \(host):\(port): \(error)\n")
+                writeToStandardError("error: cannot listen on \(formatHostPort(host, port.rawValue)): \(error)\n")
                 throw ExitCode(1)
             }
         }

@@ -67,7 +67,7 @@ public final class NWListener: @unchecked Sendable {
     package let liveConnections = QUICLiveConnections()
 
     /// A listener for `parameters`' QUIC options on `port`, bound to `requiredLocalEndpoint`'s
-    /// host or, without one, to 0.0.0.0 (every IPv4 address).
+    /// host or, without one, to every address of both IP versions, as Apple's listener is.
     ///
     /// - Throws: `TLSError` when the certificate or key cannot be loaded.
     public init(using parameters: NWParameters, on port: NWEndpoint.Port = .any) throws {
@@ -187,12 +187,15 @@ public final class NWListener: @unchecked Sendable {
     }
 
     /// Binds the port and starts accepting, matching Apple's `start(queue:)`; handlers run on
-    /// `queue`. It binds `requiredLocalEndpoint`'s host, or else `0.0.0.0` (IPv4 only; `::`
-    /// when the IP options require IPv6), with `workers` sockets, and is `.ready` once bound.
+    /// `queue`. It binds `requiredLocalEndpoint`'s host, or else `::` with one dual-stack socket
+    /// (`IPV6_V6ONLY` off), so IPv4 clients reach it too, as v4-mapped addresses; `0.0.0.0`
+    /// or IPv6 alone when the IP options require one version. A host name binds each of its
+    /// addresses, and `localhost` both `::1` and `127.0.0.1` (RFC 6761 §6.3). It binds with
+    /// `workers` sockets per address, and is `.ready` once bound.
     public func start(queue: DispatchQueue) {
         observable.setQueue(queue)
         let socketOptions = parameters.socketOptions
-        var boundHost = socketOptions.ipVersion == .v6 ? "::" : "0.0.0.0"
+        var boundHost = socketOptions.ipVersion == .v4 ? "0.0.0.0" : "::"
         if case .hostPort(let requiredHost, _) = parameters.requiredLocalEndpoint { boundHost = requiredHost.stringValue }
         let host = boundHost
         var configuration = QUICEndpointCore.Configuration(quic: options.configuration, credentials: credentials)

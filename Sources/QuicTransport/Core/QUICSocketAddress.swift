@@ -87,6 +87,26 @@ package struct QUICSocketAddress: Hashable, Sendable, CustomStringConvertible {
         family == AF_INET6 ? "[\(host)]:\(port)" : "\(host):\(port)"
     }
 
+    /// Whether this is `::`, the IPv6 unspecified address (RFC 4291 §2.5.2), which a listening
+    /// socket binds to serve every address.
+    package var isUnspecifiedIPv6: Bool {
+        guard family == AF_INET6 else { return false }
+        return withUnsafeBytes(of: storage) { raw in
+            withUnsafeBytes(of: raw.load(as: sockaddr_in6.self).sin6_addr) { $0.allSatisfy { $0 == 0 } }
+        }
+    }
+
+    /// Whether this is an IPv6 address that stands for an IPv4 one (`::ffff:a.b.c.d`, RFC 4291
+    /// §2.5.5.2): how a dual-stack socket sees its IPv4 peers. Packets to it leave as IPv4.
+    package var isIPv4Mapped: Bool {
+        guard family == AF_INET6 else { return false }
+        return withUnsafeBytes(of: storage) { raw in
+            withUnsafeBytes(of: raw.load(as: sockaddr_in6.self).sin6_addr) { bytes in
+                bytes[0..<10].allSatisfy { $0 == 0 } && bytes[10] == 0xff && bytes[11] == 0xff
+            }
+        }
+    }
+
     /// The client this address belongs to, as a per-address connection limit counts it: the
     /// IPv4 address (an IPv4-mapped IPv6 one too, RFC 4291 §2.5.5.2), or the IPv6 address's /64
     /// prefix, since one host or site usually holds a whole /64 (RFC 4291 §2.5.4).
@@ -97,7 +117,7 @@ package struct QUICSocketAddress: Hashable, Sendable, CustomStringConvertible {
                 return QUICClientAddress(family: AF_INET, bits: UInt64(raw.load(as: sockaddr_in.self).sin_addr.s_addr))
             case AF_INET6:
                 let bytes = withUnsafeBytes(of: raw.load(as: sockaddr_in6.self).sin6_addr) { Array($0) }
-                if bytes[0..<10].allSatisfy({ $0 == 0 }), bytes[10] == 0xff, bytes[11] == 0xff {
+                if isIPv4Mapped {
                     let v4 = bytes[12..<16].withUnsafeBytes { $0.loadUnaligned(as: UInt32.self) }
                     return QUICClientAddress(family: AF_INET, bits: UInt64(v4))
                 }

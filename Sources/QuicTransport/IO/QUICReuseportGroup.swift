@@ -29,7 +29,8 @@ import NIOCore
 package enum QUICReuseportGroup {
     /// Binds `count` UDP sockets to `address` with `SO_REUSEPORT`, in order; port 0 picks one
     /// port for all of them. One socket is bound plainly. The descriptors are non-blocking and
-    /// close-on-exec; on failure none stays open.
+    /// close-on-exec; on failure none stays open. `::` makes dual-stack sockets
+    /// (`QUICSocketOptions.isDualStack`).
     ///
     /// A port that another socket holds fails with `EADDRINUSE`, even when that socket set
     /// `SO_REUSEPORT` too: the kernel would let a second server of the same user join the group
@@ -37,12 +38,12 @@ package enum QUICReuseportGroup {
     /// `options` are set on each socket before it binds.
     package static func bind(_ address: SocketAddress, count: Int, options: QUICSocketOptions = QUICSocketOptions()) throws -> [CInt] {
         let sharesPort = count > 1
-        if sharesPort, address.port != 0 { try checkPortIsFree(address) }
+        if sharesPort, address.port != 0 { try checkPortIsFree(address, options: options) }
         var sockets: [CInt] = []
         do {
             var address = address
             for _ in 0..<count {
-                let fd = try options.openSocket(isIPv6: address.protocol == .inet6)
+                let fd = try options.openListeningSocket(for: QUICSocketAddress(nio: address))
                 sockets.append(fd)
                 var one: CInt = 1
                 guard !sharesPort || setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, socklen_t(MemoryLayout<CInt>.size)) == 0 else {
@@ -62,9 +63,9 @@ package enum QUICReuseportGroup {
         return sockets
     }
 
-    private static func checkPortIsFree(_ address: SocketAddress) throws {
-        let probe = socket(CInt(address.protocol.rawValue), CInt(SOCK_DGRAM.rawValue) | CInt(SOCK_CLOEXEC.rawValue), 0)
-        guard probe >= 0 else { throw IOError(errnoCode: errno, reason: "socket") }
+    private static func checkPortIsFree(_ address: SocketAddress, options: QUICSocketOptions) throws {
+        // Of the same IP versions as the group, so a dual-stack group asks for both.
+        let probe = try options.openListeningSocket(for: QUICSocketAddress(nio: address))
         defer { close(probe) }
         guard address.withSockAddr({ Glibc.bind(probe, $0, socklen_t($1)) }) == 0 else {
             throw IOError(errnoCode: errno, reason: "bind(\(address))")

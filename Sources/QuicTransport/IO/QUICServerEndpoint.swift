@@ -2,16 +2,19 @@ import CQuicShims
 import Logging
 import NIOCore
 
-/// One worker of a listening address: its UDP socket (one of a reuseport group when there are
-/// several workers), its `QUICEndpointCore`, and one driver per connection it accepted.
+/// One worker of a listening host: its UDP sockets, one per address (each one of a reuseport
+/// group when there are several workers), its `QUICEndpointCore`, and one driver per connection
+/// it accepted.
 ///
 /// A datagram that fails or misbehaves only ever touches its own connection's core; drivers of
 /// other connections are not involved. Loop-confined: created, fed and closed on its socket's
 /// event loop. `QUICServerWorkerGroup` binds the workers of an address. The state touched per
 /// datagram skips the run-time exclusivity check (`@exclusivity(unchecked)`) for that reason.
 package final class QUICServerEndpoint {
-    let socket: QUICUDPSocket
-    /// A second socket at the address advertised as `preferred_address` (RFC 9000 §9.6), where
+    /// One socket per listening address (`::1` and `127.0.0.1` for `localhost`); a connection's
+    /// packets leave from the one its client reached.
+    let sockets: [QUICUDPSocket]
+    /// A further socket at the address advertised as `preferred_address` (RFC 9000 §9.6), where
     /// clients may move once their handshake is confirmed.
     let preferredSocket: QUICUDPSocket?
     package let core: QUICEndpointCore
@@ -32,22 +35,27 @@ package final class QUICServerEndpoint {
     /// Passes a datagram for another worker's connection to that worker; set by the group.
     var handOver: ((_ worker: Int, _ datagram: ByteBuffer, _ path: QUICPath, _ ecn: UInt32) -> Void)?
 
-    private var listeningSockets: [QUICUDPSocket] { [socket] + (preferredSocket.map { [$0] } ?? []) }
+    private var listeningSockets: [QUICUDPSocket] { sockets + (preferredSocket.map { [$0] } ?? []) }
+    /// The worker's event loop, which all its sockets share.
+    private var loop: QUICEventLoop { sockets[0].loop }
 
-    /// The bound port.
-    package var port: UInt16 { socket.localAddress.port }
+    /// The bound port, the same at every address.
+    package var port: UInt16 { sockets[0].localAddress.port }
+    /// The addresses it listens on.
+    package var localAddresses: [QUICSocketAddress] { sockets.map(\.localAddress) }
     /// The address advertised as `preferred_address`, when there is one.
     package var preferredAddress: QUICSocketAddress? { preferredSocket?.localAddress }
 
     init(
-        socket: QUICUDPSocket,
+        sockets: [QUICUDPSocket],
         preferredSocket: QUICUDPSocket? = nil,
         configuration: QUICEndpointCore.Configuration,
         idFactory: QUICConnectionIDFactory,
         shared: QUICEndpointSharedState,
         logger: Logger
     ) {
-        self.socket = socket
+        precondition(!sockets.isEmpty, "an endpoint listens on at least one socket")
+        self.sockets = sockets
         self.preferredSocket = preferredSocket
         self.core = QUICEndpointCore(configuration: configuration, idFactory: idFactory, shared: shared, logger: logger)
         self.logger = logger
@@ -64,8 +72,8 @@ package final class QUICServerEndpoint {
     /// (connections still open then are closed). The group has already set the shared flag that
     /// refuses new clients.
     func closeWhenDrained(timeout: TimeAmount) -> EventLoopFuture<Void> {
-        let eventLoop = socket.loop.assumeIsolated()
-        let closed = socket.loop.makePromise(of: Void.self)
+        let eventLoop = loop.assumeIsolated()
+        let closed = loop.makePromise(of: Void.self)
         let deadline = NIODeadline.now() + timeout
         func check() {
             if drivers.isEmpty || NIODeadline.now() >= deadline {
@@ -114,7 +122,7 @@ package final class QUICServerEndpoint {
         memoryTrimScheduled = true
         // Holds the endpoint for the delay at most: a weak reference would give it a side table,
         // and every retain and release of it (one per datagram) would take the slow path.
-        socket.loop.assumeIsolated().scheduleTask(in: delay) {
+        loop.assumeIsolated().scheduleTask(in: delay) {
             self.memoryTrimScheduled = false
             let quiet = NIODeadline.now() - self.lastConnectionChange
             if quiet >= Self.memoryTrimDelay {
@@ -134,7 +142,7 @@ package final class QUICServerEndpoint {
 
     /// Takes a datagram that another worker received for one of this worker's connections.
     func receiveHandedOver(_ datagram: ByteBuffer, path: QUICPath, ecn: UInt32) {
-        let listening = preferredSocket.flatMap { $0.localAddress == path.local ? $0 : nil } ?? socket
+        let listening = listeningSockets.first { $0.localAddress == path.local } ?? sockets[0]
         datagram.withUnsafeReadableBytes { receive($0, path: path, ecn: ecn, on: listening, mayHandOver: false) }
         serviceTouched()  // Each touched driver's pass flushes its sockets.
     }
@@ -154,8 +162,8 @@ package final class QUICServerEndpoint {
                 Unmanaged<QUICConnectionDriver>.fromOpaque(owner.toOpaque())._withUnsafeGuaranteedRef { touch($0) }
                 return
             }
-            let driver = QUICConnectionDriver(core: connection, socket: socket, eventLoop: socket.loop)
-            if let preferredSocket { driver.addSocket(preferredSocket) }
+            let driver = QUICConnectionDriver(core: connection, socket: listening, eventLoop: loop)
+            if let preferredSocket, preferredSocket !== listening { driver.addSocket(preferredSocket) }
             // The endpoint's core, held strongly: it holds cores, not drivers, so no cycle,
             // and a pass then loads no weak reference (12 per connection).
             driver.takeEvents = { [core] in core.takeEvents(of: $0) }

@@ -5,8 +5,8 @@ import Logging
 import NIOCore
 import NIOPosix
 
-/// The workers serving one address: one event loop, one UDP socket and one `QUICServerEndpoint`
-/// each, so a server uses as many cores as it has workers. Each worker's loop is a
+/// The workers serving one host's addresses: one event loop, one UDP socket per address and one
+/// `QUICServerEndpoint` each, so a server uses as many cores as it has workers. Each worker's loop is a
 /// `QUICEventLoop` of the group's own, reading and writing its sockets with system calls
 /// (`QUICUDPSocket`); a loop's thread ends once its sockets are closed and nothing refers to it.
 ///
@@ -27,20 +27,23 @@ package final class QUICServerWorkerGroup: Sendable {
     let workers: [Worker]
     /// What the workers share: limits, keys, the hand-over count.
     package let shared: QUICEndpointSharedState
-    /// The bound port, the same for every worker.
+    /// The bound port, the same for every worker and every address.
     package let port: UInt16
+    /// The addresses the workers listen on, the same for every worker.
+    package let localAddresses: [QUICSocketAddress]
     /// The address advertised as `preferred_address`, when there is one.
     package let preferredAddress: QUICSocketAddress?
     /// Whether the kernel steers packets by connection ID; without it only hand-overs do.
     package let isSteeredByKernel: Bool
 
     private init(
-        workers: [Worker], port: UInt16, preferredAddress: QUICSocketAddress?, shared: QUICEndpointSharedState,
-        isSteeredByKernel: Bool
+        workers: [Worker], port: UInt16, localAddresses: [QUICSocketAddress], preferredAddress: QUICSocketAddress?,
+        shared: QUICEndpointSharedState, isSteeredByKernel: Bool
     ) {
         self.workers = workers
         self.shared = shared
         self.port = port
+        self.localAddresses = localAddresses
         self.preferredAddress = preferredAddress
         self.isSteeredByKernel = isSteeredByKernel
         let loops = workers.map(\.eventLoop)
@@ -60,6 +63,8 @@ package final class QUICServerWorkerGroup: Sendable {
     /// Binds `workerCount` workers to `host:port` (and to `preferred`, if given), each on its own
     /// event loop, and calls `onNewConnection` on a worker's loop for each connection it accepts.
     ///
+    /// `host` may name several addresses (`QUICHostResolver.listeningAddresses`): each worker then has a socket
+    /// at each, all on one port, and every address is a reuseport group of its own.
     /// `kernelSteering: false` leaves the steering program out, so only hand-overs steer (for
     /// tests, and for kernels that refuse the program).
     package static func bind(
@@ -95,13 +100,13 @@ package final class QUICServerWorkerGroup: Sendable {
             }
             return descriptors
         }
-        let mainAddress = try SocketAddress.makeAddressResolvingHost(host, port: port)
-        let main = try bindGroup(mainAddress)
+        let mainAddresses = try QUICHostResolver.listeningAddresses(host: host, port: port, options: socketOptions)
+        let main = try bindGroups(at: mainAddresses, logger: logger, bindGroup)
         let second: [CInt]?
         do {
             second = try preferred.map { try bindGroup(try SocketAddress.makeAddressResolvingHost($0.host, port: $0.port)) }
         } catch {
-            for descriptor in main { _ = Glibc.close(descriptor) }
+            for descriptor in main.joined() { _ = Glibc.close(descriptor) }
             throw error
         }
 
@@ -109,29 +114,34 @@ package final class QUICServerWorkerGroup: Sendable {
         let endpoints = (0..<workerCount).map { index in
             let loop = loops[index]
             return loop.submit {
-                let socket = try QUICUDPSocket(adopting: main[index], options: socketOptions, loop: loop, logger: logger)
+                var adopted: [QUICUDPSocket] = []
                 do {
+                    for group in main {
+                        adopted.append(try QUICUDPSocket(adopting: group[index], options: socketOptions, loop: loop, logger: logger))
+                    }
                     let preferredSocket = try second.map { try QUICUDPSocket(adopting: $0[index], options: socketOptions, loop: loop, logger: logger) }
-                    return (NIOLoopBound(socket, eventLoop: loop), preferredSocket.map { NIOLoopBound($0, eventLoop: loop) })
+                    return (adopted.map { NIOLoopBound($0, eventLoop: loop) }, preferredSocket.map { NIOLoopBound($0, eventLoop: loop) })
                 } catch {
-                    socket.close()
+                    // Those not adopted are the caller's to close.
+                    for socket in adopted { socket.close() }
+                    for group in main.dropFirst(adopted.count) { _ = Glibc.close(group[index]) }
+                    if let second { _ = Glibc.close(second[index]) }
                     throw error
                 }
             }
         }
-        let sockets: [(NIOLoopBound<QUICUDPSocket>, NIOLoopBound<QUICUDPSocket>?)]
+        let sockets: [([NIOLoopBound<QUICUDPSocket>], NIOLoopBound<QUICUDPSocket>?)]
         do {
             sockets = try await EventLoopFuture.whenAllSucceed(endpoints, on: loops[0]).get()
         } catch {
-            // Close what was adopted; descriptors not adopted are closed here.
+            // Close what the other workers adopted.
             let results = (try? await EventLoopFuture.whenAllComplete(endpoints, on: loops[0]).get()) ?? []
             for (index, result) in results.enumerated() {
-                switch result {
-                case .success(let (socket, preferredSocket)):
-                    loops[index].execute { socket.value.close(); preferredSocket?.value.close() }
-                case .failure:
-                    _ = Glibc.close(main[index])
-                    if let second { _ = Glibc.close(second[index]) }
+                if case .success(let (adopted, preferredSocket)) = result {
+                    loops[index].execute {
+                        for socket in adopted { socket.value.close() }
+                        preferredSocket?.value.close()
+                    }
                 }
             }
             throw error
@@ -140,17 +150,18 @@ package final class QUICServerWorkerGroup: Sendable {
         var advertised = configuration
         advertised.quic.preferredAddress = advertisedAddress
         advertised.quic.maxUDPPayloadSize = socketOptions.maximumUDPPayload(
-            advertised.quic.maxUDPPayloadSize, isIPv6: mainAddress.protocol == .inet6
+            advertised.quic.maxUDPPayloadSize, isIPv6: mainAddresses.contains { $0.protocol == .inet6 }
         )
         let workerConfiguration = advertised
         var workers: [Worker] = []
         var port: UInt16 = 0
+        var localAddresses: [QUICSocketAddress] = []
         var preferredAddress: QUICSocketAddress?
-        for (index, (socket, preferredSocket)) in sockets.enumerated() {
+        for (index, (listening, preferredSocket)) in sockets.enumerated() {
             let loop = loops[index]
             let made = try await loop.submit {
                 let endpoint = QUICServerEndpoint(
-                    socket: socket.value,
+                    sockets: listening.map(\.value),
                     preferredSocket: preferredSocket?.value,
                     configuration: workerConfiguration,
                     idFactory: factory.forWorker(UInt8(index)),
@@ -158,15 +169,53 @@ package final class QUICServerWorkerGroup: Sendable {
                     logger: logger
                 )
                 endpoint.onNewConnection = onNewConnection
-                return (NIOLoopBound(endpoint, eventLoop: loop), endpoint.port, endpoint.preferredAddress)
+                return (NIOLoopBound(endpoint, eventLoop: loop), endpoint.port, endpoint.preferredAddress, endpoint.localAddresses)
             }.get()
-            if index == 0 { (port, preferredAddress) = (made.1, made.2) }
+            if index == 0 { (port, preferredAddress, localAddresses) = (made.1, made.2, made.3) }
             workers.append(Worker(eventLoop: loop, endpoint: made.0))
         }
         return QUICServerWorkerGroup(
-            workers: workers, port: port, preferredAddress: preferredAddress, shared: shared,
+            workers: workers, port: port, localAddresses: localAddresses, preferredAddress: preferredAddress, shared: shared,
             isSteeredByKernel: steered
         )
+    }
+
+    /// Binds a group at each of `addresses` with `bindGroup`, all on one port; the first picks
+    /// it when theirs is 0, and when a later address has that port taken the whole set tries
+    /// again on another. An address this host lacks (`::1` where IPv6 is off, as in some
+    /// containers) is left out, with a notice, as long as another is bound.
+    private static func bindGroups(
+        at addresses: [SocketAddress], logger: Logger, _ bindGroup: (SocketAddress) throws -> [CInt]
+    ) throws -> [[CInt]] {
+        let picksPort = addresses[0].port == 0
+        for attempt in 1...8 {
+            var groups: [[CInt]] = []
+            var port = addresses[0].port ?? 0
+            do {
+                for var address in addresses {
+                    address.port = port
+                    do {
+                        groups.append(try bindGroup(address))
+                    } catch let error as IOError
+                        where addresses.count > 1 && [EADDRNOTAVAIL, EAFNOSUPPORT].contains(error.errnoCode) {
+                        logger.notice("cannot listen on \(address); serving the other addresses", metadata: ["error": "\(error)"])
+                        continue
+                    }
+                    if port == 0, let first = groups.first?.first {
+                        port = Int(try QUICReuseportGroup.boundAddress(of: first).port)
+                    }
+                }
+                guard !groups.isEmpty else { throw IOError(errnoCode: EADDRNOTAVAIL, reason: "bind(\(addresses))") }
+                return groups
+            } catch let error as IOError where picksPort && error.errnoCode == EADDRINUSE && groups.count > 0 && attempt < 8 {
+                // The port the first address picked is taken at another: pick again.
+                for descriptor in groups.joined() { _ = Glibc.close(descriptor) }
+            } catch {
+                for descriptor in groups.joined() { _ = Glibc.close(descriptor) }
+                throw error
+            }
+        }
+        preconditionFailure("the last attempt returns or throws")
     }
 
     /// Datagrams handed from one worker to another so far.

@@ -63,6 +63,33 @@ extension QUICSocketOptions {
     }
 }
 
+extension QUICSocketOptions {
+    /// Whether a listening socket bound to `address` serves both IP versions: the unspecified
+    /// IPv6 address `::` does, unless only IPv6 is allowed. Its IPv4 clients are then seen as
+    /// v4-mapped addresses (RFC 3493 §3.7), as on Apple's dual-stack listeners.
+    func isDualStack(_ address: QUICSocketAddress) -> Bool {
+        ipVersion == .any && address.isUnspecifiedIPv6
+    }
+
+    /// A listening socket for `address`, as `openSocket` makes one. An IPv6 socket has
+    /// `IPV6_V6ONLY` set either way, so that `net.ipv6.bindv6only` does not decide what `::`
+    /// serves; a dual-stack one also gets the IPv4 settings, which its IPv4 packets follow.
+    func openListeningSocket(for address: QUICSocketAddress) throws -> CInt {
+        let isIPv6 = address.family == AF_INET6
+        let descriptor = try openSocket(isIPv6: isIPv6)
+        guard isIPv6 else { return descriptor }
+        let dualStack = isDualStack(address)
+        do {
+            try Setting(level: CInt(IPPROTO_IPV6), name: IPV6_V6ONLY, value: dualStack ? 0 : 1).apply(to: descriptor)
+            if dualStack { try apply(to: descriptor, isIPv6: false) }
+        } catch {
+            _ = close(descriptor)
+            throw error
+        }
+        return descriptor
+    }
+}
+
 extension QUICSocketOptions.Setting {
     /// `setsockopt` of this setting on `descriptor`.
     func apply(to descriptor: CInt) throws {

@@ -333,7 +333,6 @@ package final class QUICUDPSocket: QUICEventLoopSource {
     /// ECN codepoint when it is not not-ECT.
     private func sendmsg(_ bytes: UnsafeRawBufferPointer, segmentSize: Int, to remote: QUICSocketAddress, ecn: UInt32) -> SendResult {
         var storage = remote.storage
-        let isIPv4 = remote.family == AF_INET
         var vector = iovec(iov_base: UnsafeMutableRawPointer(mutating: bytes.baseAddress), iov_len: bytes.count)
         return withUnsafeMutablePointer(to: &storage) { name in
             withUnsafeMutablePointer(to: &vector) { vector in
@@ -355,6 +354,9 @@ package final class QUICUDPSocket: QUICEventLoopSource {
                     control = cqs_cmsg_nxthdr(&header, message)
                 }
                 if ecn != 0, let message = control {
+                    // A dual-stack socket's IPv4 peers are v4-mapped, and their packets leave as
+                    // IPv4, whose ECN bits the kernel takes from IP_TOS only.
+                    let isIPv4 = remote.family == AF_INET || remote.isIPv4Mapped
                     message.pointee.cmsg_level = isIPv4 ? CInt(IPPROTO_IP) : CInt(IPPROTO_IPV6)
                     message.pointee.cmsg_type = isIPv4 ? IP_TOS : IPV6_TCLASS
                     message.pointee.cmsg_len = cqs_cmsg_len(MemoryLayout<CInt>.size)

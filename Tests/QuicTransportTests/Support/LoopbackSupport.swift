@@ -4,17 +4,23 @@ import NIOConcurrencyHelpers
 import QuicTransport
 import Testing
 
-/// Real UDP on 127.0.0.1: an in-process listener whose tunnels and streams the test handles.
+/// Real UDP on 127.0.0.1 (or another address): an in-process listener whose tunnels and
+/// streams the test handles.
 final class LoopbackServer: Sendable {
     let listener: NWListener
     let port: NWEndpoint.Port
     let certificate: SelfSignedCertificate
     let groups: AsyncStream<NWConnectionGroup>
 
-    /// Starts a listener on a free port; `configure` adjusts the QUIC options first.
+    /// Starts a listener on a free port of `host` (nil: no required local endpoint, the
+    /// listener's default); `configure` adjusts the QUIC options, `workers` and
+    /// `maximumTunnelsPerAddress` the listener.
     init(
+        host: String? = "127.0.0.1",
         alpn: String = "quic-echo",
         certificate: SelfSignedCertificate? = nil,
+        workers: Int = 1,
+        maximumTunnelsPerAddress: Int? = nil,
         configure: (NWProtocolQUIC.Options) -> Void = { _ in }
     ) async throws {
         let certificate = try certificate ?? SelfSignedCertificate.generate()
@@ -22,8 +28,10 @@ final class LoopbackServer: Sendable {
         options.tls.identity = certificate
         configure(options)
         let parameters = NWParameters(quic: options)
-        parameters.requiredLocalEndpoint = .hostPort(host: "127.0.0.1", port: .any)
+        if let host { parameters.requiredLocalEndpoint = .hostPort(host: .init(host), port: .any) }
         let listener = try NWListener(using: parameters)
+        listener.workers = workers
+        listener.maximumTunnelsPerAddress = maximumTunnelsPerAddress
         self.groups = listener.connectionGroups
         let states = listener.states
         listener.start(queue: DispatchQueue(label: "test.listener"))
