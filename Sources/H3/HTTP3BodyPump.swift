@@ -32,8 +32,11 @@ final class HTTP3BodyPump: @unchecked Sendable {
     /// through the driver this pump holds anyway, not through a hook into its owner.
     private var codec: HTTP3Codec? { driver.core.applicationCodec as? HTTP3Codec }
 
-    /// Starts pulling `stream` into the body of `streamID`, which was submitted as streaming.
-    func pump(streamID: Int64, from stream: AsyncThrowingStream<[UInt8], any Error>) {
+    /// Starts pulling `stream` into the body of `streamID`, which was submitted as streaming;
+    /// `whenComplete` runs on the loop once the whole body is handed to the codec.
+    func pump(
+        streamID: Int64, from stream: AsyncThrowingStream<[UInt8], any Error>, whenComplete: (@Sendable () -> Void)? = nil
+    ) {
         producers[streamID] = .some(nil)
         tasks[streamID] = Task {
             var iterator = stream.makeAsyncIterator()
@@ -43,7 +46,10 @@ final class HTTP3BodyPump: @unchecked Sendable {
                     self.driver.eventLoop.execute {
                         guard self.producers[streamID] != nil else { return }
                         self.codec?.appendBody(streamID: streamID, chunk ?? [], finished: chunk == nil)
-                        if chunk == nil { self.stop(streamID) }
+                        if chunk == nil {
+                            self.stop(streamID)
+                            whenComplete?()
+                        }
                         self.driver.afterInput()
                     }
                     if chunk == nil { return }

@@ -661,15 +661,29 @@ package final class HTTP3Codec: QUICApplicationCodec {
     /// tells the peer's QPACK encoder (RFC 9204 §4.4.2). The connection and its other streams
     /// go on.
     private func rejectOversizedRequest(streamID: Int64) {
-        guard let conn else { return }
-        _ = nghttp3_conn_shutdown_stream_read(conn, streamID)
+        guard conn != nil else { return }
         if !awaitingRequestHeads.isEmpty { stopAwaitingRequestHead(streamID) }
         let status = [(name: ":status", value: "431")]
         do {
             try submitResponse(streamID: streamID, headers: status, body: Array("request header fields too large\n".utf8))
-            withCore { $0.shutdownCodecStream(streamID: streamID, code: UInt64(NGHTTP3_H3_NO_ERROR), read: true, write: false) }
+            stopReading(streamID: streamID, unreadBytes: 0)
         } catch {
             cancel(streamID: streamID, code: .excessiveLoad)
+        }
+    }
+
+    /// Server: stops reading a request whose response needs no more of it (RFC 9114 §4.1.2):
+    /// nghttp3 takes no more of the stream, so a body the client cuts short is no error, and
+    /// the client is sent STOP_SENDING with H3_NO_ERROR. The response still goes out whole and
+    /// the connection goes on. `unreadBytes`, body bytes the application was handed and will
+    /// not read now, are credited to the connection (RFC 9000 §4.1), so that unread uploads
+    /// never shrink its window.
+    package func stopReading(streamID: Int64, unreadBytes: Int) {
+        guard let conn else { return }
+        _ = nghttp3_conn_shutdown_stream_read(conn, streamID)
+        withCore { core in
+            core.shutdownCodecStream(streamID: streamID, code: UInt64(NGHTTP3_H3_NO_ERROR), read: true, write: false)
+            core.creditConnection(bytes: unreadBytes)
         }
     }
 

@@ -513,6 +513,8 @@ final class HTTP3ServerConnection: @unchecked Sendable {
     private struct Incoming {
         let body: AsyncThrowingStream<[UInt8], any Error>.Continuation
         let trailers: NIOLockedValueBox<HTTPFields?>
+        /// Body bytes handed to the handler whose credit has not come back yet.
+        var unread = 0
     }
 
     private let driver: QUICConnectionDriver
@@ -523,11 +525,15 @@ final class HTTP3ServerConnection: @unchecked Sendable {
     private let handler: HTTP3Server.Handler
     private let logger: Logger
     @exclusivity(unchecked) private var incoming: [Int64: Incoming] = [:]
+    /// Requests the server stopped reading once their response was complete
+    /// (`stopReadingRequest`), until their streams close: what their handlers still read was
+    /// credited then.
+    @exclusivity(unchecked) private var stoppedReading: Set<Int64> = []
     /// Credit for request bytes handlers have read. Weak: request bodies live in handler tasks
     /// that can outlast the connection, and a strong capture would make it hold itself.
     private lazy var flowCredit = HTTP3FlowCredit(eventLoop: driver.eventLoop) { [weak self] credits in
         guard let self else { return }
-        for (streamID, bytes) in credits { self.codec?.consumeBody(streamID: streamID, bytes: bytes) }
+        for (streamID, bytes) in credits { self.credit(bytes, readFrom: streamID) }
         self.driver.afterInput()
     }
     @exclusivity(unchecked) private var isShuttingDown = false
@@ -707,6 +713,7 @@ final class HTTP3ServerConnection: @unchecked Sendable {
             case .closed(let streamID, let code):
                 // Usually empty (requests without a body, or all read): skip the hashing then.
                 if !incoming.isEmpty { endBody(of: streamID, throwing: HTTP3RequestBodyError.clientReset(code)) }
+                if !stoppedReading.isEmpty { stoppedReading.remove(streamID) }
                 pump?.streamClosed(streamID)
                 if isShuttingDown { driver.eventLoop.execute { self.closeIfIdle() } }
             case .goaway:
@@ -723,10 +730,37 @@ final class HTTP3ServerConnection: @unchecked Sendable {
         incoming[streamID]?.trailers.withLockedValue { $0 = HTTPFields(fields) }
     }
 
-    /// Body bytes for a request whose body the handler reads.
+    /// Body bytes for a request whose body the handler reads. Bytes of a request nobody reads
+    /// any more (its response is complete) are credited at once.
     @inline(never)
     private func receivedBody(_ bytes: [UInt8], on streamID: Int64) {
-        incoming[streamID]?.body.yield(bytes)
+        guard let index = incoming.index(forKey: streamID) else {
+            codec?.consumeBody(streamID: streamID, bytes: bytes.count)
+            return
+        }
+        incoming.values[index].unread += bytes.count
+        incoming.values[index].body.yield(bytes)
+    }
+
+    /// Credit for body bytes a handler has read (RFC 9000 §4.1), unless its request was
+    /// stopped, which credited them already.
+    private func credit(_ bytes: Int, readFrom streamID: Int64) {
+        if !stoppedReading.isEmpty, stoppedReading.contains(streamID) { return }
+        if let index = incoming.index(forKey: streamID) { incoming.values[index].unread -= bytes }
+        codec?.consumeBody(streamID: streamID, bytes: bytes)
+    }
+
+    /// The response to `streamID` is complete while its request body is still arriving: the
+    /// server reads no more of it (RFC 9114 §4.1.2), and the client is asked to stop with
+    /// STOP_SENDING and H3_NO_ERROR. An error response to an upload, a redirect, or any handler
+    /// that does not read the body ends that way, and the connection and its other requests go
+    /// on. A handler still reading the body sees it end there.
+    @inline(never)
+    private func stopReadingRequest(_ streamID: Int64) {
+        guard let request = incoming.removeValue(forKey: streamID) else { return }
+        request.body.finish()
+        stoppedReading.insert(streamID)
+        withCodec { $0.stopReading(streamID: streamID, unreadBytes: request.unread) }
     }
 
     /// The request body of `streamID` ends: complete (`error` nil) or cut short.
@@ -817,7 +851,11 @@ final class HTTP3ServerConnection: @unchecked Sendable {
                 streaming: streaming,
                 trailers: response.trailers.map(\.pairs)
             )
-            if streaming { pumpBody(of: response, on: streamID) }
+            if streaming {
+                pumpBody(of: response, on: streamID)
+            } else if !incoming.isEmpty, incoming[streamID] != nil {
+                stopReadingRequest(streamID)
+            }
         } catch {
             refuse(streamID, to: codec, because: error)
         }
@@ -827,7 +865,10 @@ final class HTTP3ServerConnection: @unchecked Sendable {
     /// Starts pumping a response's body stream into its HTTP/3 stream.
     @inline(never)
     private func pumpBody(of response: HTTP3ServerResponse, on streamID: Int64) {
-        if let stream = response.bodyStream { bodyPump().pump(streamID: streamID, from: stream) }
+        guard let stream = response.bodyStream else { return }
+        // The handler may read the request body while its response streams: only a complete
+        // response stops the request.
+        bodyPump().pump(streamID: streamID, from: stream) { self.stopReadingRequest(streamID) }
     }
 
     /// A response nghttp3 would not take: logged, and its stream reset with

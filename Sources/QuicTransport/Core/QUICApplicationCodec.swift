@@ -74,6 +74,14 @@ extension QUICConnectionCore {
         ngtcp2_conn_extend_max_offset(conn, UInt64(bytes))
     }
 
+    /// Extends the connection's flow-control window by `bytes` alone (RFC 9000 §4.1): for data
+    /// the application will never read on a stream it stopped reading, whose own window no
+    /// longer matters.
+    package func creditConnection(bytes: Int) {
+        guard bytes > 0, state == .handshaking || state == .established else { return }
+        ngtcp2_conn_extend_max_offset(conn, UInt64(bytes))
+    }
+
     /// Opens a unidirectional stream for the codec's own use; throws when the peer allows none.
     package func openCodecUnidirectionalStream() throws -> Int64 {
         guard let conn else { throw QUICStreamError.connectionClosed }
