@@ -58,6 +58,8 @@ public final class HTTP3Client: Sendable {
     private let eventLoop: QUICEventLoop
     private let logger: Logger
     private let connections = NIOLockedValueBox([Origin: HTTP3ClientConnection]())
+    /// The connections that `Configuration.initiatesKeyUpdate` asks to update their keys.
+    private let keyUpdating = NIOLockedValueBox([HTTP3ClientConnection]())
     private let loopExecutor: EventLoopTaskExecutor
 
     /// A pooled connection's host and port: a key made without formatting a string.
@@ -221,6 +223,7 @@ public final class HTTP3Client: Sendable {
             // The pool, not the client, and no weak reference: an object referred to weakly keeps
             // its reference counts in a side table, which slows every retain of it (the client's,
             // once a request). The pool holds the connection only until this runs.
+            if configuration.initiatesKeyUpdate { keyUpdating.withLockedValue { $0.append(created) } }
             created.onClosed = { [connections = self.connections] closed in
                 connections.withLockedValue { pool in
                     if pool[key] === closed { pool[key] = nil }
@@ -229,6 +232,18 @@ public final class HTTP3Client: Sendable {
             pool[key] = created
             return created
         }
+    }
+
+    /// Waits for the key updates that `Configuration.initiatesKeyUpdate` started (RFC 9001 §6)
+    /// to complete, one per connection opened, and returns how many there were. Throws the
+    /// first that failed (`QUICKeyUpdateError`), as one does whose connection ended first or has
+    /// not completed its handshake by now. Call it before `close()`, which would cut short an
+    /// update still under way.
+    public func keyUpdatesCompleted() async throws -> Int {
+        let connections = keyUpdating.withLockedValue { $0 }
+        let updates = try await eventLoop.submit { connections.compactMap { $0.keyUpdateOutcome() } }.get()
+        for update in updates { try await update.get() }
+        return updates.count
     }
 
     /// Closes every connection with H3_NO_ERROR and returns once each has queued its

@@ -67,6 +67,27 @@ final class HTTP3ClientConnection: @unchecked Sendable {
     @exclusivity(unchecked) private var readyWaiters: [EventLoopPromise<HTTP3ConnectionInfo>] = []
     /// Runs once the connection is over, with it, so the client can forget it.
     @exclusivity(unchecked) var onClosed: ((HTTP3ClientConnection) -> Void)?
+    /// Succeeds once the key update `initiatesKeyUpdate` asks for is complete, and fails when
+    /// the connection ends before; nil without one.
+    private let keyUpdate: EventLoopPromise<Void>?
+    /// Whether the update began (at handshake confirmation) or was given up (`keyUpdateOutcome`).
+    @exclusivity(unchecked) private var keyUpdateSettled = false
+
+    /// The key update's outcome, for a caller done with the connection: one that has not even
+    /// completed its handshake by then (a slow or blocked UDP path, where TCP served the
+    /// requests) will not update its keys for this caller, and fails at once. Nil without one.
+    func keyUpdateOutcome() -> EventLoopFuture<Void>? {
+        eventLoop.assertInEventLoop()
+        if case .connecting = state { giveUpKeyUpdate("the HTTP/3 connection had not completed its handshake") }
+        return keyUpdate?.futureResult
+    }
+
+    /// Fails the key update that never started, for `reason`.
+    private func giveUpKeyUpdate(_ reason: String) {
+        guard let keyUpdate, !keyUpdateSettled else { return }
+        keyUpdateSettled = true
+        keyUpdate.fail(QUICKeyUpdateError.didNotComplete(reason))
+    }
     /// Handshake figures for `-v` and `-w`.
     @exclusivity(unchecked) private(set) var connectedAt: ContinuousClock.Instant?
     @exclusivity(unchecked) private(set) var negotiatedALPN: String?
@@ -87,6 +108,7 @@ final class HTTP3ClientConnection: @unchecked Sendable {
         self.eventLoop = eventLoop
         self.logger = logger
         self.initiatesKeyUpdate = configuration.initiatesKeyUpdate
+        self.keyUpdate = configuration.initiatesKeyUpdate ? eventLoop.makePromise() : nil
         self.migratesAfterHandshake = configuration.migratesAfterHandshake
         var quic = QUICConfiguration()
         quic.alpn = [HTTP3.alpn]
@@ -225,10 +247,10 @@ final class HTTP3ClientConnection: @unchecked Sendable {
                 readyWaiters.removeAll()
                 sendPending()
             case .handshakeConfirmed:
-                if initiatesKeyUpdate {
-                    connector?.initiateKeyUpdate().whenFailure { [logger] error in
-                        logger.warning("key update failed: \(error)")
-                    }
+                if let keyUpdate, !keyUpdateSettled, let update = connector?.initiateKeyUpdate() {
+                    keyUpdateSettled = true
+                    update.whenFailure { [logger] error in logger.warning("key update failed: \(error)") }
+                    update.cascade(to: keyUpdate)
                 }
                 if migratesAfterHandshake {
                     connector?.migrate().whenComplete { [logger] result in
@@ -359,6 +381,8 @@ final class HTTP3ClientConnection: @unchecked Sendable {
     private func fail(_ error: HTTP3ClientError) {
         if case .failed = state { return }
         state = .failed(error)
+        // Once started, the update fails by itself when the connection ends.
+        giveUpKeyUpdate("the HTTP/3 connection ended before its handshake was confirmed (\(error))")
         flowCredit.detach()
         for waiter in readyWaiters { waiter.fail(error) }
         readyWaiters.removeAll()

@@ -314,6 +314,16 @@ public final class HTTPSession: Sendable {
         return learn(from: response, origin: origin)
     }
 
+    /// Waits for the key updates `Configuration.initiatesKeyUpdate` started on HTTP/3
+    /// connections to complete, and returns how many there were (`HTTP3Client.keyUpdatesCompleted()`):
+    /// 0 when every request went over TCP. Throws the first that failed.
+    public func keyUpdatesCompleted() async throws -> Int {
+        let clients = http3Clients.withLockedValue { Array($0.values) }
+        var completed = 0
+        for client in clients { completed += try await client.keyUpdatesCompleted() }
+        return completed
+    }
+
     /// Closes every connection.
     public func shutdown() async {
         let clients = http3Clients.withLockedValue { clients in defer { clients.removeAll() }; return Array(clients.values) }

@@ -94,7 +94,7 @@ struct H3Get: AsyncParsableCommand {
     @Flag(name: .customLong("0rtt"), help: "With --session-file holding a ticket for the server, send GET and HEAD requests in 0-RTT (replayable: RFC 9114 §10.9).")
     var zeroRTT = false
 
-    @Flag(name: .customLong("key-update"), help: "Update the HTTP/3 connection's 1-RTT keys (RFC 9001 §6) as soon as its handshake is confirmed.")
+    @Flag(name: .customLong("key-update"), help: "Update the HTTP/3 connection's 1-RTT keys (RFC 9001 §6) as soon as its handshake is confirmed, and keep the connection until the server has acknowledged the new keys; exit 95 if the update could not complete.")
     var keyUpdate = false
 
     @Flag(help: "Move the HTTP/3 connection to a new local UDP port once its handshake is confirmed, with path validation (RFC 9000 §9.2).")
@@ -224,8 +224,23 @@ struct H3Get: AsyncParsableCommand {
         let exit = await withTaskExecutorPreference(client.taskExecutor) {
             await transfers.fetchAll(with: client, body: body, parallelMax: parallelMax)
         }
+        // --key-update keeps its promise: the connection stays until the update is complete,
+        // or h3get says why it is not.
+        var keyUpdateFailed = false
+        if keyUpdate {
+            do {
+                if try await client.keyUpdatesCompleted() == 0 {
+                    keyUpdateFailed = true
+                    if !silent { writeToStandardError("h3get: --key-update: no HTTP/3 connection was opened, so no keys were updated\n") }
+                }
+            } catch {
+                keyUpdateFailed = true
+                if !silent { writeToStandardError("h3get: --key-update: \(error)\n") }
+            }
+        }
         await client.shutdown()
         if let exit { throw ExitCode(exit.rawValue) }
+        if keyUpdateFailed { throw ExitCode(Exit.http3Error.rawValue) }
     }
 
     private func loadBody() throws -> [UInt8]? {

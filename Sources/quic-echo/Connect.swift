@@ -69,7 +69,7 @@ struct Connect: AsyncParsableCommand {
     @Flag(name: .customLong("0rtt"), help: "With --session-file holding a ticket for this server, send the first bytes in 0-RTT (replayable: RFC 8446 §8).")
     var zeroRTT = false
 
-    @Flag(name: .customLong("key-update"), help: "Update the 1-RTT keys (RFC 9001 §6) once the handshake is confirmed, before echoing.")
+    @Flag(name: .customLong("key-update"), help: "Update the 1-RTT keys (RFC 9001 §6) once the handshake is confirmed, and wait until the server has acknowledged the new keys, before echoing.")
     var keyUpdate = false
 
     @Flag(help: "Move to a new local UDP port once the handshake is confirmed, while the echo runs (connection migration with path validation, RFC 9000 §9.2).")
@@ -129,7 +129,7 @@ struct Connect: AsyncParsableCommand {
         if keyUpdate {
             do {
                 try await group.initiateKeyUpdate()
-                print("key update initiated")
+                print("key update completed")
             } catch {
                 throw failure("key update failed: \(error)")
             }

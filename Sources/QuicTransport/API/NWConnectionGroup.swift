@@ -336,8 +336,10 @@ public final class NWConnectionGroup: @unchecked Sendable {
     }
 
     /// Starts a 1-RTT key update (RFC 9001 §6); the peer follows. A client tunnel waits until the
-    /// handshake is confirmed and the next keys exist. Throws while the previous update is still
-    /// unacknowledged (and, on a server tunnel, before the handshake is confirmed).
+    /// handshake is confirmed and the next keys exist, and returns once the update is complete
+    /// (the peer acknowledged a packet under the new keys), throwing `QUICKeyUpdateError` when
+    /// the tunnel ends first. Throws while the previous update is still unacknowledged (and, on
+    /// a server tunnel, before the handshake is confirmed).
     public func initiateKeyUpdate() async throws {
         try await eventLoop.flatSubmit { () -> EventLoopFuture<Void> in
             if let connector = self.connector { return connector.initiateKeyUpdate() }

@@ -70,6 +70,7 @@ extension QUICConnectionCore {
         guard let conn else { return }
         let interval = milliseconds ?? (effectiveIdleTimeoutMilliseconds > 0 ? max(1000, effectiveIdleTimeoutMilliseconds / 2) : 15_000)
         ngtcp2_conn_set_keep_alive_timeout(conn, interval * UInt64(NGTCP2_MILLISECONDS))
+        keepAliveMilliseconds = interval
     }
 
     /// The peer's `max_idle_timeout` in milliseconds (RFC 9000 §18.2); 0 before the handshake.

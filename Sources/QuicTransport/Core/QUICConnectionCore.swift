@@ -122,6 +122,8 @@ package final class QUICConnectionCore {
         return isHandshakeCompleted || (earlyDataAttempted && ngtcp2_conn_get_early_data_rejected(conn) == 0)
     }
     var localKeyUpdateRequested = false
+    /// The keep-alive interval in force (`setKeepAlive`); 0, ngtcp2's default, when off.
+    var keepAliveMilliseconds: UInt64 = 0
     /// The owner's count of cores in memory; this core is in it until `deinit`. Set once, right
     /// after creation, while the core still holds its C state.
     package var liveConnections: QUICLiveConnections? {
@@ -1060,8 +1062,29 @@ public enum QUICMigrationError: Error, Sendable, CustomStringConvertible {
 }
 
 /// A key update could not start now (RFC 9001 §6: not before the handshake is confirmed, and not
-/// while the previous update is unacknowledged). `description` gives ngtcp2's reason.
+/// while the previous update is unacknowledged), or did not complete. `description` gives the
+/// reason, ngtcp2's or ours.
 public struct QUICKeyUpdateError: Error, Sendable, CustomStringConvertible {
     let code: Int32
-    public var description: String { "cannot update keys now: \(String(cString: ngtcp2_strerror(code)))" }
+    /// Why, when it is not ngtcp2's word for `code`.
+    let reason: String?
+
+    init(code: Int32, reason: String? = nil) {
+        self.code = code
+        self.reason = reason
+    }
+
+    /// The connection ended while its key update was under way.
+    package static let connectionEnded = QUICKeyUpdateError(code: NGTCP2_ERR_CLOSING)
+
+    /// The update did not complete, for `reason`.
+    package static func didNotComplete(_ reason: String) -> QUICKeyUpdateError {
+        QUICKeyUpdateError(code: NGTCP2_ERR_INVALID_STATE, reason: reason)
+    }
+
+    public var description: String {
+        if let reason { return "the key update did not complete: \(reason)" }
+        if code == NGTCP2_ERR_CLOSING { return "the key update did not complete: the connection closed first" }
+        return "cannot update keys now: \(String(cString: ngtcp2_strerror(code)))"
+    }
 }

@@ -305,24 +305,59 @@ package final class QUICClientConnector: @unchecked Sendable {
 
     // MARK: Key update (RFC 9001 §6)
 
-    /// Starts a 1-RTT key update as soon as ngtcp2 allows it: once the handshake is confirmed
-    /// and the next generation's keys are derived. Fails if that takes over two seconds.
-    package func initiateKeyUpdate() -> EventLoopFuture<Void> {
+    /// Starts a 1-RTT key update as soon as ngtcp2 allows it, and succeeds once it is complete:
+    /// the peer acknowledged a packet sent with the new keys (RFC 9001 §6.1), which is when
+    /// ngtcp2 derives the next generation.
+    ///
+    /// ngtcp2 allows the update once the handshake is confirmed and the next keys are derived;
+    /// until then it is tried again, for two seconds at most. A packet under the new keys must
+    /// then be acknowledged, so a PING goes out every 10 ms while the connection is otherwise
+    /// quiet (as after its last response): without one, a transfer that ended just before the
+    /// update left it unacknowledged, and the update never completed. Fails when the connection
+    /// ends first, or after `timeout`.
+    package func initiateKeyUpdate(timeout: TimeAmount = .seconds(5)) -> EventLoopFuture<Void> {
         eventLoop.assertInEventLoop()
-        let deadline = NIODeadline.now() + .seconds(2)
-        return whenHandshakeConfirmed().flatMap { self.tryKeyUpdate(until: deadline) }
+        let deadline = NIODeadline.now() + timeout
+        return whenHandshakeConfirmed()
+            .flatMap { self.tryKeyUpdate(until: min(deadline, NIODeadline.now() + .seconds(2))) }
+            .flatMap { updatesBefore in
+                let keepAlive = self.driver?.core.keepAliveMilliseconds ?? 0
+                self.driver?.core.setKeepAlive(milliseconds: 10)
+                self.driver?.afterInput()
+                let completed = self.waitForKeyUpdate(after: updatesBefore, until: deadline)
+                completed.whenComplete { _ in
+                    guard let driver = self.driver, driver.core.closeReason == nil else { return }
+                    driver.core.setKeepAlive(milliseconds: keepAlive)
+                    driver.afterInput()
+                }
+                return completed
+            }
     }
 
-    private func tryKeyUpdate(until deadline: NIODeadline) -> EventLoopFuture<Void> {
+    /// Starts the update; its result is the count of completed updates before it.
+    private func tryKeyUpdate(until deadline: NIODeadline) -> EventLoopFuture<UInt64> {
         guard let driver, driver.core.closeReason == nil else { return eventLoop.makeFailedFuture(NWError.posix(.ENOTCONN)) }
         do {
+            let before = driver.core.counters.keyUpdates
             try driver.core.initiateKeyUpdate(now: QUICConnectionDriver.now())
             driver.afterInput()
-            return eventLoop.makeSucceededVoidFuture()
+            return eventLoop.makeSucceededFuture(before)
         } catch {
             guard NIODeadline.now() < deadline else { return eventLoop.makeFailedFuture(error) }
             return eventLoop.scheduleTask(in: .milliseconds(10)) {}.futureResult.flatMap { self.tryKeyUpdate(until: deadline) }
         }
+    }
+
+    /// Succeeds once more than `count` key updates have completed.
+    private func waitForKeyUpdate(after count: UInt64, until deadline: NIODeadline) -> EventLoopFuture<Void> {
+        guard let driver, driver.core.closeReason == nil else {
+            return eventLoop.makeFailedFuture(QUICKeyUpdateError.connectionEnded)
+        }
+        if driver.core.counters.keyUpdates > count { return eventLoop.makeSucceededVoidFuture() }
+        guard NIODeadline.now() < deadline else {
+            return eventLoop.makeFailedFuture(QUICKeyUpdateError.didNotComplete("the peer acknowledged no packet under the new keys in time"))
+        }
+        return eventLoop.scheduleTask(in: .milliseconds(10)) {}.futureResult.flatMap { self.waitForKeyUpdate(after: count, until: deadline) }
     }
 
     private func whenHandshakeConfirmed() -> EventLoopFuture<Void> {
