@@ -34,8 +34,7 @@ struct BrowserPage {
         root = FileManager.default.temporaryDirectory.appendingPathComponent("\(label)-\(UUID())")
         traces = root.appendingPathComponent("qlog")
         try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
-        var generator = SystemRandomNumberGenerator()
-        body = (0..<bodySize).map { _ in UInt8.random(in: 0...255, using: &generator) }
+        body = try randomBytes(bodySize)
         try Data(body).write(to: root.appendingPathComponent("body.bin"))
         try Data("probe\n".utf8).write(to: root.appendingPathComponent("probe.txt"))
         try Data(#"<svg xmlns="http://www.w3.org/2000/svg" width="8" height="8"><rect width="8" height="8"/></svg>"#.utf8)

@@ -21,11 +21,11 @@ struct CurlInteropTests {
             authority = try TestCertificateAuthority()
             let root = FileManager.default.temporaryDirectory.appendingPathComponent("h3serve-curl-\(UUID())")
             try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
-            var generator = SystemRandomNumberGenerator()
             var files: [String: [UInt8]] = [:]
             for (name, size) in sizes {
-                files[name] = (0..<size).map { _ in UInt8.random(in: 0...255, using: &generator) }
-                try Data(files[name]!).write(to: root.appendingPathComponent(name))
+                let body = try randomBytes(size)
+                files[name] = body
+                try Data(body).write(to: root.appendingPathComponent(name))
             }
             self.files = files
             traces = root.appendingPathComponent("qlog")
