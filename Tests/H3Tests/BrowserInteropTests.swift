@@ -24,6 +24,8 @@ struct BrowserInteropTests {
         let chromium = try TestEnvironment.systemTool("chromium", package: "chromium")
         let authority = try TestCertificateAuthority()
         let page = try BrowserPage("chromium")
+        // A browser profile is about 17 MB: none is left behind.
+        defer { try? FileManager.default.removeItem(at: page.root) }
         let (server, port) = try await startH3serve(root: page.root, [
             "--cert", authority.leafCertificate, "--key", authority.leafKey, "--qlog-dir", page.traces.path,
         ])
@@ -63,6 +65,8 @@ struct BrowserInteropTests {
         let firefox = try TestEnvironment.systemTool("firefox-esr", package: "firefox-esr")
         let authority = try TestCertificateAuthority()
         let page = try BrowserPage("firefox-mapped")
+        // A browser profile is about 17 MB: none is left behind.
+        defer { try? FileManager.default.removeItem(at: page.root) }
         let (server, port) = try await startH3serve(root: page.root, [
             "--no-tcp", "--cert", authority.leafCertificate, "--key", authority.leafKey,
         ])
@@ -82,6 +86,8 @@ struct BrowserInteropTests {
         let firefox = try TestEnvironment.systemTool("firefox-esr", package: "firefox-esr")
         let authority = try TestCertificateAuthority()
         let page = try BrowserPage("firefox-alt-svc")
+        // A browser profile is about 17 MB: none is left behind.
+        defer { try? FileManager.default.removeItem(at: page.root) }
         let (server, port) = try await startH3serve(root: page.root, ["--cert", authority.leafCertificate, "--key", authority.leafKey])
         defer { server.stop() }
         let profile = try await Self.firefoxProfile(in: page.root, trusting: authority, prefs: [:])

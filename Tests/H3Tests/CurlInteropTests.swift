@@ -34,6 +34,12 @@ struct CurlInteropTests {
             ] + arguments)
         }
 
+        /// Stops h3serve and removes its directory.
+        func stop() {
+            process.stop()
+            try? FileManager.default.removeItem(at: traces.deletingLastPathComponent())
+        }
+
         func url(_ path: String) -> String { "https://localhost:\(port)/\(path)" }
 
         func sha256(_ name: String) throws -> String { Hex.encode(try SHA256.hash(files[name] ?? [])) }
@@ -99,7 +105,7 @@ struct CurlInteropTests {
     /// later GET reuses it: curl made one connection in all, and so h3serve saw one.
     @Test func getsAreMultiplexedOnOneConnectionAndItIsReused() async throws {
         let server = try await Server(files: ["a.bin": 2_000_000, "b.bin": 1_000_000, "c.bin": 300_000])
-        defer { server.process.stop() }
+        defer { server.stop() }
         let (transfers, _) = try await Self.curl(server, [
             "GET@\(server.url("a.bin"))", "GET@\(server.url("b.bin"))", "GET@\(server.url("c.bin"))",
             "then", "GET@\(server.url("b.bin"))",
@@ -119,7 +125,7 @@ struct CurlInteropTests {
     /// (RFC 9110 §9.3.2, §14).
     @Test func headAndAByteRange() async throws {
         let server = try await Server(files: ["f.bin": 100_000])
-        defer { server.process.stop() }
+        defer { server.stop() }
         let (transfers, _) = try await Self.curl(server, [
             "HEAD@\(server.url("f.bin"))", "then", "GET,range=1000-4999@\(server.url("f.bin"))",
         ])
@@ -141,7 +147,7 @@ struct CurlInteropTests {
     /// handshake without a certificate and 0-RTT packets received.
     @Test func aSecondConnectionResumesAndSends0RTT() async throws {
         let server = try await Server(files: ["r.bin": 500_000], ["--early-data"])
-        defer { server.process.stop() }
+        defer { server.stop() }
         let (transfers, log) = try await Self.curl(server, [
             "GET@\(server.url("r.bin"))", "then", "GET,fresh@\(server.url("r.bin"))",
         ], earlyData: true)
@@ -171,7 +177,7 @@ struct CurlInteropTests {
     /// STOP_SENDING(H3_NO_ERROR) and keeps the connection, so a later GET on it succeeds.
     @Test func anUploadAnsweredEarlyLeavesTheConnectionUsable() async throws {
         let server = try await Server(files: ["after.bin": 200_000])
-        defer { server.process.stop() }
+        defer { server.stop() }
         let (transfers, log) = try await Self.curl(server, [
             "POST,size=2000000@\(server.url("upload"))", "then", "GET@\(server.url("after.bin"))",
         ])
