@@ -1,10 +1,11 @@
 import Foundation
-#if canImport(Glibc)
-import Glibc
-#endif
 import H3
 import QuicTestSupport
 import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// The web's own clients against h3serve: headless Chromium (Google's QUIC) and Firefox ESR
 /// (Mozilla's neqo) from Debian load a page over HTTP/3, and the page fetches a 1.5 MB body
@@ -26,22 +27,32 @@ struct BrowserInteropTests {
         let page = try BrowserPage("chromium")
         // A browser profile is about 17 MB: none is left behind.
         defer { try? FileManager.default.removeItem(at: page.root) }
-        let (server, port) = try await startH3serve(root: page.root, [
-            "--cert", authority.leafCertificate, "--key", authority.leafKey, "--qlog-dir", page.traces.path,
-        ])
+        let (server, port) = try await startH3serve(
+            root: page.root,
+            [
+                "--cert", authority.leafCertificate, "--key", authority.leafKey, "--qlog-dir", page.traces.path,
+            ]
+        )
         defer { server.stop() }
         let netLog = page.root.appendingPathComponent("netlog.json").path
-        let run = try await BrowserRun.run(chromium, Self.chromiumArguments + [
-            "--user-data-dir=\(page.root.appendingPathComponent("chromium-profile").path)",
-            "--enable-quic", "--origin-to-force-quic-on=localhost:\(port)",
-            "--ignore-certificate-errors-spki-list=\(try authority.leafSPKISHA256Base64())",
-            "--log-net-log=\(netLog)", "--dump-dom", "https://localhost:\(port)/\(BrowserPage.direct)",
-        ], within: 90)
-        #expect(run.finished, "chromium did not finish in 90 s; stderr: \(Self.withoutDBusNoise(run.process.standardError))")
+        let run = try await BrowserRun.run(
+            chromium,
+            Self.chromiumArguments + [
+                "--user-data-dir=\(page.root.appendingPathComponent("chromium-profile").path)",
+                "--enable-quic", "--origin-to-force-quic-on=localhost:\(port)",
+                "--ignore-certificate-errors-spki-list=\(try authority.leafSPKISHA256Base64())",
+                "--log-net-log=\(netLog)", "--dump-dom", "https://localhost:\(port)/\(BrowserPage.direct)",
+            ],
+            within: 90
+        )
+        #expect(
+            run.finished,
+            "chromium did not finish in 90 s; stderr: \(Self.withoutDBusNoise(run.process.standardError))"
+        )
 
+        let output = "\(run.process.standardOutput.suffix(1500)) \(Self.withoutDBusNoise(run.process.standardError))"
         let report = try #require(
-            BrowserPage.report(in: run.process.standardOutput),
-            "no report in chromium's DOM: \(run.process.standardOutput.suffix(1500)) \(Self.withoutDBusNoise(run.process.standardError))")
+            BrowserPage.report(in: run.process.standardOutput), "no report in chromium's DOM: \(output)")
         try Self.expectBody(report, of: page, pageProtocol: "h3", server: server)
 
         // Each request's priority field, as sent and as received.
@@ -49,9 +60,14 @@ struct BrowserInteropTests {
         let received = try await Self.priorityFieldsReceived(afterStopping: server, traces: page.traces)
         for path in ["/\(BrowserPage.direct)", "/body.bin", BrowserPage.imagePath] {
             let sentValue = try #require(sent[path], "chromium's net log shows no priority field for \(path): \(sent)")
-            let receivedValue = try #require(received[path], "h3serve's qlog shows no priority field for \(path): \(received)")
-            #expect(HTTPPriority(fieldValue: receivedValue).urgency == HTTPPriority(fieldValue: sentValue).urgency,
-                    "\(path): sent '\(sentValue)', the server's qlog has '\(receivedValue)'")
+            let receivedValue = try #require(
+                received[path],
+                "h3serve's qlog shows no priority field for \(path): \(received)"
+            )
+            #expect(
+                HTTPPriority(fieldValue: receivedValue).urgency == HTTPPriority(fieldValue: sentValue).urgency,
+                "\(path): sent '\(sentValue)', the server's qlog has '\(receivedValue)'"
+            )
         }
     }
 
@@ -67,14 +83,26 @@ struct BrowserInteropTests {
         let page = try BrowserPage("firefox-mapped")
         // A browser profile is about 17 MB: none is left behind.
         defer { try? FileManager.default.removeItem(at: page.root) }
-        let (server, port) = try await startH3serve(root: page.root, [
-            "--no-tcp", "--cert", authority.leafCertificate, "--key", authority.leafKey,
-        ])
+        let (server, port) = try await startH3serve(
+            root: page.root,
+            [
+                "--no-tcp", "--cert", authority.leafCertificate, "--key", authority.leafKey,
+            ]
+        )
         defer { server.stop() }
-        let profile = try await Self.firefoxProfile(in: page.root, trusting: authority, prefs: [
-            "network.http.http3.alt-svc-mapping-for-testing": "\"localhost;h3=:\(port)\""
-        ])
-        let report = try await Self.runFirefox(firefox, profile: profile, url: "https://localhost:\(port)/\(BrowserPage.direct)", server: server)
+        let profile = try await Self.firefoxProfile(
+            in: page.root,
+            trusting: authority,
+            prefs: [
+                "network.http.http3.alt-svc-mapping-for-testing": "\"localhost;h3=:\(port)\""
+            ]
+        )
+        let report = try await Self.runFirefox(
+            firefox,
+            profile: profile,
+            url: "https://localhost:\(port)/\(BrowserPage.direct)",
+            server: server
+        )
         try Self.expectBody(report, of: page, pageProtocol: "h3", server: server)
     }
 
@@ -88,10 +116,18 @@ struct BrowserInteropTests {
         let page = try BrowserPage("firefox-alt-svc")
         // A browser profile is about 17 MB: none is left behind.
         defer { try? FileManager.default.removeItem(at: page.root) }
-        let (server, port) = try await startH3serve(root: page.root, ["--cert", authority.leafCertificate, "--key", authority.leafKey])
+        let (server, port) = try await startH3serve(
+            root: page.root,
+            ["--cert", authority.leafCertificate, "--key", authority.leafKey]
+        )
         defer { server.stop() }
         let profile = try await Self.firefoxProfile(in: page.root, trusting: authority, prefs: [:])
-        let report = try await Self.runFirefox(firefox, profile: profile, url: "https://localhost:\(port)/\(BrowserPage.untilHTTP3)", server: server)
+        let report = try await Self.runFirefox(
+            firefox,
+            profile: profile,
+            url: "https://localhost:\(port)/\(BrowserPage.untilHTTP3)",
+            server: server
+        )
         // The page itself came over TCP: this is discovery, not a mapping.
         #expect(report["page"] == "h2", "the page came over \(report["page"] ?? "?"), expected h2: \(report)")
         #expect(Int(report["probes"] ?? "") ?? 0 >= 1, "\(report)")
@@ -117,8 +153,15 @@ struct BrowserInteropTests {
 
     /// The body came over `h3`, whole and unchanged; the page over `pageProtocol` unless nil.
     /// h3serve's log names every request the page made.
-    static func expectBody(_ report: [String: String], of page: BrowserPage, pageProtocol: String?, server: ChildProcess) throws {
-        if let pageProtocol { #expect(report["page"] == pageProtocol, "the page came over \(report["page"] ?? "?"): \(report)") }
+    static func expectBody(
+        _ report: [String: String],
+        of page: BrowserPage,
+        pageProtocol: String?,
+        server: ChildProcess
+    ) throws {
+        if let pageProtocol {
+            #expect(report["page"] == pageProtocol, "the page came over \(report["page"] ?? "?"): \(report)")
+        }
         #expect(report["body"] == "h3", "the body came over \(report["body"] ?? "?"): \(report)")
         #expect(report["status"] == "200", "\(report)")
         #expect(report["length"] == String(page.body.count), "\(report)")
@@ -130,7 +173,11 @@ struct BrowserInteropTests {
     /// A Firefox profile that trusts `authority`'s CA (NSS `certutil`), with HTTP/3 on and
     /// `prefs` added. Firefox stays on HTTP/2 for a CA that is not a public one unless
     /// `disable_when_third_party_roots_found` is off.
-    static func firefoxProfile(in directory: URL, trusting authority: TestCertificateAuthority, prefs: [String: String]) async throws -> URL {
+    static func firefoxProfile(
+        in directory: URL,
+        trusting authority: TestCertificateAuthority,
+        prefs: [String: String]
+    ) async throws -> URL {
         let certutil = try TestEnvironment.systemTool("certutil", package: "libnss3-tools")
         let profile = directory.appendingPathComponent("firefox-profile")
         try FileManager.default.createDirectory(at: profile, withIntermediateDirectories: true)
@@ -140,7 +187,9 @@ struct BrowserInteropTests {
         ] {
             let run = try ChildProcess(certutil, arguments)
             let status = try await run.waitForExit()
-            guard status == 0 else { throw SetupError("certutil \(arguments.joined(separator: " ")): \(run.standardError)") }
+            guard status == 0 else {
+                throw SetupError("certutil \(arguments.joined(separator: " ")): \(run.standardError)")
+            }
         }
         let all: [String: String] = [
             "network.http.http3.enable": "true",
@@ -164,19 +213,32 @@ struct BrowserInteropTests {
     /// Once here, Firefox on a fresh profile exited at once with status 0 without asking the
     /// server for anything; only then is it started a second time. A run that reached the
     /// server is never repeated.
-    static func runFirefox(_ firefox: URL, profile: URL, url: String, server: ChildProcess) async throws -> [String: String] {
+    static func runFirefox(
+        _ firefox: URL,
+        profile: URL,
+        url: String,
+        server: ChildProcess
+    ) async throws -> [String: String] {
         let screenshot = profile.deletingLastPathComponent().appendingPathComponent("screenshot.png").path
         let path = String(url.drop { $0 != "/" }.dropFirst(2).drop { $0 != "/" })
         var attempts: [String] = []
         for _ in 0..<2 {
-            let run = try await BrowserRun.run(firefox, [
-                "--headless", "--no-remote", "--profile", profile.path, "--screenshot", screenshot, url,
-            ], within: 120) { BrowserPage.report(in: server.standardError) != nil }
+            let run = try await BrowserRun.run(
+                firefox,
+                [
+                    "--headless", "--no-remote", "--profile", profile.path, "--screenshot", screenshot, url,
+                ],
+                within: 120
+            ) { BrowserPage.report(in: server.standardError) != nil }
             if let report = BrowserPage.report(in: server.standardError) { return report }
-            attempts.append("firefox \(run.finished ? "exited" : "timed out"): \(run.process.standardError.suffix(1000))")
+            attempts.append(
+                "firefox \(run.finished ? "exited" : "timed out"): \(run.process.standardError.suffix(1000))"
+            )
             if server.standardError.contains(path) { break }
         }
-        throw SetupError("no report in h3serve's log: \(server.standardError.suffix(1500)) \(attempts.joined(separator: "; "))")
+        throw SetupError(
+            "no report in h3serve's log: \(server.standardError.suffix(1500)) \(attempts.joined(separator: "; "))"
+        )
     }
 
     /// The `priority` field of each request path in Chromium's net log, as it sent them: each
@@ -190,7 +252,9 @@ struct BrowserInteropTests {
         var fields: [String: String] = [:]
         for event in events where event["type"] as? Int == headersSent {
             let lines = (event["params"] as? [String: Any])?["headers"] as? [String] ?? []
-            func value(_ name: String) -> String? { lines.first { $0.hasPrefix(name + ": ") }.map { String($0.dropFirst(name.count + 2)) } }
+            func value(_ name: String) -> String? {
+                lines.first { $0.hasPrefix(name + ": ") }.map { String($0.dropFirst(name.count + 2)) }
+            }
             if let requestPath = value(":path"), let priority = value("priority"), fields[requestPath] == nil {
                 fields[requestPath] = priority
             }
@@ -200,13 +264,17 @@ struct BrowserInteropTests {
 
     /// The `priority` field of each request path in h3serve's qlog traces (`http:frame_parsed`
     /// HEADERS), once h3serve has stopped and written them.
-    static func priorityFieldsReceived(afterStopping server: ChildProcess, traces: URL) async throws -> [String: String] {
+    static func priorityFieldsReceived(afterStopping server: ChildProcess, traces: URL) async throws -> [String: String]
+    {
         server.terminate()
         _ = try await server.waitForExit()
         var fields: [String: String] = [:]
-        let names = try FileManager.default.contentsOfDirectory(atPath: traces.path).filter { $0.hasSuffix("_server.sqlog") }
+        let names = try FileManager.default.contentsOfDirectory(atPath: traces.path).filter {
+            $0.hasSuffix("_server.sqlog")
+        }
         for name in names {
-            for event in try QLogEvent.read(traces.appendingPathComponent(name).path) where event.name == "http:frame_parsed" {
+            for event in try QLogEvent.read(traces.appendingPathComponent(name).path)
+            where event.name == "http:frame_parsed" {
                 guard let frame = event.data["frame"] as? [String: Any], frame["frame_type"] as? String == "headers",
                     let headers = frame["headers"] as? [[String: String]],
                     let requestPath = headers.first(where: { $0["name"] == ":path" })?["value"],

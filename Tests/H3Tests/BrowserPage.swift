@@ -1,9 +1,10 @@
 import Foundation
-#if canImport(Glibc)
-import Glibc
-#endif
 import QuicTestSupport
 import QuicTransport
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// A served root for a browser: pages whose script fetches a body and reports how it came.
 ///
@@ -37,10 +38,20 @@ struct BrowserPage {
         body = try randomBytes(bodySize)
         try Data(body).write(to: root.appendingPathComponent("body.bin"))
         try Data("probe\n".utf8).write(to: root.appendingPathComponent("probe.txt"))
-        try Data(#"<svg xmlns="http://www.w3.org/2000/svg" width="8" height="8"><rect width="8" height="8"/></svg>"#.utf8)
-            .write(to: root.appendingPathComponent(String(Self.imagePath.dropFirst())))
-        try Self.html(waitsForHTTP3: false).write(to: root.appendingPathComponent(Self.direct), atomically: true, encoding: .utf8)
-        try Self.html(waitsForHTTP3: true).write(to: root.appendingPathComponent(Self.untilHTTP3), atomically: true, encoding: .utf8)
+        try Data(
+            #"<svg xmlns="http://www.w3.org/2000/svg" width="8" height="8"><rect width="8" height="8"/></svg>"#.utf8
+        )
+        .write(to: root.appendingPathComponent(String(Self.imagePath.dropFirst())))
+        try Self.html(waitsForHTTP3: false).write(
+            to: root.appendingPathComponent(Self.direct),
+            atomically: true,
+            encoding: .utf8
+        )
+        try Self.html(waitsForHTTP3: true).write(
+            to: root.appendingPathComponent(Self.untilHTTP3),
+            atomically: true,
+            encoding: .utf8
+        )
     }
 
     var bodySHA256: String { get throws { Hex.encode(try SHA256.hash(body)) } }
@@ -167,7 +178,10 @@ struct BrowserRun {
     /// Runs `browser` with `arguments` until it exits or `done` holds, at most `seconds`; then
     /// kills its process group and waits until no process of the group is left.
     static func run(
-        _ browser: URL, _ arguments: [String], within seconds: Double, until done: @escaping () -> Bool = { false }
+        _ browser: URL,
+        _ arguments: [String],
+        within seconds: Double,
+        until done: @escaping () -> Bool = { false }
     ) async throws -> BrowserRun {
         let process = try ChildProcess(browser, arguments)
         let group = process.processIdentifier
@@ -176,7 +190,9 @@ struct BrowserRun {
         process.stop()
         _ = try? await process.waitForExit(seconds: 15)
         let gone = await eventually(within: 15) { processes(inGroup: group).isEmpty }
-        if !gone { throw SetupError("\(browser.lastPathComponent): processes \(processes(inGroup: group)) outlived SIGKILL") }
+        if !gone {
+            throw SetupError("\(browser.lastPathComponent): processes \(processes(inGroup: group)) outlived SIGKILL")
+        }
         return BrowserRun(process: process, finished: finished)
     }
 

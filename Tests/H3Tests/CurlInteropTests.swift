@@ -29,9 +29,12 @@ struct CurlInteropTests {
             }
             self.files = files
             traces = root.appendingPathComponent("qlog")
-            (process, port) = try await startH3serve(root: root, [
-                "--cert", authority.leafCertificate, "--key", authority.leafKey, "--qlog-dir", traces.path,
-            ] + arguments)
+            (process, port) = try await startH3serve(
+                root: root,
+                [
+                    "--cert", authority.leafCertificate, "--key", authority.leafKey, "--qlog-dir", traces.path,
+                ] + arguments
+            )
         }
 
         /// Stops h3serve and removes its directory.
@@ -48,7 +51,9 @@ struct CurlInteropTests {
         func tracesAfterStopping() async throws -> [[QLogEvent]] {
             process.terminate()
             _ = try await process.waitForExit()
-            let names = try FileManager.default.contentsOfDirectory(atPath: traces.path).filter { $0.hasSuffix("_server.sqlog") }
+            let names = try FileManager.default.contentsOfDirectory(atPath: traces.path).filter {
+                $0.hasSuffix("_server.sqlog")
+            }
             return try names.map { try QLogEvent.read(traces.appendingPathComponent($0).path) }
         }
     }
@@ -71,24 +76,36 @@ struct CurlInteropTests {
 
     /// Runs h3_curl.py with `transfers` (rounds separated by `then`) against `server`, and
     /// returns one result per transfer and curl's verbose log.
-    static func curl(_ server: Server, _ transfers: [String], earlyData: Bool = false) async throws -> (transfers: [Transfer], log: String) {
+    static func curl(
+        _ server: Server,
+        _ transfers: [String],
+        earlyData: Bool = false
+    ) async throws -> (transfers: [Transfer], log: String) {
         let python = try TestEnvironment.python()
         let log = server.traces.deletingLastPathComponent().appendingPathComponent("curl-\(UUID()).log").path
         let script = TestEnvironment.repositoryRoot.appendingPathComponent("Tests/Interop/curl/h3_curl.py").path
-        let run = try ChildProcess(python, [
-            script, "--cacert", server.authority.caCertificate, "--resolve", "localhost:\(server.port):127.0.0.1",
-            "--timeout", "60", "--log", log,
-        ] + (earlyData ? ["--early-data"] : []) + transfers)
+        let run = try ChildProcess(
+            python,
+            [
+                script, "--cacert", server.authority.caCertificate, "--resolve", "localhost:\(server.port):127.0.0.1",
+                "--timeout", "60", "--log", log,
+            ] + (earlyData ? ["--early-data"] : []) + transfers
+        )
         _ = try await run.waitForExit(seconds: 90)
         if run.standardError.contains("No module named 'pycurl'") {
-            throw SetupError("pycurl is not installed: run `bash scripts/setup` (it installs pycurl==7.49.0 into .venv)")
+            throw SetupError(
+                "pycurl is not installed: run `bash scripts/setup` (it installs pycurl==7.49.0 into .venv)"
+            )
         }
         let results = run.standardOutput.split(separator: "\n").compactMap { line in
             (try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]).map(Transfer.init)
         }
         let count = transfers.filter { $0 != "then" }.count
         guard results.count == count else {
-            throw SetupError("h3_curl.py reported \(results.count) of \(count) transfers: \(run.standardOutput) \(run.standardError.suffix(2000))")
+            throw SetupError(
+                "h3_curl.py reported \(results.count) of \(count) transfers: \(run.standardOutput) "
+                    + "\(run.standardError.suffix(2000))"
+            )
         }
         return (results, (try? String(contentsOfFile: log, encoding: .utf8)) ?? "")
     }
@@ -106,16 +123,22 @@ struct CurlInteropTests {
     @Test func getsAreMultiplexedOnOneConnectionAndItIsReused() async throws {
         let server = try await Server(files: ["a.bin": 2_000_000, "b.bin": 1_000_000, "c.bin": 300_000])
         defer { server.stop() }
-        let (transfers, _) = try await Self.curl(server, [
-            "GET@\(server.url("a.bin"))", "GET@\(server.url("b.bin"))", "GET@\(server.url("c.bin"))",
-            "then", "GET@\(server.url("b.bin"))",
-        ])
+        let (transfers, _) = try await Self.curl(
+            server,
+            [
+                "GET@\(server.url("a.bin"))", "GET@\(server.url("b.bin"))", "GET@\(server.url("c.bin"))",
+                "then", "GET@\(server.url("b.bin"))",
+            ]
+        )
         for (transfer, name) in zip(transfers, ["a.bin", "b.bin", "c.bin", "b.bin"]) {
             #expect(transfer.error == nil && transfer.status == 200, "\(name): \(transfer.fields)")
             #expect(transfer.httpVersion == 30, "\(name) over HTTP/3: \(transfer.fields)")
             #expect(transfer.sha256 == (try server.sha256(name)), "sha256 of \(name)")
         }
-        #expect(transfers.map(\.numConnects).reduce(0, +) == 1, "connections curl made: \(transfers.map(\.numConnects))")
+        #expect(
+            transfers.map(\.numConnects).reduce(0, +) == 1,
+            "connections curl made: \(transfers.map(\.numConnects))"
+        )
         #expect(transfers[3].numConnects == 0, "the later GET reused the connection")
         #expect(Set(transfers.map(\.localPort)).count == 1, "one local port: \(transfers.map(\.localPort))")
         #expect(try await server.tracesAfterStopping().count == 1, "h3serve saw one connection")
@@ -126,9 +149,12 @@ struct CurlInteropTests {
     @Test func headAndAByteRange() async throws {
         let server = try await Server(files: ["f.bin": 100_000])
         defer { server.stop() }
-        let (transfers, _) = try await Self.curl(server, [
-            "HEAD@\(server.url("f.bin"))", "then", "GET,range=1000-4999@\(server.url("f.bin"))",
-        ])
+        let (transfers, _) = try await Self.curl(
+            server,
+            [
+                "HEAD@\(server.url("f.bin"))", "then", "GET,range=1000-4999@\(server.url("f.bin"))",
+            ]
+        )
         let head = transfers[0]
         #expect(head.status == 200 && head.length == 0, "\(head.fields)")
         #expect(head.header("content-length") == "100000", "\(head.fields)")
@@ -148,9 +174,13 @@ struct CurlInteropTests {
     @Test func aSecondConnectionResumesAndSends0RTT() async throws {
         let server = try await Server(files: ["r.bin": 500_000], ["--early-data"])
         defer { server.stop() }
-        let (transfers, log) = try await Self.curl(server, [
-            "GET@\(server.url("r.bin"))", "then", "GET,fresh@\(server.url("r.bin"))",
-        ], earlyData: true)
+        let (transfers, log) = try await Self.curl(
+            server,
+            [
+                "GET@\(server.url("r.bin"))", "then", "GET,fresh@\(server.url("r.bin"))",
+            ],
+            earlyData: true
+        )
         let expected = try server.sha256("r.bin")
         for transfer in transfers {
             #expect(transfer.status == 200 && transfer.sha256 == expected, "\(transfer.fields)")
@@ -163,13 +193,20 @@ struct CurlInteropTests {
         try #require(traces.count == 2, "h3serve saw \(traces.count) connections")
         // Both connections are from one run, so neither name nor time orders them: the full
         // handshake is the one whose flight carries the certificate.
-        let (full, resumed) = Self.handshakeCryptoSent(traces[0]) >= Self.handshakeCryptoSent(traces[1])
+        let (full, resumed) =
+            Self.handshakeCryptoSent(traces[0]) >= Self.handshakeCryptoSent(traces[1])
             ? (traces[0], traces[1]) : (traces[1], traces[0])
         let fullSize = Self.handshakeCryptoSent(full)
         let resumedSize = Self.handshakeCryptoSent(resumed)
-        #expect(fullSize > 450 && resumedSize > 0 && resumedSize < 300, "Handshake CRYPTO: \(fullSize) B, then \(resumedSize) B resumed")
+        #expect(
+            fullSize > 450 && resumedSize > 0 && resumedSize < 300,
+            "Handshake CRYPTO: \(fullSize) B, then \(resumedSize) B resumed"
+        )
         let early = resumed.filter { $0.name == "transport:packet_received" && $0.packetType == "0RTT" }
-        #expect(early.contains { $0.frames.contains { $0["frame_type"] as? String == "stream" } }, "0-RTT stream data received")
+        #expect(
+            early.contains { $0.frames.contains { $0["frame_type"] as? String == "stream" } },
+            "0-RTT stream data received"
+        )
     }
 
     /// A POST that the file server refuses (405) is answered before its 2 MB body is all sent.
@@ -178,12 +215,18 @@ struct CurlInteropTests {
     @Test func anUploadAnsweredEarlyLeavesTheConnectionUsable() async throws {
         let server = try await Server(files: ["after.bin": 200_000])
         defer { server.stop() }
-        let (transfers, log) = try await Self.curl(server, [
-            "POST,size=2000000@\(server.url("upload"))", "then", "GET@\(server.url("after.bin"))",
-        ])
+        let (transfers, log) = try await Self.curl(
+            server,
+            [
+                "POST,size=2000000@\(server.url("upload"))", "then", "GET@\(server.url("after.bin"))",
+            ]
+        )
         #expect(transfers[0].status == 405, "the POST: \(transfers[0].fields)")
         let after = transfers[1]
-        #expect(after.error == nil && after.status == 200, "the GET after it: \(after.fields); curl's log: \(log.suffix(1500))")
+        #expect(
+            after.error == nil && after.status == 200,
+            "the GET after it: \(after.fields); curl's log: \(log.suffix(1500))"
+        )
         #expect(after.sha256 == (try server.sha256("after.bin")), "sha256 of the GET after the POST")
         #expect(after.numConnects == 0, "the GET reused the POST's connection")
     }

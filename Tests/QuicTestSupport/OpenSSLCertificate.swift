@@ -51,7 +51,8 @@ package struct TestCertificateAuthority: Sendable {
             .write(toFile: extensions, atomically: true, encoding: .utf8)
         let curve = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
         try Self.openssl(["req", "-x509"] + curve + [
-            "-subj", "/CN=QUIC test CA \(UUID().uuidString.prefix(8))", "-days", "2", "-keyout", caKey, "-out", caCertificate,
+            "-subj", "/CN=QUIC test CA \(UUID().uuidString.prefix(8))", "-days", "2",
+            "-keyout", caKey, "-out", caCertificate,
             "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign",
         ])
         try Self.openssl(["req"] + curve + ["-subj", "/CN=localhost", "-keyout", leafKey, "-out", request])
@@ -81,7 +82,9 @@ package struct TestCertificateAuthority: Sendable {
         try openssl.run()
         let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         openssl.waitUntilExit()
-        guard openssl.terminationStatus == 0 else { throw SetupError("openssl \(arguments.prefix(2).joined(separator: " ")) failed") }
+        guard openssl.terminationStatus == 0 else {
+            throw SetupError("openssl \(arguments.prefix(2).joined(separator: " ")) failed")
+        }
         return text
     }
 }
