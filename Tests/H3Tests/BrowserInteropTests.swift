@@ -25,8 +25,7 @@ struct BrowserInteropTests {
         let chromium = try TestEnvironment.systemTool("chromium", package: "chromium")
         let authority = try TestCertificateAuthority()
         let page = try BrowserPage("chromium")
-        // A browser profile is about 17 MB: none is left behind.
-        defer { try? FileManager.default.removeItem(at: page.root) }
+        defer { page.removeProfile() }
         let (server, port) = try await startH3serve(
             root: page.root,
             [
@@ -38,7 +37,7 @@ struct BrowserInteropTests {
         let run = try await BrowserRun.run(
             chromium,
             Self.chromiumArguments + [
-                "--user-data-dir=\(page.root.appendingPathComponent("chromium-profile").path)",
+                "--user-data-dir=\(page.profile.path)",
                 "--enable-quic", "--origin-to-force-quic-on=localhost:\(port)",
                 "--ignore-certificate-errors-spki-list=\(try authority.leafSPKISHA256Base64())",
                 "--log-net-log=\(netLog)", "--dump-dom", "https://localhost:\(port)/\(BrowserPage.direct)",
@@ -81,8 +80,7 @@ struct BrowserInteropTests {
         let firefox = try TestEnvironment.systemTool("firefox-esr", package: "firefox-esr")
         let authority = try TestCertificateAuthority()
         let page = try BrowserPage("firefox-mapped")
-        // A browser profile is about 17 MB: none is left behind.
-        defer { try? FileManager.default.removeItem(at: page.root) }
+        defer { page.removeProfile() }
         let (server, port) = try await startH3serve(
             root: page.root,
             [
@@ -91,7 +89,7 @@ struct BrowserInteropTests {
         )
         defer { server.stop() }
         let profile = try await Self.firefoxProfile(
-            in: page.root,
+            at: page.profile,
             trusting: authority,
             prefs: [
                 "network.http.http3.alt-svc-mapping-for-testing": "\"localhost;h3=:\(port)\""
@@ -114,14 +112,13 @@ struct BrowserInteropTests {
         let firefox = try TestEnvironment.systemTool("firefox-esr", package: "firefox-esr")
         let authority = try TestCertificateAuthority()
         let page = try BrowserPage("firefox-alt-svc")
-        // A browser profile is about 17 MB: none is left behind.
-        defer { try? FileManager.default.removeItem(at: page.root) }
+        defer { page.removeProfile() }
         let (server, port) = try await startH3serve(
             root: page.root,
             ["--cert", authority.leafCertificate, "--key", authority.leafKey]
         )
         defer { server.stop() }
-        let profile = try await Self.firefoxProfile(in: page.root, trusting: authority, prefs: [:])
+        let profile = try await Self.firefoxProfile(at: page.profile, trusting: authority, prefs: [:])
         let report = try await Self.runFirefox(
             firefox,
             profile: profile,
@@ -170,16 +167,15 @@ struct BrowserInteropTests {
         #expect(server.standardError.contains("/body.bin"), "h3serve's log: \(server.standardError.suffix(1500))")
     }
 
-    /// A Firefox profile that trusts `authority`'s CA (NSS `certutil`), with HTTP/3 on and
+    /// A Firefox profile in `profile` that trusts `authority`'s CA (NSS `certutil`), with HTTP/3 on and
     /// `prefs` added. Firefox stays on HTTP/2 for a CA that is not a public one unless
     /// `disable_when_third_party_roots_found` is off.
     static func firefoxProfile(
-        in directory: URL,
+        at profile: URL,
         trusting authority: TestCertificateAuthority,
         prefs: [String: String]
     ) async throws -> URL {
         let certutil = try TestEnvironment.systemTool("certutil", package: "libnss3-tools")
-        let profile = directory.appendingPathComponent("firefox-profile")
         try FileManager.default.createDirectory(at: profile, withIntermediateDirectories: true)
         for arguments in [
             ["-N", "-d", "sql:\(profile.path)", "--empty-password"],

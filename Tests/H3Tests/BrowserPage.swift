@@ -56,6 +56,13 @@ struct BrowserPage {
 
     var bodySHA256: String { get throws { Hex.encode(try SHA256.hash(body)) } }
 
+    /// A fresh directory for the browser's profile (user data), inside the root.
+    var profile: URL { root.appendingPathComponent("profile") }
+
+    /// Removes the browser's profile, about 17 MB; the page and h3serve's traces stay for
+    /// scripts/test's qlog check.
+    func removeProfile() { try? FileManager.default.removeItem(at: profile) }
+
     /// What a page reported, from the first `page=…` report in `text` (Chromium's DOM or
     /// h3serve's log); nil when there is none. Reports are read by key, whatever else the
     /// line holds, so a change of the log's format leaves them readable.

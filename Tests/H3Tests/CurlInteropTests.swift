@@ -37,12 +37,6 @@ struct CurlInteropTests {
             )
         }
 
-        /// Stops h3serve and removes its directory.
-        func stop() {
-            process.stop()
-            try? FileManager.default.removeItem(at: traces.deletingLastPathComponent())
-        }
-
         func url(_ path: String) -> String { "https://localhost:\(port)/\(path)" }
 
         func sha256(_ name: String) throws -> String { Hex.encode(try SHA256.hash(files[name] ?? [])) }
@@ -122,7 +116,7 @@ struct CurlInteropTests {
     /// later GET reuses it: curl made one connection in all, and so h3serve saw one.
     @Test func getsAreMultiplexedOnOneConnectionAndItIsReused() async throws {
         let server = try await Server(files: ["a.bin": 2_000_000, "b.bin": 1_000_000, "c.bin": 300_000])
-        defer { server.stop() }
+        defer { server.process.stop() }
         let (transfers, _) = try await Self.curl(
             server,
             [
@@ -148,7 +142,7 @@ struct CurlInteropTests {
     /// (RFC 9110 §9.3.2, §14).
     @Test func headAndAByteRange() async throws {
         let server = try await Server(files: ["f.bin": 100_000])
-        defer { server.stop() }
+        defer { server.process.stop() }
         let (transfers, _) = try await Self.curl(
             server,
             [
@@ -173,7 +167,7 @@ struct CurlInteropTests {
     /// handshake without a certificate and 0-RTT packets received.
     @Test func aSecondConnectionResumesAndSends0RTT() async throws {
         let server = try await Server(files: ["r.bin": 500_000], ["--early-data"])
-        defer { server.stop() }
+        defer { server.process.stop() }
         let (transfers, log) = try await Self.curl(
             server,
             [
@@ -214,7 +208,7 @@ struct CurlInteropTests {
     /// STOP_SENDING(H3_NO_ERROR) and keeps the connection, so a later GET on it succeeds.
     @Test func anUploadAnsweredEarlyLeavesTheConnectionUsable() async throws {
         let server = try await Server(files: ["after.bin": 200_000])
-        defer { server.stop() }
+        defer { server.process.stop() }
         let (transfers, log) = try await Self.curl(
             server,
             [

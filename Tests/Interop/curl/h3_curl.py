@@ -24,8 +24,10 @@ Prints one JSON line per transfer, in order:
 ``num_connects`` is curl's ``NUM_CONNECTS``: 0 when the transfer reused a connection.
 ``resumed`` says whether curl's log shows it reusing a TLS session for the connection;
 ``early_data_sent`` is ``EARLYDATA_SENT_T``, the bytes curl sent as 0-RTT. With
-``--log FILE``, curl's verbose log goes there. With ``QLOGDIR`` set, libcurl writes a qlog
-trace per connection there.
+``--log FILE``, curl's verbose log goes there. With ``--qlog-dir DIR``, libcurl writes a qlog
+trace per connection there; the script ignores ``QLOGDIR``, which libcurl would otherwise
+read, so that curl's traces (whose header has no title) stay out of directories that hold
+only our traces and are checked as such (scripts/test runs the suite with ``QLOGDIR`` set).
 
 Exit status: 0 every transfer got a response (any status), 1 some failed (the JSON line has
 ``error``), 2 bad usage.
@@ -37,6 +39,7 @@ import argparse
 import hashlib
 import io
 import json
+import os
 import sys
 import time
 
@@ -193,8 +196,14 @@ def main() -> int:
     parser.add_argument("--tls13-ciphers", help="TLS 1.3 cipher suites to offer, e.g. TLS_CHACHA20_POLY1305_SHA256")
     parser.add_argument("--timeout", type=float, default=30, help="seconds for each round")
     parser.add_argument("--log", help="write curl's verbose log here")
+    parser.add_argument("--qlog-dir", help="have libcurl write a qlog trace per connection here")
     parser.add_argument("transfers", nargs="+", help="METHOD[,OPTION...]@URL, rounds separated by 'then'")
     args = parser.parse_args()
+
+    # libcurl reads QLOGDIR when it opens a connection: only --qlog-dir sets it.
+    os.environ.pop("QLOGDIR", None)
+    if args.qlog_dir:
+        os.environ["QLOGDIR"] = args.qlog_dir
 
     rounds: list[list[str]] = [[]]
     for word in args.transfers:
