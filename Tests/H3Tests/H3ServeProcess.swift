@@ -37,6 +37,16 @@ func makeServedRoot(
     return (root, root.appendingPathComponent("qlog"), downloads, body)
 }
 
+/// `count` random bytes from the kernel: a body in which a reordered or repeated chunk shows,
+/// made fast even in a debug build (a byte at a time from a generator took seconds for 3 MB).
+func randomBytes(_ count: Int) throws -> [UInt8] {
+    guard let urandom = FileHandle(forReadingAtPath: "/dev/urandom") else { throw SetupError("cannot open /dev/urandom") }
+    defer { try? urandom.close() }
+    let bytes = Array(urandom.readData(ofLength: count))
+    guard bytes.count == count else { throw SetupError("read \(bytes.count) of \(count) random bytes") }
+    return bytes
+}
+
 /// Has Debian's gtlsclient fetch `file` from h3serve on `port` into `downloads`, with `flags`
 /// before its usual ones, and returns what it wrote (empty if it wrote nothing).
 func gtlsclientDownload(_ file: String, port: UInt16, flags: [String] = [], into downloads: URL, within seconds: Double) async throws -> [UInt8] {

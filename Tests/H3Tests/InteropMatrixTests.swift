@@ -4,7 +4,8 @@ import Testing
 
 /// The fast part of the interop matrix (`scripts/interop --fast`): handshake, transfer,
 /// resumption, 0-RTT, key update, Retry and transfer under 2% loss, against gtlsclient,
-/// gtlsserver and aioquic in both roles, each cell verified from sha256 and qlog facts.
+/// gtlsserver and aioquic in both roles and curl (pycurl's libcurl) as a client, each cell
+/// verified from sha256 and qlog facts.
 @Suite("Interop matrix (fast)", .timeLimit(TestEnvironment.minutes(10)))
 struct InteropMatrixTests {
     @Test func theFastCasesPassAgainstEveryPeer() async throws {
