@@ -124,7 +124,7 @@ struct H3Get: AsyncParsableCommand {
     @Flag(name: [.customShort("f"), .customLong("fail")], help: "Exit 22 and write no body on HTTP status 400 or above.")
     var fail = false
 
-    @Option(name: [.customShort("w"), .customLong("write-out")], help: "Print this after each transfer, as curl's -w: %{http_code} %{http_version} %{size_download} %{time_starttransfer} %{time_total} %{url} %{content_type} %{exitcode} %header{NAME} … (see the Command-line tools article).")
+    @Option(name: [.customShort("w"), .customLong("write-out")], help: "Print this after each transfer, as curl's -w: %{http_code} %{http_version} %{size_download} %{time_starttransfer} %{time_connect} %{time_total} %{remote_ip} %{url} %{content_type} %{exitcode} %header{NAME} … (see the Command-line tools article).")
     var writeOut: String?
 
     @Option(name: .customLong("stats"), help: "After each HTTP/3 transfer, print the connection's establishment and data-transfer reports on stderr: --stats (text) or --stats=json (one JSON object).")
@@ -434,6 +434,8 @@ final class URLTransfers: Sendable {
         let buffered: [UInt8]?
         let size: Int
         let writeFailure: String?
+        /// When the transfer began: its times count from here, as curl's do.
+        let started: ContinuousClock.Instant
         /// From the transfer's start to its response head (curl's `time_starttransfer`).
         let timeStartTransfer: Duration
         let timeTotal: Duration
@@ -443,9 +445,9 @@ final class URLTransfers: Sendable {
 
         init(
             url: String, response: HTTPSessionResponse, buffered: [UInt8]?, size: Int, writeFailure: String?,
-            timeStartTransfer: Duration, timeTotal: Duration, headersWritten: Bool
+            started: ContinuousClock.Instant, timeStartTransfer: Duration, timeTotal: Duration, headersWritten: Bool
         ) {
-            (self.url, self.response, self.buffered, self.size) = (url, response, buffered, size)
+            (self.url, self.response, self.buffered, self.size, self.started) = (url, response, buffered, size, started)
             (self.writeFailure, self.timeStartTransfer, self.timeTotal, self.headersWritten) = (
                 writeFailure, timeStartTransfer, timeTotal, headersWritten
             )
@@ -484,7 +486,7 @@ final class URLTransfers: Sendable {
         var headersWritten = false
         let finish = { (buffered: [UInt8]?, size: Int, failure: String?) in
             Transfer(
-                url: url, response: response, buffered: buffered, size: size, writeFailure: failure,
+                url: url, response: response, buffered: buffered, size: size, writeFailure: failure, started: started,
                 timeStartTransfer: startedTransfer, timeTotal: ContinuousClock.now - started, headersWritten: headersWritten
             )
         }
@@ -677,7 +679,8 @@ final class URLTransfers: Sendable {
     static let writeOutVariables: Set<String> = [
         "url", "url_effective", "scheme", "method", "size_upload", "exitcode", "errormsg", "http_code", "response_code",
         "http_version", "size_download", "size_header", "num_headers", "content_type", "speed_download", "speed_upload",
-        "time_starttransfer", "time_total",
+        "time_starttransfer", "time_total", "time_namelookup", "time_connect", "time_appconnect", "time_pretransfer",
+        "num_connects", "remote_ip", "remote_port", "local_ip", "local_port",
     ]
 
     /// curl's `-w` variables that h3get measures, formatted as curl formats them: times in
@@ -719,6 +722,23 @@ final class URLTransfers: Sendable {
         values["speed_upload"] = String(Int(totalSeconds > 0 ? Double(uploadSize) / totalSeconds : 0))
         values["time_starttransfer"] = seconds(transfer.timeStartTransfer)
         values["time_total"] = seconds(transfer.timeTotal)
+        // The connection's figures: HTTP/3 only, as the TCP client (async-http-client) reports
+        // none. A connection found open took no look-up, connect or handshake for this transfer.
+        if let http3 = response.http3, let establishment = http3.establishment {
+            let since = { (instant: ContinuousClock.Instant) in seconds(max(.zero, instant - transfer.started)) }
+            let opened = http3.openedForRequest
+            values["num_connects"] = opened ? "1" : "0"
+            values["time_namelookup"] = opened ? since(establishment.resolvedAt) : seconds(.zero)
+            // QUIC's handshake is TLS's (RFC 9001): connected and app-connected at once.
+            values["time_connect"] = opened ? since(establishment.connectedAt) : seconds(.zero)
+            values["time_appconnect"] = values["time_connect"]
+            // Requests wait for the handshake, then leave at once (0-RTT ones left before it).
+            values["time_pretransfer"] = since(establishment.connectedAt)
+            values["remote_ip"] = establishment.remoteAddress
+            values["remote_port"] = String(establishment.remotePort)
+            values["local_ip"] = establishment.localAddress
+            values["local_port"] = String(establishment.localPort)
+        }
         return values
     }
 

@@ -130,6 +130,26 @@ struct H3GetOutputTests {
         }
     }
 
+    /// The connection's figures over HTTP/3: its addresses, and times that follow one another
+    /// from the transfer's start; a second URL on the same connection opened none.
+    @Test func writeOutHasTheConnectionsAddressesAndTimes() async throws {
+        try await Self.withServer { url in
+            let port = try #require(URLComponents(string: url)?.port)
+            let format = "%{num_connects} %{remote_ip} %{remote_port} %{local_ip} %{local_port} %{time_namelookup} %{time_connect}"
+                + " %{time_appconnect} %{time_pretransfer} %{time_starttransfer} %{time_total}\\n"
+            let run = try await Self.h3get(["--parallel-max", "1", "-o", "/dev/null", "-o", "/dev/null", "-w", format, url, url])
+            #expect(run.status == 0, "\(run.error)")
+            let lines = run.output.split(separator: "\n").map { $0.split(separator: " ").map(String.init) }
+            try #require(lines.count == 2 && lines.allSatisfy { $0.count == 11 }, "\(run.output)")
+            let (first, second) = (lines[0], lines[1])
+            #expect(Array(first[0..<4]) == ["1", "127.0.0.1", "\(port)", "127.0.0.1"], "\(run.output)")
+            #expect((UInt16(first[4]) ?? 0) > 0 && first[4] == second[4], "one local port for both: \(run.output)")
+            let times = first[5...].compactMap(Double.init)
+            #expect(times.count == 6 && times == times.sorted() && times[1] > 0 && times[1] == times[2], "\(run.output)")
+            #expect(second[0] == "0" && second[5] == "0.000000" && second[6] == "0.000000", "reused: \(run.output)")
+        }
+    }
+
     /// A transfer that fails still writes `-w`, as curl's: code 000 and the reason.
     @Test func writeOutOfAFailedTransferSaysWhy() async throws {
         let run = try await Self.h3get(["-s", "-w", "%{http_code} %{exitcode} [%{time_total}]", "https://127.0.0.1:9/"])
