@@ -167,7 +167,10 @@ public struct HTTP3FileHandler: Sendable {
     /// trailing slash (301, as nginx and Python's http.server send), a directory's listing, or
     /// 404. Requests for files never come here.
     private func directoryResponse(to request: HTTP3ServerRequest) -> HTTP3ServerResponse {
-        let notFound = HTTP3ServerResponse(status: .notFound, headerFields: additionalFields, body: Array("not found\n".utf8))
+        // No content in an answer to HEAD (RFC 9110 §9.3.2): nghttp3 refuses a HEAD response
+        // with a body as malformed, and so closes the connection.
+        let isHead = request.method == .head
+        let notFound = HTTP3ServerResponse(status: .notFound, headerFields: additionalFields, body: isHead ? [] : Array("not found\n".utf8))
         let target = request.path ?? "/"
         let question = target.firstIndex(of: "?")
         let path = target[..<(question ?? target.endIndex)]
@@ -180,7 +183,7 @@ public struct HTTP3FileHandler: Sendable {
             let query = question.map { String(target[$0...]) } ?? ""
             var fields = additionalFields
             fields[.location] = "/" + String(path.drop { $0 == "/" }) + "/" + query
-            return HTTP3ServerResponse(status: .movedPermanently, headerFields: fields, body: Array("moved permanently\n".utf8))
+            return HTTP3ServerResponse(status: .movedPermanently, headerFields: fields, body: isHead ? [] : Array("moved permanently\n".utf8))
         }
         guard listsDirectories, let entries = directory.entries(of: name.isEmpty ? "." : name) else { return notFound }
         let listing = HTTP3DirectoryListing(path: "/" + name, entries: entries)
@@ -192,7 +195,7 @@ public struct HTTP3FileHandler: Sendable {
         fields[.vary] = "accept"
         if let cacheControl { fields[.cacheControl] = cacheControl }
         fields.append(contentsOf: additionalFields)
-        return HTTP3ServerResponse(status: .ok, headerFields: fields, body: request.method == .head ? [] : body)
+        return HTTP3ServerResponse(status: .ok, headerFields: fields, body: isHead ? [] : body)
     }
 
     /// The path below the root that a request path names: without its query and its leading
