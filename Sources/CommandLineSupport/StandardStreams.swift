@@ -21,7 +21,7 @@ public func writeToStandardOutput(_ bytes: [UInt8]) {
     bytes.withUnsafeBytes { _ = writeWhole($0, to: STDOUT_FILENO) }
 }
 
-private func writeWhole(_ text: String, to descriptor: Int32) {
+func writeWhole(_ text: String, to descriptor: Int32) {
     var text = text
     // A closed or full pipe: the message is lost, as a failed FileHandle write would lose it.
     text.withUTF8 { _ = writeWhole(UnsafeRawBufferPointer($0), to: descriptor) }

@@ -195,8 +195,8 @@ public final class HTTP3Client: Sendable {
         port: UInt16,
         exchange: HTTP3Exchange
     ) {
-        let connection = connection(host: host, port: port)
-        exchange.connection = connection
+        let (connection, opened) = openConnection(host: host, port: port)
+        exchange.use(connection, opened: opened)
         connection.submit(fields: fields, body: body, bodyStream: bodyStream, trailers: trailers, exchange: exchange)
     }
 
@@ -212,10 +212,15 @@ public final class HTTP3Client: Sendable {
 
     /// The live pooled connection for `host:port`, created when there is none. On the loop.
     private func connection(host: String, port: UInt16) -> HTTP3ClientConnection {
+        openConnection(host: host, port: port).connection
+    }
+
+    /// The live pooled connection for `host:port`, and whether this call opened it. On the loop.
+    private func openConnection(host: String, port: UInt16) -> (connection: HTTP3ClientConnection, opened: Bool) {
         eventLoop.assertInEventLoop()
         let key = Origin(host: host, port: port)
         return connections.withLockedValue { pool in
-            if let existing = pool[key], !existing.isFinished { return existing }
+            if let existing = pool[key], !existing.isFinished { return (existing, false) }
             let created = HTTP3ClientConnection(
                 host: host, port: port, configuration: self.configuration, liveConnections: self.liveConnections,
                 eventLoop: self.eventLoop, logger: self.logger
@@ -230,7 +235,7 @@ public final class HTTP3Client: Sendable {
                 }
             }
             pool[key] = created
-            return created
+            return (created, true)
         }
     }
 
@@ -319,7 +324,7 @@ extension HTTP3ClientConnection {
     /// fields are written once, on the loop, when the handshake completes, which is before any
     /// head, and the exchange's lock orders that write before the read.
     var info: HTTP3ConnectionInfo {
-        HTTP3ConnectionInfo(alpn: negotiatedALPN, qlogPath: qlogPath)
+        HTTP3ConnectionInfo(alpn: negotiatedALPN, qlogPath: qlogPath, establishment: establishment)
     }
 }
 
@@ -366,6 +371,15 @@ public struct HTTP3ConnectionInfo: Sendable {
     public let alpn: String?
     /// The connection's qlog trace file; nil when qlog is off (no `qlogDirectory`).
     public let qlogPath: String?
+    /// When and where the connection was established; nil if its handshake had not completed.
+    public let establishment: HTTP3ConnectionEstablishment?
+    /// Whether the connection was opened for this request (curl's `num_connects`), rather
+    /// than found open.
+    public let openedForRequest: Bool
+
+    init(alpn: String?, qlogPath: String?, establishment: HTTP3ConnectionEstablishment? = nil, openedForRequest: Bool = false) {
+        (self.alpn, self.qlogPath, self.establishment, self.openedForRequest) = (alpn, qlogPath, establishment, openedForRequest)
+    }
 }
 
 /// A response head and its streaming body.
@@ -551,6 +565,8 @@ final class HTTP3Exchange: Sendable {
         var streamID: Int64?
         /// The connection the request went to; set on the loop before any other use of it there.
         var connection: HTTP3ClientConnection?
+        /// Whether the client opened `connection` for this exchange (curl's `num_connects`).
+        var openedConnection = false
         /// Chunks not yet taken, from `nextChunk` on.
         var chunks: [[UInt8]] = []
         var nextChunk = 0
@@ -603,10 +619,23 @@ final class HTTP3Exchange: Sendable {
         set { state.withLock { $0.connection = newValue } }
     }
 
+    /// Records the connection the request goes on, and whether it was opened for it.
+    func use(_ connection: HTTP3ClientConnection, opened: Bool) {
+        state.withLock { state in
+            state.connection = connection
+            state.openedConnection = opened
+        }
+    }
+
     /// A snapshot of the connection for the response. Read after the head arrived, which is
     /// after the handshake wrote what it reports (see `HTTP3ClientConnection.info`).
     var connectionInfo: HTTP3ConnectionInfo {
-        connection?.info ?? HTTP3ConnectionInfo(alpn: nil, qlogPath: nil)
+        let (connection, opened) = state.withLock { ($0.connection, $0.openedConnection) }
+        guard let connection else { return HTTP3ConnectionInfo(alpn: nil, qlogPath: nil) }
+        return HTTP3ConnectionInfo(
+            alpn: connection.negotiatedALPN, qlogPath: connection.qlogPath, establishment: connection.establishment,
+            openedForRequest: opened
+        )
     }
 
     var trailers: HTTPFields? { state.withLock { $0.trailers } }

@@ -92,6 +92,10 @@ final class HTTP3ClientConnection: @unchecked Sendable {
     @exclusivity(unchecked) private(set) var connectedAt: ContinuousClock.Instant?
     @exclusivity(unchecked) private(set) var negotiatedALPN: String?
     @exclusivity(unchecked) private(set) var qlogPath: String?
+    /// Made when the handshake completes, from these instants and the path then.
+    @exclusivity(unchecked) private(set) var establishment: HTTP3ConnectionEstablishment?
+    private let startedAt = ContinuousClock.now
+    @exclusivity(unchecked) private var resolvedAt: ContinuousClock.Instant?
 
     /// What to do once the handshake is confirmed (`HTTP3Client.Configuration`).
     private let initiatesKeyUpdate: Bool
@@ -130,6 +134,7 @@ final class HTTP3ClientConnection: @unchecked Sendable {
             logger: logger
         )
         connector.onAttempt = { driver in
+            if self.resolvedAt == nil { self.resolvedAt = .now }
             self.driver = driver
             self.codec = driver?.core.applicationCodec as? HTTP3Codec
             self.pump = driver.map { HTTP3BodyPump(driver: $0, logger: logger) }
@@ -240,9 +245,16 @@ final class HTTP3ClientConnection: @unchecked Sendable {
             case .handshakeCompleted:
                 sentEarly.removeAll()
                 state = .ready
-                connectedAt = .now
+                let now = ContinuousClock.now
+                connectedAt = now
                 negotiatedALPN = driver?.core.negotiatedALPN
                 qlogPath = driver?.core.qlogPath
+                if let path = driver?.core.path {
+                    establishment = HTTP3ConnectionEstablishment(
+                        startedAt: startedAt, resolvedAt: resolvedAt ?? startedAt, connectedAt: now,
+                        remoteAddress: path.remote.host, remotePort: path.remote.port, localAddress: path.local.host, localPort: path.local.port
+                    )
+                }
                 for waiter in readyWaiters { waiter.succeed(info) }
                 readyWaiters.removeAll()
                 sendPending()

@@ -263,6 +263,17 @@ public struct HTTP3ServerRequest: Sendable {
     public let streamID: Int64
     /// The head, or the field section it is built from.
     let source: HTTP3RequestHeadSource
+    /// The connection's version and client address, shared by all its requests; nil for a
+    /// request made with the public initializer.
+    let origin: HTTPServerRequestOrigin?
+
+    /// The HTTP version that carried the request, as an access log writes it: `HTTP/3`,
+    /// `HTTP/2.0` or `HTTP/1.1` (RFC 9114, RFC 9113, RFC 9112). A request made with the
+    /// public initializer says `HTTP/3`.
+    public var protocolVersion: String { origin?.protocolVersion ?? HTTPServerRequestOrigin.http3 }
+    /// The client's IP address, without its port, as the connection first came from; nil
+    /// when unknown (a request made with the public initializer).
+    public var remoteAddress: String? { origin?.remoteAddress }
 
     /// The request method (RFC 9110 §9), read without building ``head``.
     public var method: HTTPRequest.Method { source.method }
@@ -281,15 +292,22 @@ public struct HTTP3ServerRequest: Sendable {
 
     /// A request with a complete body, for handlers called directly (tests, composition).
     public init(head: HTTPRequest, body: [UInt8] = [], streamID: Int64 = 0, trailers: HTTPFields? = nil) {
+        self.init(head: head, body: body, streamID: streamID, trailers: trailers, origin: nil)
+    }
+
+    /// A request with a complete body that came over `origin` (the TCP server's).
+    init(head: HTTPRequest, body: [UInt8], streamID: Int64 = 0, trailers: HTTPFields?, origin: HTTPServerRequestOrigin?) {
         self.source = HTTP3RequestHeadSource(head)
         self.body = HTTP3RequestBody(complete: body, trailers: trailers)
         self.streamID = streamID
+        self.origin = origin
     }
 
-    init(source: HTTP3RequestHeadSource, body: HTTP3RequestBody, streamID: Int64) {
+    init(source: HTTP3RequestHeadSource, body: HTTP3RequestBody, streamID: Int64, origin: HTTPServerRequestOrigin? = nil) {
         self.source = source
         self.body = body
         self.streamID = streamID
+        self.origin = origin
     }
 }
 
@@ -529,6 +547,8 @@ final class HTTP3ServerConnection: @unchecked Sendable {
     /// (`stopReadingRequest`), until their streams close: what their handlers still read was
     /// credited then.
     @exclusivity(unchecked) private var stoppedReading: Set<Int64> = []
+    /// `HTTP/3` and the client's address, made once: each request holds it by one reference.
+    private let origin: HTTPServerRequestOrigin
     /// Credit for request bytes handlers have read. Weak: request bodies live in handler tasks
     /// that can outlast the connection, and a strong capture would make it hold itself.
     private lazy var flowCredit = HTTP3FlowCredit(eventLoop: driver.eventLoop) { [weak self] credits in
@@ -564,6 +584,7 @@ final class HTTP3ServerConnection: @unchecked Sendable {
         self.handler = handler
         self.requestHeaderTimeout = requestHeaderTimeout
         self.logger = logger
+        self.origin = HTTPServerRequestOrigin(protocolVersion: HTTPServerRequestOrigin.http3, remoteAddress: driver.core.path.remote.host)
     }
 
     /// The codec as `attach` found it, unretained: the core owns it.
@@ -776,7 +797,9 @@ final class HTTP3ServerConnection: @unchecked Sendable {
             respond(streamID: streamID, HTTP3ServerResponse(status: .badRequest, body: Array("malformed request\n".utf8)))
             return
         }
-        let request = HTTP3ServerRequest(source: source, body: hasBody ? incomingBody(streamID: streamID) : .empty, streamID: streamID)
+        let request = HTTP3ServerRequest(
+            source: source, body: hasBody ? incomingBody(streamID: streamID) : .empty, streamID: streamID, origin: origin
+        )
         if let responder, let response = responder(request) {
             respond(streamID: streamID, response)
             return

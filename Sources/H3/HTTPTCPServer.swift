@@ -86,7 +86,9 @@ public final class HTTPTCPServer: Sendable {
                                 stream.eventLoop.makeCompletedFuture {
                                     try stream.pipeline.syncOperations.addHandlers(
                                         HTTP2FramePayloadToHTTPServerCodec(),
-                                        HTTPTCPRequestHandler(handler: handler, bodyLimit: limit, logger: logger)
+                                        HTTPTCPRequestHandler(
+                                            handler: handler, version: HTTPServerRequestOrigin.http2, bodyLimit: limit, logger: logger
+                                        )
                                     )
                                 }
                             }.map { _ in }
@@ -96,7 +98,9 @@ public final class HTTPTCPServer: Sendable {
                                 try channel.pipeline.syncOperations.configureHTTPServerPipeline(withErrorHandling: true)
                                 try channel.pipeline.syncOperations.addHandlers(
                                     HTTP1ToHTTPServerCodec(secure: true),
-                                    HTTPTCPRequestHandler(handler: handler, bodyLimit: limit, logger: logger)
+                                    HTTPTCPRequestHandler(
+                                        handler: handler, version: HTTPServerRequestOrigin.http1, bodyLimit: limit, logger: logger
+                                    )
                                 )
                             }
                         }
@@ -143,6 +147,9 @@ final class HTTPTCPRequestHandler: ChannelInboundHandler, RemovableChannelHandle
     typealias OutboundOut = HTTPResponsePart
 
     private let handler: HTTP3Server.Handler
+    /// `HTTP/2.0` or `HTTP/1.1`, for the origin made when the handler joins its channel.
+    private let version: String
+    private var origin: HTTPServerRequestOrigin?
     private let bodyLimit: Int
     private let logger: Logger
     private var head: HTTPRequest?
@@ -151,8 +158,9 @@ final class HTTPTCPRequestHandler: ChannelInboundHandler, RemovableChannelHandle
     /// Complete requests, answered one after another by `serve(channel:)`.
     private var requests: AsyncStream<HTTP3ServerRequest>.Continuation?
 
-    init(handler: @escaping HTTP3Server.Handler, bodyLimit: Int, logger: Logger) {
+    init(handler: @escaping HTTP3Server.Handler, version: String, bodyLimit: Int, logger: Logger) {
         self.handler = handler
+        self.version = version
         self.bodyLimit = bodyLimit
         self.logger = logger
     }
@@ -161,6 +169,8 @@ final class HTTPTCPRequestHandler: ChannelInboundHandler, RemovableChannelHandle
         let (stream, continuation) = AsyncStream<HTTP3ServerRequest>.makeStream()
         requests = continuation
         let channel = context.channel
+        // An HTTP/2 stream's channel answers with its connection's address.
+        origin = HTTPServerRequestOrigin(protocolVersion: version, remoteAddress: channel.remoteAddress?.ipAddress)
         let handler = self.handler
         let logger = self.logger
         Task {
@@ -202,7 +212,7 @@ final class HTTPTCPRequestHandler: ChannelInboundHandler, RemovableChannelHandle
                 context.writeAndFlush(wrapOutboundOut(.end(nil))).whenComplete { _ in context.close(promise: nil) }
                 return
             }
-            requests?.yield(HTTP3ServerRequest(head: request, body: body, trailers: trailers))
+            requests?.yield(HTTP3ServerRequest(head: request, body: body, trailers: trailers, origin: origin))
             body = []
         }
     }
@@ -239,7 +249,10 @@ private func answer(
         response.bodyStream = file.chunks()
         response.file = nil
     }
-    if response.bodyStream == nil, response.head.headerFields[.contentLength] == nil, request.head.method != .head {
+    // A 304 has no content, and its content-length would describe the 200 (RFC 9110 §8.6).
+    if response.bodyStream == nil, response.head.headerFields[.contentLength] == nil, request.head.method != .head,
+        response.head.status != .notModified
+    {
         response.head.headerFields[.contentLength] = "\(response.body.count)"
     }
     do {

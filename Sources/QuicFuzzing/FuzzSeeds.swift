@@ -48,6 +48,9 @@ package enum FuzzSeeds {
                 "encoded-dot-dot": Array("/%2e%2e/outside.txt?x=1".utf8),
                 "symlink-out": Array("/escape.txt".utf8),
                 "symlink-up": Array("/up/outside.txt".utf8),
+                "listing-root": Array("/".utf8),
+                "listing-symlink-up": Array("/up/".utf8),
+                "listing-climb": Array("/%2e%2e/".utf8),
             ],
         ]
         var written = 0

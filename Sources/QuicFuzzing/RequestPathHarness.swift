@@ -15,6 +15,8 @@ final class RequestPathHarness: @unchecked Sendable {
     /// The contents of the files inside the root; nothing else may be served.
     private let servable: Set<[UInt8]> = [Array("inside\n".utf8), Array("index\n".utf8)]
     private let handler: HTTP3FileHandler
+    /// The same root with listings on: a listing may only name what is inside the root.
+    private let browsingHandler: HTTP3FileHandler
 
     private init() {
         let base = FileManager.default.temporaryDirectory.appendingPathComponent("quic-fuzz-root-\(getpid())")
@@ -27,6 +29,7 @@ final class RequestPathHarness: @unchecked Sendable {
         try! FileManager.default.createSymbolicLink(atPath: root.appendingPathComponent("escape.txt").path, withDestinationPath: "../outside.txt")
         try! FileManager.default.createSymbolicLink(atPath: root.appendingPathComponent("up").path, withDestinationPath: "..")
         handler = HTTP3FileHandler(root: root.path, openFileReuse: .zero)
+        browsingHandler = HTTP3FileHandler(root: root.path, openFileReuse: .zero, listsDirectories: true)
         // The directory lives as long as the process; only a crash leaves it behind.
         fixtureDirectory = base.path
         atexit { fixtureDirectory.map { _ = try? FileManager.default.removeItem(atPath: $0) } }
@@ -36,6 +39,12 @@ final class RequestPathHarness: @unchecked Sendable {
         let path = String(decoding: input, as: UTF8.self)
         let request = HTTPRequest(method: .get, scheme: "https", authority: "localhost", path: path)
         let response = handler.respond(to: HTTP3ServerRequest(head: request))
+        let listing = browsingHandler.respond(to: HTTP3ServerRequest(head: request))
+        if listing.file == nil, listing.head.status == .ok {
+            // The root's listing names inside.txt and sub/; the ways out are not entries of it.
+            let text = String(decoding: listing.body, as: UTF8.self)
+            precondition(!text.contains("outside") && !text.contains("escape.txt") && !text.contains("./up/"), "\(path.debugDescription) listed a way out: \(text)")
+        }
         guard let file = response.file else {
             precondition(response.head.status != .ok, "200 without a file for \(path.debugDescription)")
             return

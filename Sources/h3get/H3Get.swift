@@ -55,6 +55,12 @@ struct H3Get: AsyncParsableCommand {
     @Flag(name: [.customShort("I"), .customLong("head")], help: "Send HEAD and print the response headers.")
     var head = false
 
+    @Flag(name: [.customShort("i"), .customLong("include")], help: "Write the response headers before the body, where the body goes (HTTP/3 200, then name: value lines, then a blank line).")
+    var include = false
+
+    @Option(name: [.customShort("D"), .customLong("dump-header")], help: "Write each transfer's response headers to FILE (- for stdout), as curl's -D.")
+    var dumpHeader: String?
+
     @Option(name: [.customShort("X"), .customLong("request")], help: "Request method.")
     var method: String?
 
@@ -118,7 +124,7 @@ struct H3Get: AsyncParsableCommand {
     @Flag(name: [.customShort("f"), .customLong("fail")], help: "Exit 22 and write no body on HTTP status 400 or above.")
     var fail = false
 
-    @Option(name: [.customShort("w"), .customLong("write-out")], help: "Print this after each transfer: %{http_version} %{response_code} %{size_download} %{time_connect} %{time_total} %{url} %{content_type}.")
+    @Option(name: [.customShort("w"), .customLong("write-out")], help: "Print this after each transfer, as curl's -w: %{http_code} %{http_version} %{size_download} %{time_starttransfer} %{time_connect} %{time_total} %{remote_ip} %{url} %{content_type} %{exitcode} %header{NAME} … (see the Command-line tools article).")
     var writeOut: String?
 
     @Option(name: .customLong("stats"), help: "After each HTTP/3 transfer, print the connection's establishment and data-transfer reports on stderr: --stats (text) or --stats=json (one JSON object).")
@@ -218,7 +224,11 @@ struct H3Get: AsyncParsableCommand {
         configuration.connectTo = trust.connectTarget
         let body = try loadBody()
         let client = HTTPSession(configuration: configuration)
-        let transfers = try URLTransfers(self, sendsBody: body != nil)
+        var headerDump: AppendingLog?
+        if let dumpHeader {
+            do { headerDump = try AppendingLog(path: dumpHeader, truncating: true) } catch { throw die("\(error)", .writeError) }
+        }
+        let transfers = try URLTransfers(self, body: body, headerDump: headerDump)
         // The run, and the URLs' tasks it starts, go on the session's connection thread, so a
         // response wakes its reader without a hop to the global pool and back.
         let exit = await withTaskExecutorPreference(client.taskExecutor) {
@@ -306,13 +316,21 @@ final class URLTransfers: Sendable {
     let silent: Bool
     let fail: Bool
     let writeOut: String?
+    /// `-i`: headers before each body, where the body goes.
+    let include: Bool
+    /// `-D`: where each transfer's headers are appended, in URL order; nil without `-D`.
+    let headerDump: AppendingLog?
+    /// The request body's size, for `%{size_upload}`.
+    let uploadSize: Int
     let stats: ReportStyle?
     /// The method and header fields every request carries (`-X`, `-I`, `-H`), checked by
     /// `H3Get.validate()`: each URL's request is this one with its own authority and path.
     let requestTemplate: HTTPRequest
 
     /// Throws only what `H3Get.validate()` has already refused.
-    init(_ command: H3Get, sendsBody: Bool) throws {
+    init(_ command: H3Get, body: [UInt8]?, headerDump: AppendingLog?) throws {
+        let sendsBody = body != nil
+        (include, self.headerDump, uploadSize) = (command.include, headerDump, body?.count ?? 0)
         (urls, targets, head, priority) = (command.urls, command.targets, command.head, command.priority)
         (outputs, remoteName, outputDirectory) = (command.outputs, command.remoteName, command.outputDirectory)
         (verbose, silent, fail, writeOut, stats) = (command.verbose, command.silent, command.fail, command.writeOut, command.stats)
@@ -431,12 +449,23 @@ final class URLTransfers: Sendable {
         let buffered: [UInt8]?
         let size: Int
         let writeFailure: String?
-        let timeConnect: Duration
+        /// When the transfer began: its times count from here, as curl's do.
+        let started: ContinuousClock.Instant
+        /// From the transfer's start to its response head (curl's `time_starttransfer`).
+        let timeStartTransfer: Duration
         let timeTotal: Duration
+        /// Whether the header block went out with the body already (`-i`, or `-D -` with the
+        /// body on stdout).
+        let headersWritten: Bool
 
-        init(url: String, response: HTTPSessionResponse, buffered: [UInt8]?, size: Int, writeFailure: String?, timeConnect: Duration, timeTotal: Duration) {
-            (self.url, self.response, self.buffered, self.size) = (url, response, buffered, size)
-            (self.writeFailure, self.timeConnect, self.timeTotal) = (writeFailure, timeConnect, timeTotal)
+        init(
+            url: String, response: HTTPSessionResponse, buffered: [UInt8]?, size: Int, writeFailure: String?,
+            started: ContinuousClock.Instant, timeStartTransfer: Duration, timeTotal: Duration, headersWritten: Bool
+        ) {
+            (self.url, self.response, self.buffered, self.size, self.started) = (url, response, buffered, size, started)
+            (self.writeFailure, self.timeStartTransfer, self.timeTotal, self.headersWritten) = (
+                writeFailure, timeStartTransfer, timeTotal, headersWritten
+            )
         }
     }
 
@@ -455,7 +484,7 @@ final class URLTransfers: Sendable {
             log(lines.joined(separator: "\n"))
         }
         let response = try await client.execute(request, body: body, priority: priority(for: index))
-        let connected = ContinuousClock.now - started
+        let startedTransfer = ContinuousClock.now - started
         if verbose {
             var lines = response.notes.map { "* \($0)" }
             if let discovery = response.discovery { lines.append("* HTTP/3 tried because: \(discovery.rawValue)") }
@@ -469,10 +498,11 @@ final class URLTransfers: Sendable {
             lines += response.head.headerFields.map { "< \($0.name): \($0.value)" }
             log(lines.joined(separator: "\n"))
         }
+        var headersWritten = false
         let finish = { (buffered: [UInt8]?, size: Int, failure: String?) in
             Transfer(
-                url: url, response: response, buffered: buffered, size: size, writeFailure: failure,
-                timeConnect: connected, timeTotal: ContinuousClock.now - started
+                url: url, response: response, buffered: buffered, size: size, writeFailure: failure, started: started,
+                timeStartTransfer: startedTransfer, timeTotal: ContinuousClock.now - started, headersWritten: headersWritten
             )
         }
         if head || (fail && response.status.code >= 400) {
@@ -488,6 +518,17 @@ final class URLTransfers: Sendable {
         }
         var buffered: [UInt8] = []
         var size = 0
+        // -i writes the headers where the body goes; so does -D - when the body goes to stdout.
+        let headersGoWithBody = include || headerDump?.name == "stdout" && output?.isStandardOutput ?? true
+        if headersGoWithBody {
+            let block = Array(Self.headerBlock(of: response).utf8)
+            if let output {
+                do throws(OutputFileError) { try output.write(block) } catch { return finish(nil, 0, error.description) }
+            } else {
+                buffered = block
+            }
+            headersWritten = true
+        }
         // A progress line on a terminal only, and never over a body written to the terminal.
         var progress = showsProgress(writingToStdout: output?.isStandardOutput ?? true)
             ? Progress(total: response.head.headerFields[.contentLength].flatMap(Int.init)) : nil
@@ -520,31 +561,45 @@ final class URLTransfers: Sendable {
             return emit(transfer, index: index)
         case .failure(let error):
             if !silent { writeToStandardError("h3get: \(urls[index]): \(error)\n") }
-            return H3Get.exitCode(for: error)
+            let exit = H3Get.exitCode(for: error)
+            printWriteOut(nil, url: urls[index], exit: exit, error: "\(error)")
+            return exit
         }
     }
 
     /// Writes one transfer's output; returns an exit code when it counts as a failure.
     private func emit(_ transfer: Transfer, index: Int) -> H3Get.Exit? {
         let status = transfer.response.status.code
+        if let headerDump, !transfer.headersWritten { headerDump.append(Self.headerBlock(of: transfer.response)) }
         if fail && status >= 400 {
             if !silent { writeToStandardError("h3get: \(transfer.url): the requested URL returned error: \(status)\n") }
-            printWriteOut(transfer)
+            printWriteOut(transfer, url: transfer.url, exit: .httpError, error: "The requested URL returned error: \(status)")
             return .httpError
         }
         if let failure = transfer.writeFailure {
             if !silent { writeToStandardError("h3get: \(failure)\n") }
+            printWriteOut(transfer, url: transfer.url, exit: .writeError, error: failure)
             return .writeError
         }
         if head {
-            var text = "HTTP/\(transfer.response.version.rawValue) \(status)\r\n"
-            for field in transfer.response.head.headerFields { text += "\(field.name): \(field.value)\r\n" }
-            writeToStandardOutput(text + "\r\n")
+            writeToStandardOutput(Self.headerBlock(of: transfer.response))
         } else if let buffered = transfer.buffered {
             writeToStandardOutput(buffered)
         }
-        printWriteOut(transfer)
+        printWriteOut(transfer, url: transfer.url, exit: nil, error: "")
         return nil
+    }
+
+    /// The response's header block as curl prints it for `-i`, `-I` and `-D`: the status line
+    /// (`HTTP/3 200`, `HTTP/2 200`, `HTTP/1.1 200 OK`), a `name: value` line per field, then a
+    /// blank line, each ending in CRLF.
+    static func headerBlock(of response: HTTPSessionResponse) -> String {
+        let head = response.head
+        var text = "HTTP/\(response.version.rawValue) \(head.status.code)"
+        if response.version == .http1_1 { text += " " + head.status.reasonPhrase }
+        text += "\r\n"
+        for field in head.headerFields { text += "\(field.name): \(field.value)\r\n" }
+        return text + "\r\n"
     }
 
     /// The reports of the connection `response` came on, on stderr (`--stats`).
@@ -621,24 +676,85 @@ final class URLTransfers: Sendable {
         return name
     }
 
-    private func printWriteOut(_ transfer: Transfer) {
+    /// Writes `-w`'s text for a transfer, or for a URL that failed (`transfer` nil: as curl,
+    /// `http_code` 000 and the error in `errormsg`). Every value is measured or read from the
+    /// response; a variable h3get does not measure warns, as an unknown one does in curl.
+    private func printWriteOut(_ transfer: Transfer?, url: String, exit: H3Get.Exit?, error: String) {
         guard let format = writeOut else { return }
+        let (text, unknown) = writeOutText(
+            format, values: writeOutValues(transfer, url: url, exit: exit, error: error),
+            header: { name in HTTPField.Name(name).flatMap { transfer?.response.head.headerFields[$0] } }
+        )
+        // A failed transfer has no times: those write nothing, without a warning.
+        for name in unknown where !silent && !Self.writeOutVariables.contains(name) { writeToStandardError("h3get: unknown --write-out variable: '\(name)'\n") }
+        writeToStandardOutput(text)
+    }
+
+    /// The `-w` variables h3get knows, whether or not a transfer has a value for each.
+    static let writeOutVariables: Set<String> = [
+        "url", "url_effective", "scheme", "method", "size_upload", "exitcode", "errormsg", "http_code", "response_code",
+        "http_version", "size_download", "size_header", "num_headers", "content_type", "speed_download", "speed_upload",
+        "time_starttransfer", "time_total", "time_namelookup", "time_connect", "time_appconnect", "time_pretransfer",
+        "num_connects", "remote_ip", "remote_port", "local_ip", "local_port",
+    ]
+
+    /// curl's `-w` variables that h3get measures, formatted as curl formats them: times in
+    /// seconds with six decimals, sizes and speeds in bytes (and bytes per second).
+    func writeOutValues(_ transfer: Transfer?, url: String, exit: H3Get.Exit?, error: String) -> [String: String] {
         let seconds: (Duration) -> String = { duration in
             let (whole, attoseconds) = duration.components
             return fixedPoint(Double(whole) + Double(attoseconds) / 1e18, digits: 6)
         }
-        let values: [String: String] = [
-            "http_version": transfer.response.version.rawValue,
-            "response_code": "\(transfer.response.status.code)",
-            "size_download": "\(transfer.size)",
-            "time_connect": seconds(transfer.timeConnect),
-            "time_total": seconds(transfer.timeTotal),
-            "url": transfer.url,
-            "content_type": transfer.response.head.headerFields[.contentType] ?? "",
+        var values: [String: String] = [
+            "url": url,
+            "url_effective": url,  // h3get follows no redirects.
+            "scheme": "HTTPS",  // As curl writes it.
+            "method": requestTemplate.method.rawValue,
+            "size_upload": transfer == nil ? "0" : String(uploadSize),
+            "exitcode": String(exit?.rawValue ?? 0),
+            "errormsg": error,
+            "http_code": "000",
+            "response_code": "000",
+            "http_version": "0",
+            "size_download": "0",
+            "size_header": "0",
+            "num_headers": "0",
+            "content_type": "",
         ]
-        let (text, unknown) = writeOutText(format, values: values)
-        for name in unknown where !silent { writeToStandardError("h3get: unknown --write-out variable: '\(name)'\n") }
-        writeToStandardOutput(text)
+        guard let transfer else { return values }
+        let response = transfer.response
+        let code = String(response.status.code)
+        let total = transfer.timeTotal.components
+        let totalSeconds = Double(total.seconds) + Double(total.attoseconds) / 1e18
+        values["http_code"] = code
+        values["response_code"] = code
+        values["http_version"] = response.version.rawValue
+        values["size_download"] = String(transfer.size)
+        values["size_header"] = String(Self.headerBlock(of: response).utf8.count)
+        values["num_headers"] = String(response.head.headerFields.count)
+        values["content_type"] = response.head.headerFields[.contentType] ?? ""
+        values["speed_download"] = String(Int(totalSeconds > 0 ? Double(transfer.size) / totalSeconds : 0))
+        values["speed_upload"] = String(Int(totalSeconds > 0 ? Double(uploadSize) / totalSeconds : 0))
+        values["time_starttransfer"] = seconds(transfer.timeStartTransfer)
+        values["time_total"] = seconds(transfer.timeTotal)
+        // The connection's figures: HTTP/3 only, as the TCP client (async-http-client) reports
+        // none. A connection found open took no look-up, connect or handshake for this transfer.
+        if let http3 = response.http3, let establishment = http3.establishment {
+            let since = { (instant: ContinuousClock.Instant) in seconds(max(.zero, instant - transfer.started)) }
+            let opened = http3.openedForRequest
+            values["num_connects"] = opened ? "1" : "0"
+            values["time_namelookup"] = opened ? since(establishment.resolvedAt) : seconds(.zero)
+            // QUIC's handshake is TLS's (RFC 9001): connected and app-connected at once.
+            values["time_connect"] = opened ? since(establishment.connectedAt) : seconds(.zero)
+            values["time_appconnect"] = values["time_connect"]
+            // Requests wait for the handshake, then leave at once (0-RTT ones left before it).
+            values["time_pretransfer"] = since(establishment.connectedAt)
+            values["remote_ip"] = establishment.remoteAddress
+            values["remote_port"] = String(establishment.remotePort)
+            values["local_ip"] = establishment.localAddress
+            values["local_port"] = String(establishment.localPort)
+        }
+        return values
     }
 
     /// One line to stderr.

@@ -24,7 +24,8 @@ enum H3ServeMain {
     }
 }
 
-/// `h3serve`: serves a directory over HTTP/3 and logs one line per request.
+/// `h3serve`: serves a directory over HTTP/3 (and HTTP/2 and HTTP/1.1 on TCP) as a static web
+/// server, and logs one line per request in the Combined Log Format.
 struct H3Serve: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "h3serve",
@@ -33,6 +34,11 @@ struct H3Serve: AsyncParsableCommand {
             UDP and TCP listen on the same port number. Every response carries
             Alt-Svc: h3=":PORT"; ma=86400 unless --alt-svc changes it or --no-alt-svc drops it;
             with --no-tcp, none unless --alt-svc gives one.
+
+            Files carry ETag and Last-Modified and are answered 304 to conditional requests.
+            A directory is served as its index.html, or listed with --browse; without its
+            trailing slash it is redirected (301). Each request is logged to stderr in the
+            Combined Log Format plus rt=SECONDS priority="FIELD" (see --access-log, -q).
             """
     )
 
@@ -44,6 +50,18 @@ struct H3Serve: AsyncParsableCommand {
 
     @Option(help: "Directory to serve.")
     var root = "."
+
+    @Flag(help: "List a directory that has no index.html: an HTML page, or JSON for Accept: application/json (as Caddy's file_server browse).")
+    var browse = false
+
+    @Flag(help: "Serve FILE.br or FILE.gz in place of FILE to clients whose Accept-Encoding allows it (br first), with Vary: Accept-Encoding on every file (as Caddy's precompressed).")
+    var precompressed = false
+
+    @Option(name: .customLong("cache-control"), help: "The Cache-Control value of every file response, e.g. max-age=3600 or no-cache (default: none).")
+    var cacheControl: String?
+
+    @Option(name: .customLong("access-log"), help: "Append the request log to FILE, or write it to stdout with - (default: stderr). Combined Log Format, then rt=SECONDS priority=\"FIELD\".")
+    var accessLog: String?
 
     @Option(name: .customLong("open-file-cache"), help: "Seconds an opened file is reused for later requests of the same path before it is looked up again, as nginx's open_file_cache_valid; 0 opens it for every request.")
     var openFileCache: Double = 1
@@ -119,6 +137,10 @@ struct H3Serve: AsyncParsableCommand {
         if noQUIC && loadBalancer.serverID != nil {
             throw ValidationError("--server-id shapes QUIC connection IDs; it makes no sense with --no-quic")
         }
+        if quiet && accessLog != nil { throw ValidationError("-q (no request log) and --access-log contradict each other") }
+        if let cacheControl, !HTTP3FileHandler.isCacheControlValue(cacheControl) {
+            throw ValidationError("--cache-control '\(cacheControl)' is not a Cache-Control value (RFC 9111 §5.2): directives such as max-age=3600, no-cache or public, separated by commas")
+        }
         if noAltSvc && altSvc != nil { throw ValidationError("--alt-svc and --no-alt-svc contradict each other") }
         if let altSvc {
             do { _ = try AltServiceFieldValue(parsing: altSvc) } catch { throw ValidationError("--alt-svc '\(altSvc)': \(error)") }
@@ -163,25 +185,31 @@ struct H3Serve: AsyncParsableCommand {
         }
         // Given the Alt-Svc field once the port is known: it is then part of every opened file's
         // fields, so no response copies its fields to add it.
-        let files = HTTP3FileHandler(root: root, openFileReuse: .seconds(openFileCache))
-        let logsRequests = !quiet
+        let files = HTTP3FileHandler(
+            root: root, openFileReuse: .seconds(openFileCache), cacheControl: cacheControl, listsDirectories: browse,
+            servesPrecompressed: precompressed
+        )
+        var log: AppendingLog?
+        if !quiet {
+            do { log = try accessLog.map { path throws(OutputFileError) in try AppendingLog(path: path) } ?? .standardError } catch {
+                throw fail("--access-log: \(error)")
+            }
+        }
         // Files are answered without waiting, so HTTP/3 requests are served on the connection's
         // loop without a task (the server's responder); TCP requests take the same path.
         let respond: @Sendable (HTTP3ServerRequest) -> HTTP3ServerResponse = { files.respond(to: $0) }
-        let respondAndLog: @Sendable (HTTP3ServerRequest) -> HTTP3ServerResponse = { request in
-            let started = ContinuousClock.now
-            let response = respond(request)
-            let elapsed = (ContinuousClock.now - started).components
-            let microseconds = elapsed.seconds * 1_000_000 + elapsed.attoseconds / 1_000_000_000_000
-            let priority = request.headerField(.priority) ?? "-"
-            // File and streamed bodies are counted by their content-length.
-            let inMemory = response.bodyStream == nil && response.file == nil
-            let bytes = inMemory ? String(response.body.count) : response.head.headerFields[.contentLength] ?? "?"
-            let line = "\(request.method) \(request.path ?? "/") \(response.head.status.code) \(bytes) priority=\(priority) \(microseconds)us\n"
-            writeToStandardError(line)
-            return response
+        let serve: @Sendable (HTTP3ServerRequest) -> HTTP3ServerResponse
+        if let log {
+            serve = { request in
+                let started = ContinuousClock.now
+                let response = respond(request)
+                let elapsed = ContinuousClock.now - started
+                log.append(HTTPAccessLogLine.make(request: request, response: response, elapsed: elapsed, time: Int(time(nil))))
+                return response
+            }
+        } else {
+            serve = respond
         }
-        let serve = logsRequests ? respondAndLog : respond
         let handler: HTTP3Server.Handler = { serve($0) }
         if let generated {
             say("certificate: self-signed for localhost, 127.0.0.1, ::1; sha256 \(generated.sha256FingerprintHex)")

@@ -126,6 +126,8 @@ struct Connect: AsyncParsableCommand {
         if !zeroRTT { try await waitUntilReady(group) }
         let handshake = ContinuousClock.now - started
 
+        // From here on: the report covers the key update too.
+        let transferReport = group.startDataTransferReport()
         if keyUpdate {
             do {
                 try await group.initiateKeyUpdate()
@@ -137,7 +139,6 @@ struct Connect: AsyncParsableCommand {
 
         var errors: [String] = []
         var bytes = 0
-        let transferReport = group.startDataTransferReport()
         let transferStart = ContinuousClock.now
         do {
             bytes = try await withDeadline(seconds: timeout) {

@@ -53,7 +53,7 @@ struct EarlyDataTests {
     /// no path was served more often: a replayed or re-submitted request would log twice.
     static func expectRequestsServed(by server: ChildProcess, _ expected: [String: Int]) async throws {
         func served(_ path: String) -> Int {
-            server.standardError.split(separator: "\n").filter { $0.hasPrefix("GET \(path) 200 ") }.count
+            server.standardError.split(separator: "\n").filter { $0.contains("\"GET \(path) HTTP/3\" 200 ") }.count
         }
         let deadline = ContinuousClock.now + TestEnvironment.scaled(.seconds(10))
         while expected.contains(where: { served($0.key) < $0.value }), ContinuousClock.now < deadline {

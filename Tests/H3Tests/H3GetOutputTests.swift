@@ -107,4 +107,78 @@ struct H3GetOutputTests {
         #expect(refused.status != 0)
         #expect(refused.error.contains("--parallel-max takes 1 to 300"), "\(refused.error)")
     }
+
+    /// curl's common `-w` variables, each measured or read from the response.
+    @Test func writeOutHasCurlsCommonVariables() async throws {
+        try await Self.withServer { url in
+            let format = "%{http_code}|%{response_code}|%{http_version}|%{size_download}|%{num_headers}|%{content_type}|%{scheme}|%{method}"
+                + "|%{exitcode}|%{errormsg}|%{url_effective}|%header{content-length}|%header{no-such}|%{size_header}"
+                + "|%{time_starttransfer}|%{time_total}|%{speed_download}|%{size_upload}"
+            let run = try await Self.h3get(["-o", "/dev/null", "-w", format, url])
+            #expect(run.status == 0, "\(run.error)")
+            let values = run.output.split(separator: "|", omittingEmptySubsequences: false).map(String.init)
+            try #require(values.count == 18, "\(run.output)")
+            let size = Self.text.utf8.count
+            #expect(Array(values[0..<13]) == ["200", "200", "3", "\(size)", values[4], "text/plain; charset=utf-8", "HTTPS", "GET", "0", "", url, "\(size)", ""])
+            #expect((Int(values[4]) ?? 0) >= 3, "content-type, accept-ranges, content-length at least")
+            // The header block as -i prints it: "HTTP/3 200\r\n", the fields, a blank line.
+            let headers = try await Self.h3get(["-I", url])
+            #expect(Int(values[13]) == headers.output.utf8.count, "\(values[13]) vs \(headers.output)")
+            let (start, total) = (Double(values[14]) ?? -1, Double(values[15]) ?? -1)
+            #expect(start > 0 && start <= total && values[15].split(separator: ".").last?.count == 6, "\(values)")
+            #expect((Double(values[16]) ?? 0) > 0 && values[17] == "0", "\(values)")
+        }
+    }
+
+    /// The connection's figures over HTTP/3: its addresses, and times that follow one another
+    /// from the transfer's start; a second URL on the same connection opened none.
+    @Test func writeOutHasTheConnectionsAddressesAndTimes() async throws {
+        try await Self.withServer { url in
+            let port = try #require(URLComponents(string: url)?.port)
+            let format = "%{num_connects} %{remote_ip} %{remote_port} %{local_ip} %{local_port} %{time_namelookup} %{time_connect}"
+                + " %{time_appconnect} %{time_pretransfer} %{time_starttransfer} %{time_total}\\n"
+            let run = try await Self.h3get(["--parallel-max", "1", "-o", "/dev/null", "-o", "/dev/null", "-w", format, url, url])
+            #expect(run.status == 0, "\(run.error)")
+            let lines = run.output.split(separator: "\n").map { $0.split(separator: " ").map(String.init) }
+            try #require(lines.count == 2 && lines.allSatisfy { $0.count == 11 }, "\(run.output)")
+            let (first, second) = (lines[0], lines[1])
+            #expect(Array(first[0..<4]) == ["1", "127.0.0.1", "\(port)", "127.0.0.1"], "\(run.output)")
+            #expect((UInt16(first[4]) ?? 0) > 0 && first[4] == second[4], "one local port for both: \(run.output)")
+            let times = first[5...].compactMap(Double.init)
+            #expect(times.count == 6 && times == times.sorted() && times[1] > 0 && times[1] == times[2], "\(run.output)")
+            #expect(second[0] == "0" && second[5] == "0.000000" && second[6] == "0.000000", "reused: \(run.output)")
+        }
+    }
+
+    /// A transfer that fails still writes `-w`, as curl's: code 000 and the reason.
+    @Test func writeOutOfAFailedTransferSaysWhy() async throws {
+        let run = try await Self.h3get(["-s", "-w", "%{http_code} %{exitcode} [%{time_total}]", "https://127.0.0.1:9/"])
+        #expect(run.status == 7, "\(run.error)")
+        #expect(run.output == "000 7 []", "\(run.output)")
+        #expect(!run.error.contains("unknown --write-out variable"), "\(run.error)")
+    }
+
+    /// `-i` writes the header block before the body, where the body goes; `-D` writes it to a
+    /// file, or to stdout with `-`.
+    @Test func includeAndDumpHeaderWriteTheHeadersAsCurlDoes() async throws {
+        try await Self.withServer { url in
+            let included = try await Self.h3get(["-i", url])
+            #expect(included.status == 0, "\(included.error)")
+            #expect(included.output.hasPrefix("HTTP/3 200\r\ncontent-type: text/plain; charset=utf-8\r\n"), "\(included.output.prefix(200))")
+            let block = try #require(included.output.range(of: "\r\n\r\n"))
+            #expect(included.output[block.upperBound...] == Self.text[...])
+            let directory = FileManager.default.temporaryDirectory.appendingPathComponent("dump-\(UUID())")
+            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+            let dump = directory.appendingPathComponent("headers")
+            try Data("old contents".utf8).write(to: dump)
+            let dumped = try await Self.h3get(["-D", dump.path, "-o", "/dev/null", url])
+            #expect(dumped.status == 0 && dumped.output.isEmpty, "\(dumped.error)")
+            let headers = try String(contentsOf: dump, encoding: .utf8)
+            #expect(headers == String(included.output[..<block.upperBound]), "\(headers)")
+            let toStdout = try await Self.h3get(["-D", "-", url])
+            #expect(toStdout.output == included.output)
+            let unwritable = try await Self.h3get(["-D", "/nonexistent-\(UUID())/h", url])
+            #expect(unwritable.status == 23 && unwritable.error.contains("No such file or directory"), "\(unwritable.error)")
+        }
+    }
 }

@@ -18,8 +18,10 @@ struct HTTP3FileHandlerTests {
         return (root, outside)
     }
 
-    static func get(_ handler: HTTP3FileHandler, _ path: String, method: HTTPRequest.Method = .get, range: String? = nil) -> HTTP3ServerResponse {
-        var head = HTTPRequest(method: method, scheme: "https", authority: "localhost", path: path)
+    static func get(
+        _ handler: HTTP3FileHandler, _ path: String, method: HTTPRequest.Method = .get, range: String? = nil, fields: HTTPFields = [:]
+    ) -> HTTP3ServerResponse {
+        var head = HTTPRequest(method: method, scheme: "https", authority: "localhost", path: path, headerFields: fields)
         if let range { head.headerFields[.range] = range }
         return handler.respond(to: HTTP3ServerRequest(head: head, body: [], streamID: 0))
     }
@@ -64,7 +66,12 @@ struct HTTP3FileHandlerTests {
         var response = Self.get(handler, "/ten.txt")
         let prepared = try #require(response.prepared, "a whole file's 200 carries its prepared head")
         #expect(Self.get(handler, "/ten.txt").prepared === prepared, "one encoding per opened file")
-        let expected = [":status: 200", "content-type: text/plain; charset=utf-8", "accept-ranges: bytes", "content-length: 10", "alt-svc: h3=\":4433\""]
+        let etag = try #require(response.head.headerFields[.eTag])
+        let lastModified = try #require(response.head.headerFields[.lastModified])
+        let expected = [
+            ":status: 200", "content-type: text/plain; charset=utf-8", "accept-ranges: bytes", "content-length: 10",
+            "etag: \(etag)", "last-modified: \(lastModified)", "alt-svc: h3=\":4433\"",
+        ]
         #expect(Self.submitted(response) == expected)
         // A handler that wraps the file handler and adds a field must see it sent.
         response.head.headerFields[.cacheControl] = "no-cache"
@@ -96,7 +103,9 @@ struct HTTP3FileHandlerTests {
         let handler = HTTP3FileHandler(root: root.path)
         let response = Self.get(handler, path)
         if path == "/docs" {
-            #expect(response.head.status == .ok)  // A directory serves its index.html.
+            // A directory with an index.html, asked for without its slash, is sent to it.
+            #expect(response.head.status == .movedPermanently)
+            #expect(response.head.headerFields[.location] == "/docs/")
         } else {
             #expect(response.head.status == .notFound, "\(path)")
             #expect(try !Self.bodyBytes(response).elementsEqual(Array("secret".utf8)))
@@ -237,5 +246,172 @@ struct HTTP3FileHandlerTests {
         try Data(changed).write(to: file)
         Thread.sleep(forTimeInterval: 0.3)
         #expect(try Self.bodyBytes(Self.get(handler, "/sized.bin")) == changed)
+    }
+
+    // MARK: Validators and conditional requests (RFC 9110 §8.8, §13)
+
+    /// The validators every file response carries: nginx's ETag from the file's change time and
+    /// size, and its Last-Modified.
+    @Test func filesCarryAnETagAndLastModifiedFromTheirChangeTime() throws {
+        let (root, _) = try Self.makeRoot()
+        let file = root.appendingPathComponent("ten.txt")
+        let changed = Date(timeIntervalSince1970: 1_700_000_000)
+        try FileManager.default.setAttributes([.modificationDate: changed], ofItemAtPath: file.path)
+        let handler = HTTP3FileHandler(root: root.path, cacheControl: "max-age=3600")
+        for response in [Self.get(handler, "/ten.txt"), Self.get(handler, "/ten.txt", method: .head), Self.get(handler, "/ten.txt", range: "bytes=1-2")] {
+            #expect(response.head.headerFields[.eTag] == "\"6553f100-a\"")
+            #expect(response.head.headerFields[.lastModified] == "Tue, 14 Nov 2023 22:13:20 GMT")
+            #expect(response.head.headerFields[.cacheControl] == "max-age=3600")
+            #expect(response.head.headerFields[.vary] == nil, "no precompressed files: nothing varies")
+        }
+    }
+
+    @Test(arguments: [
+        // If-None-Match: weak comparison, lists, `*` (§13.1.2).
+        (["if-none-match": "\"6553f100-a\""], 304), (["if-none-match": "W/\"6553f100-a\""], 304),
+        (["if-none-match": "\"x\", \"6553f100-a\""], 304), (["if-none-match": "*"], 304), (["if-none-match": "\"other\""], 200),
+        // If-Modified-Since, and ignored when If-None-Match is present (§13.1.3).
+        (["if-modified-since": "Tue, 14 Nov 2023 22:13:20 GMT"], 304), (["if-modified-since": "Wed, 15 Nov 2023 00:00:00 GMT"], 304),
+        (["if-modified-since": "Tue, 14 Nov 2023 22:13:19 GMT"], 200), (["if-modified-since": "not a date"], 200),
+        (["if-none-match": "\"other\"", "if-modified-since": "Wed, 15 Nov 2023 00:00:00 GMT"], 200),
+        // If-Match and If-Unmodified-Since (§13.1.1, §13.1.4).
+        (["if-match": "\"6553f100-a\""], 200), (["if-match": "W/\"6553f100-a\""], 412), (["if-match": "*"], 200),
+        (["if-unmodified-since": "Tue, 14 Nov 2023 22:13:19 GMT"], 412), (["if-unmodified-since": "Tue, 14 Nov 2023 22:13:20 GMT"], 200),
+    ] as [([String: String], Int)])
+    func conditionalRequestsAreAnsweredAsRFC9110Says(conditions: [String: String], status: Int) throws {
+        let (root, _) = try Self.makeRoot()
+        let changed = Date(timeIntervalSince1970: 1_700_000_000)
+        try FileManager.default.setAttributes([.modificationDate: changed], ofItemAtPath: root.appendingPathComponent("ten.txt").path)
+        let handler = HTTP3FileHandler(root: root.path, cacheControl: "no-cache")
+        var fields = HTTPFields()
+        for (name, value) in conditions { fields[HTTPField.Name(name)!] = value }
+        for method in [HTTPRequest.Method.get, .head] {
+            let response = Self.get(handler, "/ten.txt", method: method, fields: fields)
+            #expect(response.head.status.code == status, "\(method) \(conditions)")
+            if status == 304 {
+                // A 304 has no body, and the fields a 200 would have carried to update a cache.
+                #expect(try Self.bodyBytes(response).isEmpty)
+                #expect(response.head.headerFields[.eTag] == "\"6553f100-a\"")
+                #expect(response.head.headerFields[.lastModified] == "Tue, 14 Nov 2023 22:13:20 GMT")
+                #expect(response.head.headerFields[.cacheControl] == "no-cache")
+                #expect(response.head.headerFields[.contentLength] == nil)
+            }
+        }
+    }
+
+    /// If-Range (§13.1.5): the range when the validator matches strongly, else the whole file.
+    @Test(arguments: [
+        ("\"6553f100-a\"", 206), ("W/\"6553f100-a\"", 200), ("\"older\"", 200),
+        ("Tue, 14 Nov 2023 22:13:20 GMT", 206), ("Tue, 14 Nov 2023 22:13:21 GMT", 200),
+    ])
+    func ifRangeSendsTheRangeOnlyForTheSameRepresentation(ifRange: String, status: Int) throws {
+        let (root, _) = try Self.makeRoot()
+        let changed = Date(timeIntervalSince1970: 1_700_000_000)
+        try FileManager.default.setAttributes([.modificationDate: changed], ofItemAtPath: root.appendingPathComponent("ten.txt").path)
+        let handler = HTTP3FileHandler(root: root.path)
+        let response = Self.get(handler, "/ten.txt", range: "bytes=2-4", fields: [.ifRange: ifRange])
+        #expect(response.head.status.code == status)
+        #expect(try Self.bodyBytes(response) == Array((status == 206 ? "234" : "0123456789").utf8))
+    }
+
+    // MARK: Directories
+
+    /// A directory asked for without its slash is redirected to it when it would be served,
+    /// keeping the query and never pointing at another host (`//host/...`).
+    @Test(arguments: [
+        ("/docs", "/docs/"), ("/docs?x=1", "/docs/?x=1"), ("//docs", "/docs/"), ("/%64ocs", "/%64ocs/"),
+    ])
+    func aDirectoryWithoutItsSlashIsRedirected(path: String, location: String) throws {
+        let handler = HTTP3FileHandler(root: try Self.makeRoot().root.path)
+        let response = Self.get(handler, path)
+        #expect(response.head.status == .movedPermanently)
+        #expect(response.head.headerFields[.location] == location)
+    }
+
+    @Test func aDirectoryWithoutIndexIsListedOnlyWhenBrowsing() throws {
+        let (root, _) = try Self.makeRoot()
+        try FileManager.default.createDirectory(at: root.appendingPathComponent("empty"), withIntermediateDirectories: true)
+        let plain = HTTP3FileHandler(root: root.path)
+        #expect(Self.get(plain, "/").head.status == .notFound)
+        #expect(Self.get(plain, "/empty").head.status == .notFound, "no redirect to what would be 404")
+        let browsing = HTTP3FileHandler(root: root.path, listsDirectories: true)
+        #expect(Self.get(browsing, "/empty").head.headerFields[.location] == "/empty/")
+        let page = Self.get(browsing, "/")
+        #expect(page.head.status == .ok)
+        #expect(page.head.headerFields[.contentType] == "text/html; charset=utf-8")
+        let html = String(decoding: try Self.bodyBytes(page), as: UTF8.self)
+        #expect(html.contains("<a href=\"./docs/\">docs/</a>") && html.contains("<a href=\"./ten.txt\">ten.txt</a>"), "\(html)")
+        #expect(page.head.headerFields[.contentLength] == String(html.utf8.count))
+        #expect(!html.contains("../"), "the root has no parent link")
+        // The symlink to a file outside the root is neither listed nor served.
+        #expect(!html.contains("link.txt"), "\(html)")
+        let json = Self.get(browsing, "/", fields: [.accept: "application/json"])
+        #expect(json.head.headerFields[.contentType] == "application/json")
+        let entries = try #require(try JSONSerialization.jsonObject(with: Data(Self.bodyBytes(json))) as? [[String: Any]])
+        #expect(entries.map { $0["name"] as? String } == ["docs", "empty", "ten.txt"])
+        #expect(entries[2]["size"] as? Int == 10 && entries[2]["isDirectory"] as? Bool == false && entries[2]["url"] as? String == "./ten.txt")
+        #expect(entries[0]["isDirectory"] as? Bool == true && entries[0]["url"] as? String == "./docs/")
+        #expect((entries[2]["modified"] as? String)?.hasSuffix("Z") == true)
+        let sub = String(decoding: try Self.bodyBytes(Self.get(browsing, "/empty/")), as: UTF8.self)
+        #expect(sub.contains("<a href=\"../\">../</a>") && sub.contains("Index of /empty/"), "\(sub)")
+        // HEAD gets no content, whatever the answer (nghttp3 refuses a HEAD response with one).
+        for path in ["/empty/", "/empty", "/missing"] {
+            let head = Self.get(browsing, path, method: .head)
+            #expect(head.body.isEmpty && head.file == nil, "\(path): \(head.head.status)")
+        }
+        // index.html still wins over a listing.
+        #expect(try Self.bodyBytes(Self.get(browsing, "/docs/")) == Array("<p>docs</p>".utf8))
+        // Nothing above the root is listed, however the path climbs.
+        for path in ["/../", "/%2e%2e/", "/docs/../../"] {
+            #expect(Self.get(browsing, path).head.status == .notFound, "\(path)")
+        }
+    }
+
+    // MARK: Precompressed files
+
+    @Test func precompressedSiblingsAreServedToClientsThatAcceptThem() throws {
+        let (root, _) = try Self.makeRoot()
+        try Data("brotli".utf8).write(to: root.appendingPathComponent("ten.txt.br"))
+        try Data("gzipped".utf8).write(to: root.appendingPathComponent("ten.txt.gz"))
+        let handler = HTTP3FileHandler(root: root.path, servesPrecompressed: true)
+        func get(_ acceptEncoding: String?, range: String? = nil) -> HTTP3ServerResponse {
+            Self.get(handler, "/ten.txt", range: range, fields: acceptEncoding.map { [.acceptEncoding: $0] } ?? [:])
+        }
+        let cases: [(String?, String, String?)] = [
+            ("gzip, deflate, br", "brotli", "br"), ("gzip", "gzipped", "gzip"), ("br;q=0, gzip", "gzipped", "gzip"),
+            ("br;q=0.5, gzip;q=0.8", "gzipped", "gzip"), ("*", "brotli", "br"), ("identity", "0123456789", nil),
+            (nil, "0123456789", nil), ("br;q=0, gzip;q=0", "0123456789", nil), ("x-gzip", "gzipped", "gzip"),
+        ]
+        var tags: Set<String> = []
+        for (accepted, body, coding) in cases {
+            let response = get(accepted)
+            #expect(try Self.bodyBytes(response) == Array(body.utf8), "\(accepted ?? "none")")
+            #expect(response.head.headerFields[.contentEncoding] == coding, "\(accepted ?? "none")")
+            #expect(response.head.headerFields[.contentType] == "text/plain; charset=utf-8")
+            #expect(response.head.headerFields[.vary] == "accept-encoding")
+            tags.insert(response.head.headerFields[.eTag] ?? "")
+        }
+        #expect(tags.count == 3, "one ETag per representation: \(tags)")
+        // Ranges apply to the encoded representation, and conditions to its own tag.
+        let range = get("br", range: "bytes=0-1")
+        #expect(range.head.status == .partialContent)
+        #expect(try Self.bodyBytes(range) == Array("br".utf8))
+        let brTag = try #require(get("br").head.headerFields[.eTag])
+        #expect(brTag.hasSuffix("-br\""))
+        #expect(Self.get(handler, "/ten.txt", fields: [.acceptEncoding: "br", .ifNoneMatch: brTag]).head.status == .notModified)
+        #expect(Self.get(handler, "/ten.txt", fields: [.acceptEncoding: "gzip", .ifNoneMatch: brTag]).head.status == .ok)
+        // Off (the default), the siblings are only files of their own.
+        let plain = HTTP3FileHandler(root: root.path)
+        let response = Self.get(plain, "/ten.txt", fields: [.acceptEncoding: "br"])
+        #expect(try Self.bodyBytes(response) == Array("0123456789".utf8))
+        #expect(response.head.headerFields[.contentEncoding] == nil)
+    }
+
+    @Test(arguments: [
+        ("max-age=3600", true), ("no-cache", true), ("public, max-age=60, must-revalidate", true), ("no-cache=\"set-cookie\"", true),
+        ("", false), ("max-age=", false), ("max age=1", false), ("a,,b", false), ("x\r\ny: z", false), ("max-age=\"1", false),
+    ])
+    func cacheControlValuesAreChecked(value: String, valid: Bool) {
+        #expect(HTTP3FileHandler.isCacheControlValue(value) == valid, "\(value)")
     }
 }

@@ -169,9 +169,9 @@ struct HTTP3LoopbackTests {
             let fetched = try SHA256.hash(Array(Data(contentsOf: downloads.appendingPathComponent(name))))
             #expect(fetched == original, "sha256 of \(name) fetched by gtlsclient")
         }
-        // h3serve logs one line per request: method, path, status, bytes, priority, duration.
+        // h3serve logs one line per request in the Combined Log Format, then rt= and priority=.
         try await Task.sleep(for: .milliseconds(100))
-        #expect(server.standardError.contains("GET /50mb.bin 200 50000000"), "\(server.standardError)")
+        #expect(server.standardError.contains("\"GET /50mb.bin HTTP/3\" 200 50000000 "), "\(server.standardError)")
     }
 
     /// ngtcp2's example client updates keys 5 ms into the connection with ChaCha20-Poly1305 only,

@@ -12,9 +12,10 @@ import Testing
 struct ServerWorkersTests {
     static let body = (0..<400_000).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ $0 >> 9) }
 
-    static func startServer(steersInKernel: Bool) async throws -> (HTTP3Server, UInt16, SelfSignedCertificate) {
+    static func startServer(steersInKernel: Bool, host: String = "localhost") async throws -> (HTTP3Server, UInt16, SelfSignedCertificate) {
         let identity = try SelfSignedCertificate.generate()
         var configuration = HTTP3Server.Configuration()
+        configuration.host = host
         configuration.port = 0
         configuration.identity = identity
         configuration.workers = 2
@@ -54,8 +55,11 @@ struct ServerWorkersTests {
         }
     }
 
-    @Test func theKernelKeepsMigratedConnectionsOnTheirWorker() async throws {
-        let (server, port, identity) = try await Self.startServer(steersInKernel: true)
+    /// On the default `localhost` (a socket per loopback address and worker) and on one
+    /// dual-stack socket per worker (`::`), where these IPv4 clients are v4-mapped.
+    @Test(arguments: ["localhost", "::"])
+    func theKernelKeepsMigratedConnectionsOnTheirWorker(host: String) async throws {
+        let (server, port, identity) = try await Self.startServer(steersInKernel: true, host: host)
         defer { server.shutdown() }
         #expect(server.isSteeredByKernel, "SO_ATTACH_REUSEPORT_CBPF was refused")
         let result = try await Self.fetchWhileMigrating(port: port, identity: identity, clients: 16)

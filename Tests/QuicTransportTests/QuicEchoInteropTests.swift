@@ -73,9 +73,9 @@ struct QuicEchoInteropTests {
     }
 
     /// --key-update, --cipher chacha20 and --cc bbr end to end: the client updates keys, the server
-    /// follows, both count ECT(0) marks in their ACKs, and the report names the cipher. The update
-    /// shows once ngtcp2 derives the next keys, a PTO (with its 25 ms ACK delay) after the peer
-    /// confirmed it, so the echo must outlast that: 8 MB does on loopback, 1 MB did not always.
+    /// follows, both count ECT(0) marks in their ACKs, and the report names the cipher. The
+    /// update completes once ngtcp2 derives the next keys, after the server acknowledged the new
+    /// ones; quic-echo waits for that before it echoes, and its report covers the wait.
     @Test func keyUpdateChaChaBBRAndECNShowInBothTraces() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("ku-\(UUID())").path
         let server = try await EchoServerProcess(["--qlog-dir", directory, "--cc", "bbr2"])
