@@ -436,6 +436,8 @@ public struct HTTP3ServerResponse: Sendable {
     }
     /// Whether the body goes on in a `bodyStream`.
     var hasBodyStream: Bool { storage.hasBodyStream }
+    /// Whether it carries any content: bytes, a file or a stream.
+    var hasContent: Bool { !storage.body.isEmpty || storage.file != nil || storage.hasBodyStream }
     /// Overrides the client's priority for this response (RFC 9218 §8: the server decides).
     public var priority: HTTPPriority? {
         get { storage.priority }
@@ -801,7 +803,7 @@ final class HTTP3ServerConnection: @unchecked Sendable {
             source: source, body: hasBody ? incomingBody(streamID: streamID) : .empty, streamID: streamID, origin: origin
         )
         if let responder, let response = responder(request) {
-            respond(streamID: streamID, response)
+            respond(streamID: streamID, response, toHead: response.hasContent && request.method == .head)
             return
         }
         runHandler(for: request)
@@ -813,6 +815,7 @@ final class HTTP3ServerConnection: @unchecked Sendable {
     @inline(never)
     private func runHandler(for request: HTTP3ServerRequest) {
         let streamID = request.streamID
+        let isHead = request.method == .head
         let handler = self.handler
         let logger = self.logger
         // Started at once, on this loop (SE-0472): a handler that answers without suspending
@@ -828,9 +831,9 @@ final class HTTP3ServerConnection: @unchecked Sendable {
             }
             // A handler may have moved itself elsewhere (Task.detached work, another executor).
             if self.driver.eventLoop.inEventLoop {
-                self.respond(streamID: streamID, response)
+                self.respond(streamID: streamID, response, toHead: isHead)
             } else {
-                self.driver.eventLoop.execute { self.respond(streamID: streamID, response) }
+                self.driver.eventLoop.execute { self.respond(streamID: streamID, response, toHead: isHead) }
             }
         }
     }
@@ -856,23 +859,27 @@ final class HTTP3ServerConnection: @unchecked Sendable {
         return made
     }
 
-    private func respond(streamID: Int64, _ response: HTTP3ServerResponse) {
-        withCodec { codec in submit(response, on: streamID, to: codec) }
+    /// Submits `response`; `toHead`, the answer to a HEAD request, goes without its content
+    /// (RFC 9110 §9.3.2), whatever the handler gave: content there is a malformed response, and
+    /// a client's nghttp3 closes the whole connection over it (RFC 9114 §4.1.2).
+    private func respond(streamID: Int64, _ response: HTTP3ServerResponse, toHead: Bool = false) {
+        withCodec { codec in submit(response, on: streamID, to: codec, withContent: !toHead) }
     }
 
-    private func submit(_ response: HTTP3ServerResponse, on streamID: Int64, to codec: HTTP3Codec) {
+    private func submit(_ response: HTTP3ServerResponse, on streamID: Int64, to codec: HTTP3Codec, withContent: Bool) {
         let fields = HTTP3ResponseFieldSection(response.storedHead)
         do {
             if let priority = response.priority { try codec.setPriority(streamID: streamID, priority) }
             // A file is the whole body: `body` and `bodyStream` are not sent with one.
-            let streaming = response.file == nil && response.hasBodyStream
+            let file = withContent ? response.file : nil
+            let streaming = withContent && file == nil && response.hasBodyStream
             try codec.submitResponse(
                 streamID: streamID,
                 headers: fields,
-                body: response.body.isEmpty || response.file != nil ? nil : response.body,
-                file: response.file,
+                body: !withContent || response.body.isEmpty || file != nil ? nil : response.body,
+                file: file,
                 streaming: streaming,
-                trailers: response.trailers.map(\.pairs)
+                trailers: withContent ? response.trailers.map(\.pairs) : nil
             )
             if streaming {
                 pumpBody(of: response, on: streamID)
