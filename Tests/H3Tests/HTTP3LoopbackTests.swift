@@ -213,9 +213,11 @@ struct HTTP3LoopbackTests {
     /// h3serve --server-id issues QUIC-LB connection IDs (draft-ietf-quic-load-balancers-21 §5):
     /// every ID the server hands gtlsclient, in its transport parameters and NEW_CONNECTION_ID
     /// frames, carries the configured first octet and server ID, in clear or under the key, and
-    /// the client's migration (`--change-local-addr`) moves to such IDs.
-    @Test(arguments: [false, true])
-    func gtlsclientMigratesOnH3servesQUICLBConnectionIDs(encrypted: Bool) async throws {
+    /// the client's migration (`--change-local-addr`) moves to such IDs. The encrypted run
+    /// listens on one dual-stack socket (`--host ::`), where gtlsclient's IPv4 address is
+    /// v4-mapped; the plain one on the default `localhost`.
+    @Test(arguments: zip([false, true], ["localhost", "::"]))
+    func gtlsclientMigratesOnH3servesQUICLBConnectionIDs(encrypted: Bool, host: String) async throws {
         let (root, traces, downloads, body) = try makeServedRoot("h3serve-lb", file: "1mb.bin", size: 1_000_000, multiplier: 17)
         let key = "8f95f09245765f80256934e50c66207f"
         let configuration = try QUICLoadBalancerConfiguration(
@@ -224,7 +226,7 @@ struct HTTP3LoopbackTests {
             key: encrypted ? Hex.decode(key) : nil
         )
         let (server, port) = try await startH3serve(root: root, [
-            "--no-tcp", "--qlog-dir", traces.path, "--server-id", "0a0b0c", "--quic-lb-config", "4",
+            "--no-tcp", "--host", host, "--qlog-dir", traces.path, "--server-id", "0a0b0c", "--quic-lb-config", "4",
         ] + (encrypted ? ["--quic-lb-key", key] : []))
         defer { server.stop() }
         let fetched = try await gtlsclientDownload("1mb.bin", port: port, flags: ["--change-local-addr=10ms"], into: downloads, within: 60)
