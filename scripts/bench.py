@@ -228,7 +228,8 @@ class Bench:
         """One worker unless told otherwise: the rows compare cost per core with gtlsserver,
         which runs on one thread."""
         port = port or free_udp_port()
-        cmd = (prefix or []) + [binary or os.path.join(self.bin, "h3serve"), "-q", "--no-tcp", "--port", str(port),
+        # 127.0.0.1 alone, as gtlsserver binds: the default, localhost, adds a socket at ::1.
+        cmd = (prefix or []) + [binary or os.path.join(self.bin, "h3serve"), "-q", "--no-tcp", "--host", "127.0.0.1", "--port", str(port),
                                 "--root", self.www, "--cert", self.cert, "--key", self.key, "--workers", str(workers)]
         return self.track(Server("h3serve", cmd, port, log=log).start())
 
@@ -441,7 +442,7 @@ class Bench:
     def echo_rows(self) -> None:
         group = "raw streams (quic-echo; no C peer echoes)"
         port = free_udp_port()
-        echo = self.track(Server("quic-echo serve", [os.path.join(self.bin, "quic-echo"), "serve", "--port", str(port),
+        echo = self.track(Server("quic-echo serve", [os.path.join(self.bin, "quic-echo"), "serve", "--host", "127.0.0.1", "--port", str(port),
                                                      "--cert", self.cert, "--key", self.key], port).start())
         connect = [os.path.join(self.bin, "quic-echo"), "connect", "127.0.0.1", str(port), "--cacert", self.cert,
                    "--sni", "localhost", "--timeout", "300"]
