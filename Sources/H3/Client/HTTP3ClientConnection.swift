@@ -405,3 +405,20 @@ final class HTTP3ClientConnection: @unchecked Sendable {
         sentEarly.removeAll()
     }
 }
+
+extension HTTP3ClientConnection {
+    /// Failed or draining after GOAWAY: new requests go to a new connection.
+    var isFinished: Bool {
+        switch state {
+        case .failed, .draining: return true
+        case .connecting, .ready: return false
+        }
+    }
+
+    /// A snapshot for a response. Read off the loop, after the response head arrived: both
+    /// fields are written once, on the loop, when the handshake completes, which is before any
+    /// head, and the exchange's lock orders that write before the read.
+    var info: HTTP3ConnectionInfo {
+        HTTP3ConnectionInfo(alpn: negotiatedALPN, qlogPath: qlogPath, establishment: establishment)
+    }
+}
