@@ -7,7 +7,6 @@ import HTTPTypes
 import Logging
 import NIOConcurrencyHelpers
 import NIOCore
-import NIOPosix
 import QuicTransport
 
 /// A request body as byte chunks, in order, ending at the client's FIN (RFC 9114 §4.1).

@@ -7,7 +7,6 @@ import HTTPTypes
 import Logging
 import NIOConcurrencyHelpers
 import NIOCore
-import NIOPosix
 import QuicTransport
 
 /// Why a request body ended before the client's FIN, as a server handler reading it sees it.

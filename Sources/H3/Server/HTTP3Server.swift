@@ -7,7 +7,6 @@ import HTTPTypes
 import Logging
 import NIOConcurrencyHelpers
 import NIOCore
-import NIOPosix
 import QuicTransport
 
 /// An HTTP/3 server (RFC 9114): every QUIC connection runs an `HTTP3Codec`, and each complete

@@ -7,7 +7,6 @@ import HTTPTypes
 import Logging
 import NIOConcurrencyHelpers
 import NIOCore
-import NIOPosix
 import QuicTransport
 
 /// One server-side HTTP/3 connection: collects requests from the codec, runs the handler, and

@@ -10,7 +10,6 @@ import NIOHTTP2
 import NIOHTTPTypes
 import NIOHTTPTypesHTTP1
 import NIOHTTPTypesHTTP2
-import NIOPosix
 import NIOSSL
 import QuicTransport
 

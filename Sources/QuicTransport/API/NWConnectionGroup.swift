@@ -4,10 +4,12 @@ import FoundationEssentials
 import Foundation
 #endif
 import Dispatch
+#if canImport(Glibc)
+import Glibc
+#endif
 import Logging
 import NIOConcurrencyHelpers
 import NIOCore
-import NIOPosix
 
 /// One QUIC tunnel (connection) as a Network.framework connection group: streams are
 /// `NWConnection`s inside it, and datagrams (RFC 9221) go to and from the group itself.

@@ -1,8 +1,10 @@
 import Dispatch
+#if canImport(Glibc)
+import Glibc
+#endif
 import Logging
 import NIOConcurrencyHelpers
 import NIOCore
-import NIOPosix
 
 /// Listens on a UDP port and hands over one `NWConnectionGroup` per QUIC tunnel, as
 /// Network.framework's listener does for multiplexed protocols.

@@ -3,7 +3,6 @@ import Glibc
 #endif
 import Logging
 import NIOCore
-import NIOPosix
 
 /// The workers serving one host's addresses: one event loop, one UDP socket per address and one
 /// `QUICServerEndpoint` each, so a server uses as many cores as it has workers. Each worker's loop is a
