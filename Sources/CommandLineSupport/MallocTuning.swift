@@ -7,19 +7,17 @@ import Glibc
 /// A QUIC loop allocates and frees in batches: the requests of one read pass, then their
 /// responses, each a handful of Swift objects and arrays of the same few sizes. With 7 cached
 /// per size, most of a batch misses the cache and goes to the arena's bins, and a 1 KiB body
-/// chunk among them consolidates the fast bins on every request. At 64, h3serve spends 4% fewer
-/// instructions per 1 KiB GET (61.0k to 58.2k under callgrind, 50 in flight) and h3load 6% fewer
-/// per request (76.1k to 71.6k); gtlsserver's allocation pattern gains nothing from it.
+/// chunk among them consolidates the fast bins on every request. A larger cache keeps a batch
+/// in it, so a request costs fewer instructions in both h3serve and h3load.
 ///
 /// The cost is memory a server keeps at rest: cached chunks are in use as far as `malloc_trim`
-/// is concerned, and they pin the pages they lie on. After 300 connections at once, h3serve's
-/// anonymous memory at rest was 4.9 MiB with 7, 6.0 with 16, 7.6 with 32 and 10.1 with 64,
-/// while a GET cost 42.8k, 42.1k, 41.4k and 41.2k instructions. So a server keeps 32 and a
-/// client, which does not sit at rest for hours, 64.
+/// is concerned, and they pin the pages they lie on. Past 32 the instructions saved are few
+/// and the memory kept at rest grows fast, so a server keeps 32 and a client, which does not
+/// sit at rest for hours, 64. The measurements are in QuicTransport's *Performance and tuning*.
 public enum MallocCache: Sendable {
     /// h3load and quic-echo: 64 chunks per size.
     case client
-    /// h3serve: 32 chunks per size, nearly all of the gain for 2.5 MiB less at rest.
+    /// h3serve: 32 chunks per size, nearly all of the gain for less memory at rest.
     case server
 
     /// Freed chunks kept per size and thread (`glibc.malloc.tcache_count`).

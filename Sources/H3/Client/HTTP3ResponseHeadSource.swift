@@ -8,14 +8,13 @@ import HTTPTypes
 import Logging
 import NIOConcurrencyHelpers
 import NIOCore
-import NIOPosix
 import QuicTransport
 import Synchronization
 
 /// A received final response head (RFC 9114 §4.3.2), read from its field section as it came:
 /// the status when the response arrives, the whole `HTTPResponse` only when asked for.
-/// Building its `HTTPFields` cost about 3.6k instructions per response, which a caller that
-/// reads only the status (a load generator, a health check) never needed.
+/// Building its `HTTPFields` is a large part of a small response's cost, which a caller that
+/// reads only the status (a load generator, a health check) never needs.
 ///
 /// The head, once built, is kept under a lock: callers may read it from any thread.
 final class HTTP3ResponseHeadSource: Sendable {

@@ -24,7 +24,7 @@ package struct HTTP3ReceivedFields: @unchecked Sendable {
     /// The records, in the first `used` bytes of the storage's `room`.
     ///
     /// Not optional: Swift 6.3 copies an optional class reference stored in a struct through
-    /// the optional type's metadata (a call to its value witness, about 100 instructions)
+    /// the optional type's metadata (a call to its value witness)
     /// where a plain reference is one retain, and every request's section is copied into its
     /// event and its request. Nor is an empty one shared by every section: its reference count
     /// would be one cache line written by every request on every core. A codec makes each

@@ -7,8 +7,8 @@ import Synchronization
 /// for one.
 ///
 /// Building an `HTTPRequest` validates every name and value again (nghttp3 has checked them,
-/// RFC 9114 §4.2) and allocates its field storage: about 4k instructions per request with
-/// its teardown, more than nghttp3 spends decoding the section. `HTTP3FileHandler` reads only
+/// RFC 9114 §4.2) and allocates its field storage: with its teardown, more than nghttp3
+/// spends decoding the section. `HTTP3FileHandler` reads only
 /// the method, the path and `range`, which are read here from the section as it came.
 ///
 /// The lazily built head is kept under a lock: handlers may read it from any thread.

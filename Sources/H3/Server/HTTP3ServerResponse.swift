@@ -7,7 +7,6 @@ import HTTPTypes
 import Logging
 import NIOConcurrencyHelpers
 import NIOCore
-import NIOPosix
 import QuicTransport
 
 /// A handler's answer: the head, then the body as bytes, a stream of pieces, or a file region,
@@ -71,7 +70,7 @@ public struct HTTP3ServerResponse: Sendable {
     ///
     /// Held inline, the parts made a response a large value: the server moved it from the
     /// handler through an optional, whose destruction went through the type's metadata (a
-    /// call of about 150 instructions), and each copy and destruction counted every reference
+    /// call into its value witness), and each copy and destruction counted every reference
     /// in it. Behind one reference, a response the file handler keeps for a file (its 200 and
     /// its reply to HEAD) is handed out by counting that one reference.
     private var storage: Storage

@@ -39,8 +39,8 @@ import CQuicShims
 /// HMAC-SHA-256(secret, "quic stateless reset" | server ID). So tokens survive the loss of
 /// connection state, and hosts that share a secret behind one balancer never make each other's
 /// tokens. Every worker of an endpoint shares the secret; each has its own `worker` byte. A
-/// server issues eight tokens per connection: ngtcp2's HKDF helper spent about 44k instructions
-/// on each, 6% of a handshake; the CBC-MAC, on Nettle with the key expanded once, about 1k.
+/// server issues eight tokens per connection: ngtcp2's HKDF helper made each a visible part of
+/// a handshake; the CBC-MAC, on Nettle with the key expanded once, costs a small fraction of it.
 package struct QUICConnectionIDFactory: Sendable {
     /// The length of every ID this factory issues.
     package let idLength: Int

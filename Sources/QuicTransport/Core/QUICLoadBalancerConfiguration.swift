@@ -250,8 +250,8 @@ public struct QUICLoadBalancerConfigurationError: Error, Sendable, Equatable, Cu
 /// It runs on Nettle, the cipher library under GnuTLS, with the key schedule expanded once:
 /// Nettle's block functions only read it, so one value serves every thread. GnuTLS 3.7 has no
 /// ECB cipher and its cipher handles carry the CBC chaining state, so the first version set up
-/// a fresh GnuTLS CBC cipher for every call: about 2,000 instructions and four allocations a
-/// block, sixteen blocks for each connection a server accepts.
+/// a fresh GnuTLS CBC cipher for every call: several allocations a block, sixteen blocks for
+/// each connection a server accepts.
 package struct AES128Block: Sendable {
     package static let length = 16
     package static let keyLength = 16

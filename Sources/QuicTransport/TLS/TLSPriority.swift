@@ -2,8 +2,8 @@ import CQuicShims
 
 /// The single owner of one `gnutls_priority_t`: a GnuTLS priority string, parsed once.
 ///
-/// `gnutls_priority_set_direct` parses its string for every session, about 60k instructions
-/// of a server's handshake. A server endpoint parses it once and gives every session the
+/// `gnutls_priority_set_direct` parses its string for every session, a visible part of a
+/// server's handshake. A server endpoint parses it once and gives every session the
 /// parsed form. `gnutls_priority_set` counts the sessions that use it atomically, and a
 /// session keeps it alive past this owner.
 // @unchecked Sendable: GnuTLS only reads a priority cache after `gnutls_priority_init`, and
