@@ -56,27 +56,27 @@ public final class NWProtocolQUIC: @unchecked Sendable {
         /// ALPN protocol IDs in preference order (RFC 9001 §8.1).
         public var alpn: [String]
         /// Idle timeout in milliseconds (`max_idle_timeout`, RFC 9000 §10.1).
-        public var idleTimeout: Int = 30_000
+        public var idleTimeout = Int(QUICConfiguration.defaults.idleTimeoutMilliseconds)
         /// `initial_max_data` (RFC 9000 §18.2): bytes the peer may send on the whole connection
         /// before MAX_DATA raises the limit; 16 MiB by default.
-        public var initialMaxData: Int = 16 << 20
+        public var initialMaxData = Int(QUICConfiguration.defaults.initialMaxData)
         /// `initial_max_stream_data_bidi_local` (RFC 9000 §18.2): bytes the peer may send on each
         /// bidirectional stream this side opens, before MAX_STREAM_DATA; 4 MiB by default.
-        public var initialMaxStreamDataBidirectionalLocal: Int = 4 << 20
+        public var initialMaxStreamDataBidirectionalLocal = Int(QUICConfiguration.defaults.initialMaxStreamDataBidirectionalLocal)
         /// `initial_max_stream_data_bidi_remote` (RFC 9000 §18.2): bytes the peer may send on each
         /// bidirectional stream it opens, before MAX_STREAM_DATA; 4 MiB by default.
-        public var initialMaxStreamDataBidirectionalRemote: Int = 4 << 20
+        public var initialMaxStreamDataBidirectionalRemote = Int(QUICConfiguration.defaults.initialMaxStreamDataBidirectionalRemote)
         /// `initial_max_stream_data_uni` (RFC 9000 §18.2): bytes the peer may send on each
         /// unidirectional stream it opens, before MAX_STREAM_DATA; 4 MiB by default.
-        public var initialMaxStreamDataUnidirectional: Int = 4 << 20
+        public var initialMaxStreamDataUnidirectional = Int(QUICConfiguration.defaults.initialMaxStreamDataUnidirectional)
         /// `initial_max_streams_bidi` (RFC 9000 §18.2): how many bidirectional streams the peer may
         /// open before MAX_STREAMS; 100 by default.
-        public var initialMaxStreamsBidirectional: Int = 100
+        public var initialMaxStreamsBidirectional = Int(QUICConfiguration.defaults.initialMaxStreamsBidirectional)
         /// `initial_max_streams_uni` (RFC 9000 §18.2): how many unidirectional streams the peer may
         /// open before MAX_STREAMS; 100 by default.
-        public var initialMaxStreamsUnidirectional: Int = 100
+        public var initialMaxStreamsUnidirectional = Int(QUICConfiguration.defaults.initialMaxStreamsUnidirectional)
         /// The largest UDP payload to send (RFC 9000 §14).
-        public var maxUDPPayloadSize: Int = 1452
+        public var maxUDPPayloadSize = QUICConfiguration.defaults.maxUDPPayloadSize
         /// Offer RFC 9221 datagrams on the tunnel.
         public var isDatagram: Bool = false
         /// `max_datagram_frame_size` when `isDatagram` is set.

@@ -92,6 +92,9 @@ package struct QUICConfiguration: Sendable {
 
     package init() {}
 
+    /// Every default in one place: the public options (`NWProtocolQUIC.Options`) start from it.
+    package static let defaults = QUICConfiguration()
+
     /// The GnuTLS priority string: TLS 1.3 only, the chosen AEADs, and no middlebox
     /// compatibility mode, which QUIC forbids (RFC 9001 §8.4).
     var gnutlsPriority: String {
