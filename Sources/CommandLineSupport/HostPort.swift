@@ -16,9 +16,3 @@ public func isNumericAddress(_ host: String) -> Bool {
     var v6 = in6_addr()
     return inet_pton(AF_INET, host, &v4) == 1 || inet_pton(AF_INET6, host, &v6) == 1
 }
-
-/// `HOST:PORT` as a URL's authority writes it (RFC 3986 §3.2.2): an IPv6 literal in brackets
-/// (`[::1]:4433`), anything else as it is; `parseHostPort` reads it back.
-public func formatHostPort(_ host: String, _ port: UInt16) -> String {
-    host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
-}

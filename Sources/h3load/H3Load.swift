@@ -152,7 +152,7 @@ struct H3Load: AsyncParsableCommand {
         guard let host = components.host, !host.isEmpty else { throw ValidationError("'\(url)' has no host") }
         guard let port = UInt16(exactly: components.port ?? 443), port > 0 else { throw ValidationError("'\(url)' has a bad port") }
         let bare = host.trimming { $0 == "[" || $0 == "]" }.lowercased()
-        let shownHost = bare.contains(":") ? "[\(bare)]" : bare
+        let shownHost = URIHost.bracketed(bare)
         var path = components.percentEncodedPath.isEmpty ? "/" : components.percentEncodedPath
         if let query = components.percentEncodedQuery { path += "?" + query }
         return Target(host: bare, port: port, authority: port == 443 ? shownHost : "\(shownHost):\(port)", path: path)

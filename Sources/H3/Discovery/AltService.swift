@@ -27,7 +27,7 @@ public struct AltService: Hashable, Sendable, CustomStringConvertible {
     /// The alternative as an `Alt-Svc` value: the protocol ID percent-encoded as RFC 7838 §3
     /// requires (every octet outside `tchar`, and `%`), the authority a quoted-string.
     public var description: String {
-        let authority = (host.map { $0.contains(":") ? "[\($0)]" : $0 } ?? "") + ":\(port)"
+        let authority = (host.map(URIHost.bracketed) ?? "") + ":\(port)"
         // By scalar, not by Character: a combining mark after a backslash makes one Character
         // of the two, and the backslash then went out unescaped (found by the fuzzer).
         var quoted = ""

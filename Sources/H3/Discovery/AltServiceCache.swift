@@ -132,8 +132,8 @@ public final class AltServiceCache: Sendable {
         for (origin, entries) in entries.sorted(by: { $0.key.description < $1.key.description }) {
             for entry in entries {
                 let service = entry.alternative
-                let destination = Self.fileHost(service.host ?? origin.host)
-                text += "\(entry.sourceALPN) \(Self.fileHost(origin.host)) \(origin.port) \(service.protocolID) \(destination) \(service.port) "
+                let destination = URIHost.bracketed(service.host ?? origin.host)
+                text += "\(entry.sourceALPN) \(URIHost.bracketed(origin.host)) \(origin.port) \(service.protocolID) \(destination) \(service.port) "
                 text += "\"\(Self.format(entry.expires))\" \(service.persist ? 1 : 0) 0\n"
             }
         }
@@ -182,7 +182,6 @@ public final class AltServiceCache: Sendable {
         host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host
     }
 
-    private static func fileHost(_ host: String) -> String { host.contains(":") ? "[\(host)]" : host }
 
     /// Writes curl's `YYYYMMDD HH:MM:SS` (UTC), the form `parseDate` reads.
     package static func format(_ date: Date) -> String {

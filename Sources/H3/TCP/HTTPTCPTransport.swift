@@ -58,7 +58,7 @@ final class HTTPTCPTransport: Sendable {
         if let connectTo, connectTo.port != port {
             throw HTTPSessionError.tcpUnavailable("--connect-to a different port applies to HTTP/3 only")
         }
-        let authority = port == 443 ? Self.bracket(host) : "\(Self.bracket(host)):\(port)"
+        let authority = port == 443 ? URIHost.bracketed(host) : URIHost.authority(host, port)
         var outgoing = HTTPClientRequest(url: "https://\(authority)\(request.path ?? "/")")
         outgoing.method = HTTPMethod(request.method)
         outgoing.headers = HTTPHeaders(request.headerFields)
@@ -79,7 +79,6 @@ final class HTTPTCPTransport: Sendable {
         try? await client.shutdown()
     }
 
-    private static func bracket(_ host: String) -> String { host.contains(":") ? "[\(host)]" : host }
 
     /// Sorts a TCP failure by how far it got, naming the common ones the way curl's messages do.
     private static func classify(_ error: any Error) -> HTTPSessionError {

@@ -45,7 +45,7 @@ public enum NWEndpoint: Hashable, Sendable, CustomStringConvertible {
         switch self {
         case .hostPort(let host, let port):
             let name = host.stringValue
-            return name.contains(":") ? "[\(name)]:\(port)" : "\(name):\(port)"
+            return URIHost.authority(name, port.rawValue)
         }
     }
 }
