@@ -208,18 +208,18 @@ struct H3Get: AsyncParsableCommand {
         logToStandardError(level: verbose ? .info : .critical)
         var configuration = HTTPSession.Configuration()
         configuration.policy = http3Only ? .http3Only : http3AfterDiscovery ? .discovery : .assumesHTTP3Capable
-        configuration.tracksLosses = stats != nil
-        if let sessionFile { configuration.sessionTicketStore = QUICSessionTicketStore(path: sessionFile) }
-        if let ciphers { configuration.cipherSuites = ciphers.split(separator: ",").compactMap { QUICCipherSuite(rawValue: String($0)) } }
-        configuration.allowsEarlyData = zeroRTT
-        configuration.initiatesKeyUpdate = keyUpdate
-        configuration.migratesAfterHandshake = migrate
+        configuration.http3.tracksLosses = stats != nil
+        if let sessionFile { configuration.http3.sessionTicketStore = QUICSessionTicketStore(path: sessionFile) }
+        if let ciphers { configuration.http3.cipherSuites = ciphers.split(separator: ",").compactMap { QUICCipherSuite(rawValue: String($0)) } }
+        configuration.http3.allowsEarlyData = zeroRTT
+        configuration.http3.initiatesKeyUpdate = keyUpdate
+        configuration.http3.migratesAfterHandshake = migrate
         configuration.happyEyeballsDelay = .milliseconds(happyEyeballsTimeout)
         configuration.altServiceCache = AltServiceCache(path: altSvcFile.flatMap { $0.isEmpty ? nil : $0 })
         if let dnsServer, let server = parseHostPort(dnsServer) {
             configuration.httpsRecordResolver = HTTPSRecordResolver(server: server)
         }
-        if let qlogDirectory { configuration.qlogDirectory = qlogDirectory }
+        if let qlogDirectory { configuration.http3.qlogDirectory = qlogDirectory }
         do { configuration.certificateVerification = try trust.certificateVerification() } catch { throw die("\(error)", .tlsError) }
         configuration.connectTo = trust.connectTarget
         let body = try loadBody()
@@ -348,8 +348,8 @@ final class URLTransfers: Sendable {
     /// `--parallel-max` bounds its transfers, so a run of any length holds that many transfers
     /// and their bodies, however many URLs it was given. They are fetched by as many workers,
     /// each a task that takes URLs one after another: a task per URL cost its creation and, as
-    /// each grew its allocator's slabs again for the calls a transfer makes, about seven
-    /// `malloc`s (about 10k instructions a URL in all).
+    /// each grew its allocator's slabs again for the calls a transfer makes, several `malloc`s
+    /// a URL.
     func fetchAll(with client: HTTPSession, body: [UInt8]?, parallelMax: Int) async -> H3Get.Exit? {
         let queue = TransferQueue(count: urls.count, window: parallelMax)
         await withTaskGroup(of: Void.self) { workers in

@@ -64,7 +64,7 @@ struct DiscoveryTests {
         configuration.policy = policy
         configuration.certificateVerification = .insecure
         configuration.altServiceCache = cache
-        configuration.qlogDirectory = nil
+        configuration.http3.qlogDirectory = nil
         adjust(&configuration)
         return HTTPSession(configuration: configuration)
     }

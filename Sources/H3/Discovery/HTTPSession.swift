@@ -178,8 +178,8 @@ public final class HTTPSession: Sendable {
     /// A server that advertises does so on every response, so a client fetching many URLs
     /// from it gets the same value again and again: the same value over the same version
     /// within a second of the last is taken as learnt (the entries' expiry then lags by at
-    /// most that second), rather than parsed, cached and saved to the file once more. That
-    /// had cost 26k instructions per response from h3serve, and a file write with `--alt-svc`.
+    /// most that second), rather than parsed, cached and saved to the file once more, which
+    /// cost more than the rest of a small response, and a file write with `--alt-svc`.
     private func learn(from response: HTTPSessionResponse, origin: AltServiceCache.Origin) -> HTTPSessionResponse {
         guard let cache = configuration.altServiceCache, let value = response.altSvcValue else { return response }
         let source = switch response.version {
@@ -204,8 +204,8 @@ public final class HTTPSession: Sendable {
     }
 
     /// The `Alt-Svc` field's value, its lines joined by commas as `HTTPFields` joins them. A
-    /// plain scan: `HTTPFields`' subscript builds an index of every name first, about 4.7k
-    /// instructions on each response, which mostly has no such field.
+    /// plain scan: `HTTPFields`' subscript builds an index of every name first, on each
+    /// response, which mostly has no such field.
     static func altSvcValue(of fields: HTTPFields) -> String? {
         var value: String?
         for field in fields where field.name == .altSvc {
@@ -219,16 +219,8 @@ public final class HTTPSession: Sendable {
     private func http3Client(for target: HTTP3Target) -> HTTP3Client {
         http3Clients.withLockedValue { clients in
             if let existing = clients[target.key] { return existing }
-            var configuration = HTTP3Client.Configuration()
-            configuration.certificateVerification = self.configuration.certificateVerification
+            var configuration = self.configuration.http3
             configuration.connectTo = (target.connectHost, target.connectPort)
-            configuration.qlogDirectory = self.configuration.qlogDirectory
-            configuration.tracksLosses = self.configuration.tracksLosses
-            configuration.sessionTicketStore = self.configuration.sessionTicketStore
-            configuration.cipherSuites = self.configuration.cipherSuites
-            configuration.allowsEarlyData = self.configuration.allowsEarlyData
-            configuration.initiatesKeyUpdate = self.configuration.initiatesKeyUpdate
-            configuration.migratesAfterHandshake = self.configuration.migratesAfterHandshake
             let client = HTTP3Client(configuration: configuration, liveConnections: self.liveHTTP3Connections, eventLoop: http3Loop)
             clients[target.key] = client
             return client
