@@ -42,11 +42,7 @@ struct H3Serve: AsyncParsableCommand {
             """
     )
 
-    @Option(help: "Address or name to listen on: localhost (the default) is ::1 and 127.0.0.1, :: every address of both IP versions (one dual-stack socket), 0.0.0.0 every IPv4 address.")
-    var host = "localhost"
-
-    @Option(help: "UDP and TCP port (0 picks a free one).")
-    var port: UInt16 = 4433
+    @OptionGroup var listen: ServerListenOptions
 
     @Option(help: "Directory to serve.")
     var root = "."
@@ -66,12 +62,6 @@ struct H3Serve: AsyncParsableCommand {
     @Option(name: .customLong("open-file-cache"), help: "Seconds an opened file is reused for later requests of the same path before it is looked up again, as nginx's open_file_cache_valid; 0 opens it for every request.")
     var openFileCache: Double = 1
 
-    @Option(help: "PEM certificate chain; without it a self-signed certificate is generated.")
-    var cert: String?
-
-    @Option(help: "PEM private key for --cert.")
-    var key: String?
-
     @Option(name: .customLong("qlog-dir"), help: "Write one qlog trace per connection here (default: $QLOGDIR).")
     var qlogDirectory: String?
 
@@ -84,23 +74,11 @@ struct H3Serve: AsyncParsableCommand {
     @Flag(name: .customLong("no-quic"), help: "Do not listen on UDP: HTTP/2 and HTTP/1.1 over TCP only (as if UDP were blocked).")
     var noQUIC = false
 
-    @Flag(name: .customLong("early-data"), help: "Accept 0-RTT requests from resuming clients. They can be replayed (RFC 8446 §8): use it for content where repeating a request is harmless.")
-    var earlyData = false
-
     @Option(help: "Congestion control for responses: cubic (default), reno, bbr or bbr2.")
     var cc: String = "cubic"
 
-    @Flag(help: "Validate client addresses with a Retry round trip (RFC 9000 §8.1.2).")
-    var retry = false
-
-    @Option(name: .customLong("retry-threshold"), help: "Above this many handshakes in progress per worker, require Retry of new clients until the count falls (default 128).")
-    var retryThreshold = 128
-
     @Option(name: .customLong("request-header-timeout"), help: "Seconds a client may take to send a request's header section after opening its stream; past it the stream is reset with H3_REQUEST_INCOMPLETE (slowloris). 0 turns it off. (default: 10)")
     var requestHeaderTimeout: Double = 10
-
-    @Option(name: .customLong("max-connections-per-address"), help: "Most QUIC connections one client (an IPv4 address or an IPv6 /64) may hold at once; past it, CONNECTION_REFUSED (default: no limit).")
-    var maxConnectionsPerAddress: Int?
 
     @Option(name: .customLong("preferred-address"), help: "Also listen for QUIC at IP:PORT (port 0 picks one) and offer it to clients as preferred_address (RFC 9000 §9.6).")
     var preferredAddress: String?
@@ -120,10 +98,7 @@ struct H3Serve: AsyncParsableCommand {
     var quiet = false
 
     func validate() throws {
-        if (cert == nil) != (key == nil) { throw ValidationError("--cert and --key go together") }
-        if retryThreshold < 0 { throw ValidationError("--retry-threshold must be 0 or more (0: Retry for every client)") }
         if !(0...3600).contains(requestHeaderTimeout) { throw ValidationError("--request-header-timeout is 0 to 3600 seconds") }
-        if let maxConnectionsPerAddress, maxConnectionsPerAddress < 1 { throw ValidationError("--max-connections-per-address must be at least 1") }
         if QUICCongestionControl(rawValue: cc) == nil { throw ValidationError("--cc is cubic, reno, bbr or bbr2") }
         if noQUIC && noTCP { throw ValidationError("--no-quic and --no-tcp together leave nothing to serve") }
         try validateWorkerCount(workers)
@@ -145,7 +120,7 @@ struct H3Serve: AsyncParsableCommand {
         if let altSvc {
             do { _ = try AltServiceFieldValue(parsing: altSvc) } catch { throw ValidationError("--alt-svc '\(altSvc)': \(error)") }
         }
-        for path in [cert, key].compactMap({ $0 }) where !FileManager.default.isReadableFile(atPath: path) {
+        for path in [listen.cert, listen.key].compactMap({ $0 }) where !FileManager.default.isReadableFile(atPath: path) {
             throw ValidationError("cannot read \(path)")
         }
         var status = stat()
@@ -173,7 +148,7 @@ struct H3Serve: AsyncParsableCommand {
         let privateKeyPEM: String
         var generated: SelfSignedCertificate?
         do {
-            if let cert, let key {
+            if let cert = listen.cert, let key = listen.key {
                 certificatePEM = try String(contentsOfFile: cert, encoding: .utf8)
                 privateKeyPEM = try String(contentsOfFile: key, encoding: .utf8)
             } else {
@@ -216,18 +191,18 @@ struct H3Serve: AsyncParsableCommand {
         }
 
         var quicServer: HTTP3Server?
-        var boundPort = port
+        var boundPort = listen.port
         if !noQUIC {
             var configuration = HTTP3Server.Configuration()
-            configuration.host = host
-            configuration.port = port
-            configuration.certificateChainFile = cert
-            configuration.privateKeyFile = key
+            configuration.host = listen.host
+            configuration.port = listen.port
+            configuration.certificateChainFile = listen.cert
+            configuration.privateKeyFile = listen.key
             configuration.identity = generated
-            configuration.acceptsEarlyData = earlyData
-            configuration.requiresAddressValidation = retry
-            configuration.addressValidationThreshold = retryThreshold
-            configuration.maximumConnectionsPerAddress = maxConnectionsPerAddress
+            configuration.acceptsEarlyData = listen.earlyData
+            configuration.requiresAddressValidation = listen.retry
+            configuration.addressValidationThreshold = listen.retryThreshold
+            configuration.maximumConnectionsPerAddress = listen.maxConnectionsPerAddress
             configuration.requestHeaderTimeout = requestHeaderTimeout > 0 ? .milliseconds(Int64(requestHeaderTimeout * 1000)) : nil
             configuration.congestionControl = QUICCongestionControl(rawValue: cc) ?? .cubic
             configuration.preferredAddress = preferredAddress.flatMap(parseHostPort)
@@ -240,20 +215,20 @@ struct H3Serve: AsyncParsableCommand {
                 boundPort = try await server.start()
                 quicServer = server
             } catch {
-                throw fail("cannot serve HTTP/3 on \(formatHostPort(host, port)) (UDP): \(error)")
+                throw fail("cannot serve HTTP/3 on \(URIHost.authority(listen.host, listen.port)) (UDP): \(error)")
             }
         }
         var tcpServer: HTTPTCPServer?
         if !noTCP {
             do {
                 var configuration = HTTPTCPServer.Configuration(certificateChainPEM: certificatePEM, privateKeyPEM: privateKeyPEM)
-                configuration.host = host
+                configuration.host = listen.host
                 configuration.port = boundPort
                 let server = try HTTPTCPServer(configuration: configuration, handler: handler)
                 boundPort = try await server.start()
                 tcpServer = server
             } catch {
-                throw fail("cannot serve HTTP/2 and HTTP/1.1 on \(formatHostPort(host, boundPort)) (TCP): \(error)")
+                throw fail("cannot serve HTTP/2 and HTTP/1.1 on \(URIHost.authority(listen.host, boundPort)) (TCP): \(error)")
             }
         }
         // Alt-Svc advertises HTTP/3 to clients that came over TCP (RFC 7838); without a TCP
@@ -262,7 +237,7 @@ struct H3Serve: AsyncParsableCommand {
             files.additionalFields = HTTPFields([HTTPField(name: .altSvc, value: altSvc ?? "h3=\":\(boundPort)\"; ma=86400")])
         }
         let versions = [noQUIC ? nil : "HTTP/3", noTCP ? nil : "HTTP/2", noTCP ? nil : "HTTP/1.1"].compactMap { $0 }
-        say("serving \(root) on https://\(formatHostPort(host, boundPort))/ (\(versions.joined(separator: ", ")))")
+        say("serving \(root) on https://\(URIHost.authority(listen.host, boundPort))/ (\(versions.joined(separator: ", ")))")
         if let preferred = quicServer?.boundPreferredAddress { say("preferred address: \(preferred)") }
         if let quicServer, workers > 1 {
             let steering = quicServer.isSteeredByKernel

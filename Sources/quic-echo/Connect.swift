@@ -48,14 +48,7 @@ struct Connect: AsyncParsableCommand {
     @Option(help: "Send this many QUIC datagrams and expect each echoed.")
     var datagrams = 0
 
-    @Option(help: "Trust this CA (PEM) instead of the system store.")
-    var cacert: String?
-
-    @Option(name: .customLong("pin-sha256"), help: "Accept only a certificate with this SHA-256 fingerprint (hex).")
-    var pinSHA256: String?
-
-    @Flag(name: [.customShort("k"), .customLong("insecure")], help: "Do not verify the server certificate.")
-    var insecure = false
+    @OptionGroup var trust: CertificateTrustOptions
 
     @Option(help: "Server name for SNI and verification (default: the host when it is a name).")
     var sni: String?
@@ -83,9 +76,6 @@ struct Connect: AsyncParsableCommand {
     func validate() throws {
         if zeroRTT && sessionFile == nil { throw ValidationError("--0rtt needs --session-file (the ticket to resume with)") }
         if zeroRTT && keyUpdate { throw ValidationError("use --0rtt or --key-update, not both") }
-        if [cacert != nil, pinSHA256 != nil, insecure].filter({ $0 }).count > 1 {
-            throw ValidationError("use only one of --cacert, --pin-sha256 and -k")
-        }
         if [data != nil, file != nil, size != nil].filter({ $0 }).count > 1 {
             throw ValidationError("use only one of --data, --file and --size")
         }
@@ -105,14 +95,7 @@ struct Connect: AsyncParsableCommand {
         options.tracksLosses = stats != nil
         options.tls.serverName = sni
         if let sessionFile { options.tls.sessionTicketStore = QUICSessionTicketStore(path: sessionFile) }
-        if let cacert {
-            guard FileManager.default.isReadableFile(atPath: cacert) else { throw failure("cannot read CA file \(cacert)") }
-            options.tls.certificateVerification = .caFile(cacert)
-        } else if let pinSHA256 {
-            do { options.tls.certificateVerification = try .pinnedSHA256(hex: pinSHA256) } catch { throw failure("\(error)") }
-        } else if insecure {
-            options.tls.certificateVerification = .insecure
-        }
+        do { options.tls.certificateVerification = try trust.certificateVerification() } catch { throw failure("\(error)") }
 
         let parameters = NWParameters(quic: options)
         parameters.allowFastOpen = zeroRTT

@@ -16,32 +16,10 @@ import QuicTransport
 struct Serve: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Serve the echo protocol.")
 
-    @Option(help: "Address or name to listen on: localhost (the default) is ::1 and 127.0.0.1, :: every address of both IP versions (one dual-stack socket), 0.0.0.0 every IPv4 address.")
-    var host = "localhost"
-
-    @Option(help: "UDP port (0 picks a free one).")
-    var port: NWEndpoint.Port = 4433
-
-    @Option(help: "PEM certificate chain; without it a self-signed certificate is generated.")
-    var cert: String?
-
-    @Option(help: "PEM private key for --cert.")
-    var key: String?
-
-    @Flag(help: "Validate client addresses with Retry before creating state.")
-    var retry = false
-
-    @Option(name: .customLong("retry-threshold"), help: "Above this many handshakes in progress per worker, require Retry of new clients until the count falls (default 128).")
-    var retryThreshold = 128
-
-    @Flag(name: .customLong("early-data"), help: "Accept 0-RTT data from resuming clients (it can be replayed: RFC 8446 §8).")
-    var earlyData = false
+    @OptionGroup var listen: ServerListenOptions
 
     @Option(name: .customLong("max-connections"), help: "Most tunnels served at once.")
     var maxConnections = 1024
-
-    @Option(name: .customLong("max-connections-per-address"), help: "Most tunnels one client (an IPv4 address or an IPv6 /64) may hold at once; past it, CONNECTION_REFUSED (default: no limit).")
-    var maxConnectionsPerAddress: Int?
 
     @Flag(help: "Offer QUIC datagrams (RFC 9221) and echo them.")
     var datagrams = false
@@ -54,10 +32,7 @@ struct Serve: AsyncParsableCommand {
     @OptionGroup var loadBalancer: LoadBalancerOptions
 
     func validate() throws {
-        if (cert == nil) != (key == nil) { throw ValidationError("--cert and --key go together") }
         if maxConnections < 1 { throw ValidationError("--max-connections must be at least 1") }
-        if let maxConnectionsPerAddress, maxConnectionsPerAddress < 1 { throw ValidationError("--max-connections-per-address must be at least 1") }
-        if retryThreshold < 0 { throw ValidationError("--retry-threshold must be 0 or more (0: Retry for every client)") }
         try validateWorkerCount(workers)
     }
 
@@ -66,15 +41,16 @@ struct Serve: AsyncParsableCommand {
         let logger = Logger(label: "quic-echo")
         let options = try common.makeOptions()
         options.isDatagram = datagrams
-        options.requiresAddressValidation = retry
-        options.addressValidationThreshold = retryThreshold
-        options.acceptsEarlyData = earlyData
-        options.tls.certificateChainFile = cert
-        options.tls.privateKeyFile = key
+        options.requiresAddressValidation = listen.retry
+        options.addressValidationThreshold = listen.retryThreshold
+        options.acceptsEarlyData = listen.earlyData
+        options.tls.certificateChainFile = listen.cert
+        options.tls.privateKeyFile = listen.key
         options.loadBalancer = try loadBalancer.configuration()
         options.disablesActiveMigration = loadBalancer.disablesActiveMigration
         let parameters = NWParameters(quic: options)
-        parameters.requiredLocalEndpoint = .hostPort(host: .init(host), port: port)
+        let port = NWEndpoint.Port(rawValue: listen.port)!
+        parameters.requiredLocalEndpoint = .hostPort(host: .init(listen.host), port: port)
 
         let listener: NWListener
         do {
@@ -84,7 +60,7 @@ struct Serve: AsyncParsableCommand {
             throw ExitCode(1)
         }
         listener.maximumConcurrentTunnels = maxConnections
-        listener.maximumTunnelsPerAddress = maxConnectionsPerAddress
+        listener.maximumTunnelsPerAddress = listen.maxConnectionsPerAddress
         listener.workers = workers
         if let generated = listener.generatedCertificate {
             writeToStandardOutput("certificate: self-signed for localhost, 127.0.0.1, ::1; sha256 \(generated.sha256FingerprintHex)\n")
@@ -95,11 +71,11 @@ struct Serve: AsyncParsableCommand {
         for await state in states {
             if case .ready = state {
                 // Written unbuffered: scripts wait for this line to learn the port.
-                writeToStandardOutput("listening on \(formatHostPort(host, listener.port?.rawValue ?? 0)) alpn \(common.alpn)\n")
+                writeToStandardOutput("listening on \(URIHost.authority(listen.host, listener.port?.rawValue ?? 0)) alpn \(common.alpn)\n")
                 break
             }
             if case .failed(let error) = state {
-                writeToStandardError("error: cannot listen on \(formatHostPort(host, port.rawValue)): \(error)\n")
+                writeToStandardError("error: cannot listen on \(URIHost.authority(listen.host, port.rawValue)): \(error)\n")
                 throw ExitCode(1)
             }
         }
