@@ -692,6 +692,7 @@ struct HTTP3LoopbackTests {
     }
 
     /// Counts what a streaming body has produced so far.
+    // @unchecked Sendable: `value` is read and written only under `lock`.
     final class Meter: @unchecked Sendable {
         private let lock = NSLock()
         private var value = 0

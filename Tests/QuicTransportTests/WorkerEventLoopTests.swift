@@ -166,6 +166,8 @@ struct WorkerEventLoopTests {
         // The stack is free for another thread once the kernel has ended the loop's, and not before.
         try #require(await eventually(within: 10) { !Self.threadNames().contains("test-reuse") }, "the stopped loop's thread did not end")
 
+        // @unchecked Sendable: the new thread writes the flags before it ends, and the test
+        // reads them only after `pthread_join`, which orders those writes before the reads.
         final class Probe: @unchecked Sendable {
             let loop: QUICEventLoop
             let loopThread: pthread_t
