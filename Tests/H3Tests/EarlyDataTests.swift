@@ -55,10 +55,7 @@ struct EarlyDataTests {
         func served(_ path: String) -> Int {
             server.standardError.split(separator: "\n").filter { $0.contains("\"GET \(path) HTTP/3\" 200 ") }.count
         }
-        let deadline = ContinuousClock.now + TestEnvironment.scaled(.seconds(10))
-        while expected.contains(where: { served($0.key) < $0.value }), ContinuousClock.now < deadline {
-            try await Task.sleep(for: .milliseconds(20))
-        }
+        _ = await eventually(within: 10) { !expected.contains { served($0.key) < $0.value } }
         try await Task.sleep(for: .milliseconds(200))  // A duplicate, if any, has time to show.
         for (path, count) in expected {
             #expect(served(path) == count, "h3serve served \(path) \(served(path)) times, not \(count): \(server.standardError)")

@@ -56,6 +56,8 @@ struct HTTP3CodecTests {
     }
 
     /// Holds the server's codec, which the endpoint creates for its first connection.
+    // @unchecked Sendable: `codec` is set and read only by the thread that steps the pair: the
+    // endpoint makes the codec inside a step, and `afterStep` runs on the same thread.
     final class ServerBox: @unchecked Sendable {
         var codec: HTTP3Codec?
         func make() -> any QUICApplicationCodec {

@@ -195,7 +195,7 @@ struct HTTP3FileHandlerTests {
     @Test func anOpenedFileServesLaterRequestsUntilItsReuseTimeIsUp() throws {
         let root = try Self.makeRoot().root
         let reusing = HTTP3FileHandler(root: root.path, openFileReuse: .seconds(3600))
-        let briefly = HTTP3FileHandler(root: root.path, openFileReuse: .milliseconds(50))
+        let briefly = HTTP3FileHandler(root: root.path, openFileReuse: .seconds(60))
         let never = HTTP3FileHandler(root: root.path, openFileReuse: .zero)
         for handler in [reusing, briefly, never] {
             #expect(try Self.bodyBytes(Self.get(handler, "/ten.txt")) == Array("0123456789".utf8))
@@ -210,16 +210,21 @@ struct HTTP3FileHandlerTests {
         // Another spelling of the path is another lookup, which finds the file as it is now.
         #expect(try Self.bodyBytes(Self.get(reusing, "/%74en.txt")) == Array("abcdefghij".utf8))
         #expect(try Self.bodyBytes(Self.get(never, "/ten.txt")) == Array("abcdefghij".utf8))
-        Thread.sleep(forTimeInterval: 0.3)
+        // Reused until its time is up, then looked up again: time passes on the cache's clock.
+        #expect(try Self.bodyBytes(Self.get(briefly, "/ten.txt")) == Array("0123456789".utf8))
+        briefly.directory.age(by: .seconds(59))
+        #expect(try Self.bodyBytes(Self.get(briefly, "/ten.txt")) == Array("0123456789".utf8))
+        briefly.directory.age(by: .seconds(1))
         #expect(try Self.bodyBytes(Self.get(briefly, "/ten.txt")) == Array("abcdefghij".utf8))
     }
 
     @Test func aPathThatStopsExistingIsNotServedFromAnOldLookupOnceItExpires() throws {
         let root = try Self.makeRoot().root
-        let handler = HTTP3FileHandler(root: root.path, openFileReuse: .milliseconds(50))
+        let handler = HTTP3FileHandler(root: root.path, openFileReuse: .seconds(60))
         #expect(Self.get(handler, "/ten.txt").head.status == .ok)
         try FileManager.default.removeItem(at: root.appendingPathComponent("ten.txt"))
-        Thread.sleep(forTimeInterval: 0.3)
+        #expect(Self.get(handler, "/ten.txt").head.status == .ok, "the old lookup serves until it expires")
+        handler.directory.age(by: .seconds(60))
         #expect(Self.get(handler, "/ten.txt").head.status == .notFound)
         try Data("back".utf8).write(to: root.appendingPathComponent("ten.txt"))
         #expect(try Self.bodyBytes(Self.get(handler, "/ten.txt")) == Array("back".utf8))
@@ -234,7 +239,7 @@ struct HTTP3FileHandlerTests {
         let file = root.appendingPathComponent("sized.bin")
         let bytes = (0..<size).map { UInt8(truncatingIfNeeded: $0 &* 7) }
         try Data(bytes).write(to: file)
-        let handler = HTTP3FileHandler(root: root.path, openFileReuse: .milliseconds(50))
+        let handler = HTTP3FileHandler(root: root.path, openFileReuse: .seconds(60))
         let whole = Self.get(handler, "/sized.bin")
         let reader = try #require(whole.file?.reader)
         #expect((reader.contents != nil) == (size <= HTTP3FileReader.inMemoryLimit))
@@ -244,7 +249,7 @@ struct HTTP3FileHandlerTests {
         // Changed in place, same size: seen once the lookup has expired.
         let changed = bytes.map { ~$0 }
         try Data(changed).write(to: file)
-        Thread.sleep(forTimeInterval: 0.3)
+        handler.directory.age(by: .seconds(60))
         #expect(try Self.bodyBytes(Self.get(handler, "/sized.bin")) == changed)
     }
 

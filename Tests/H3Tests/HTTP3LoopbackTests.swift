@@ -170,8 +170,8 @@ struct HTTP3LoopbackTests {
             #expect(fetched == original, "sha256 of \(name) fetched by gtlsclient")
         }
         // h3serve logs one line per request in the Combined Log Format, then rt= and priority=.
-        try await Task.sleep(for: .milliseconds(100))
-        #expect(server.standardError.contains("\"GET /50mb.bin HTTP/3\" 200 50000000 "), "\(server.standardError)")
+        let logged = await eventually { server.standardError.contains("\"GET /50mb.bin HTTP/3\" 200 50000000 ") }
+        #expect(logged, "\(server.standardError)")
     }
 
     /// ngtcp2's example client updates keys 5 ms into the connection with ChaCha20-Poly1305 only,
@@ -459,7 +459,9 @@ struct HTTP3LoopbackTests {
                     let response = try await client.execute(request, priority: HTTPPriority(urgency: urgency))
                     #expect(try await response.body.collect().count == size)
                 }
-                try await Task.sleep(for: .milliseconds(5))
+                // The next is asked for once the server has this one: the order of asking is sure.
+                let asked = 8 - urgency
+                #expect(await eventually { await urgencyOfStream.labels.count == asked }, "request \(asked) never reached the server")
             }
             try await tasks.waitForAll()
         }
@@ -542,10 +544,13 @@ struct HTTP3LoopbackTests {
 
     @Test func goawayLetsTheTransferFinishAndMovesNewRequestsToANewConnection() async throws {
         let started = Barrier(count: 2)
+        // The slow request stays in flight until the fresh one is answered.
+        let release = AsyncStream<Never>.makeStream()
+        defer { release.continuation.finish() }
         let (server, port, identity) = try await Self.startServer { request in
             if request.head.path == "/slow" {
                 await started.arrive()
-                try? await Task.sleep(for: .milliseconds(300))
+                for await _ in release.stream {}
                 return HTTP3ServerResponse(status: .ok, body: [UInt8](repeating: 0x64, count: 5_000_000))
             }
             return HTTP3ServerResponse(status: .ok, body: Array("fresh".utf8))
@@ -553,16 +558,23 @@ struct HTTP3LoopbackTests {
         defer { server.shutdown() }
         let client = Self.client(trusting: identity)
         defer { client.shutdown() }
+        // Each connection has a socket, and so a local port, of its own.
+        let first = try #require(try await client.connect(host: "localhost", port: port).establishment?.localPort)
         let slow = Task {
             let request = HTTPRequest(method: .get, scheme: "https", authority: "localhost:\(port)", path: "/slow")
             return try await client.execute(request).body.collect().count
         }
         await started.arrive()
         server.rotateConnections()
-        try await Task.sleep(for: .milliseconds(100))
+        // Once the GOAWAY arrives the client opens a new connection for what comes next.
+        let moved = await eventually { (try? await client.connect(host: "localhost", port: port).establishment?.localPort) != first }
+        #expect(moved, "the client kept using its connection after GOAWAY")
         let fresh = HTTPRequest(method: .get, scheme: "https", authority: "localhost:\(port)", path: "/fresh")
-        let freshBody = try await client.execute(fresh).body.collect()
+        let freshResponse = try await client.execute(fresh)
+        #expect(freshResponse.connection.establishment?.localPort != first, "the new request went to the old connection")
+        let freshBody = try await freshResponse.body.collect()
         #expect(freshBody == Array("fresh".utf8))
+        release.continuation.finish()
         #expect(try await slow.value == 5_000_000, "the request in flight when GOAWAY was sent completes")
     }
 
@@ -610,17 +622,10 @@ struct HTTP3LoopbackTests {
         #expect(clock.now - started < .seconds(10), "the idle connection closed after GOAWAY, not at the idle timeout or the end of the grace period")
     }
 
-    /// A qlog trace once its connection has finished writing it: the file ends with a whole
-    /// record and stops growing (the last record comes when the connection is freed).
+    /// A qlog trace once its connection has finished writing it: the last record comes when the
+    /// connection is freed, and the writer closes the file with it.
     static func completedTrace(at path: String) async throws -> String {
-        var text = ""
-        for _ in 0..<60 {
-            text = (try? String(contentsOfFile: path, encoding: .utf8)) ?? ""
-            try await Task.sleep(for: .milliseconds(100))
-            let again = (try? String(contentsOfFile: path, encoding: .utf8)) ?? ""
-            if text.hasSuffix("\n"), again == text { break }
-        }
-        return text
+        try await QLogEvent.finishedTrace(at: path)
     }
 
     /// The `http:` records of a qlog file, decoded, once the connection has finished writing it.
@@ -664,7 +669,6 @@ struct HTTP3LoopbackTests {
         _ = try await response.body.collect()
         let path = try #require(response.connection.qlogPath)
         client.shutdown()
-        try await Task.sleep(for: .milliseconds(300))
 
         let events = try await Self.httpEvents(in: path)
         func frames(_ name: String, _ type: String) -> [[String: Any]] {
@@ -692,6 +696,7 @@ struct HTTP3LoopbackTests {
     }
 
     /// Counts what a streaming body has produced so far.
+    // @unchecked Sendable: `value` is read and written only under `lock`.
     final class Meter: @unchecked Sendable {
         private let lock = NSLock()
         private var value = 0
@@ -767,20 +772,18 @@ struct HTTP3LoopbackTests {
         }
         let port = try await server.start()
         let client = Self.client(trusting: identity)
+        let received = Meter()
         let download = Task {
             let request = HTTPRequest(method: .get, scheme: "https", authority: "localhost:\(port)", path: "/endless")
             let response = try await client.execute(request)
-            var received = 0
-            for try await chunk in response.body { received += chunk.count }
-            return received
+            for try await chunk in response.body { received.add(chunk.count) }
         }
-        try await Task.sleep(for: .milliseconds(300))
+        // Cancelled mid-body: once the body flows.
+        #expect(await eventually { received.total > 0 }, "no body arrived")
         download.cancel()
         await #expect(throws: (any Error).self) { _ = try await download.value }
-        try await Task.sleep(for: .milliseconds(300))
         client.shutdown()
         await server.shutdownGracefully(gracePeriod: .seconds(2))
-        try await Task.sleep(for: .milliseconds(200))
         // The server's own trace shows the client's STOP_SENDING/RESET_STREAM with H3_REQUEST_CANCELLED (0x10c).
         let files = try FileManager.default.contentsOfDirectory(atPath: directory).filter { $0.hasSuffix("_server.sqlog") }
         let trace = try await Self.completedTrace(at: directory + "/" + #require(files.first))

@@ -23,6 +23,8 @@ struct HTTP3ResidentBodyTests {
     }
 
     /// The region the server answers with; set to nil once every response is submitted.
+    // @unchecked Sendable: read and written only by the thread that steps the pair, whose
+    // server callbacks run inside its steps.
     final class Served: @unchecked Sendable {
         var region: HTTP3FileRegion?
         var closed = Set<Int64>()

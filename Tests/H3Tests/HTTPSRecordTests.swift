@@ -60,11 +60,12 @@ struct HTTPSRecordTests {
             let launcher = try ChildProcess(setsid, arguments)
             let server = DNSServer(port: port, pidFile: pidFile)
             // Ready when it answers: ask for a name it serves.
-            for _ in 0..<20 {
-                try await Task.sleep(for: .milliseconds(100))
+            let answers = await eventually(within: 5) {
                 let probe = HTTPSRecordResolver(server: ("127.0.0.1", port), timeout: .milliseconds(200))
-                if let name = records.first?.0, (try? await probe.query(name: name)) != nil { return server }
+                guard let name = records.first?.0 else { return false }
+                return (try? await probe.query(name: name)) != nil
             }
+            if answers { return server }
             server.stop()
             lastError = launcher.standardError
         }

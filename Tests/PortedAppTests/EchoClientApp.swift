@@ -9,6 +9,8 @@ import QuicTransport
 import Foundation
 
 /// An echo client in the style of Apple's sample code: one tunnel, streams and datagrams.
+// @unchecked Sendable: its state is written on `queue`, where handlers and the verify block
+// run; the test reads it in `queue.sync` or after a callback from `queue` has resumed it.
 final class EchoClientApp: @unchecked Sendable {
     private(set) var group: NWConnectionGroup!
     let queue = DispatchQueue(label: "app.echo-client")

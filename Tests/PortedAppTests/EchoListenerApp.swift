@@ -9,6 +9,8 @@ import Foundation
 
 /// Echoes bidirectional streams on themselves, unidirectional streams on a new server stream,
 /// datagrams with `reply`, and mirrors a peer's reset code (the quic-echo protocol).
+// @unchecked Sendable: `tunnels` and the handlers are used on `queue`, where the listener's
+// handlers run; the test reads `tunnels` in `queue.sync` and sets the handlers before `start`.
 final class EchoListenerApp: @unchecked Sendable {
     let listener: NWListener
     let queue = DispatchQueue(label: "app.echo-listener")

@@ -46,4 +46,22 @@ extension QLogEvent {
         guard closed else { throw SetupError("no closed trace *\(suffix) in \(directory) after \(seconds) s") }
         return text
     }
+
+    /// The text of the trace at `path` once its writer has closed the file, which it does with
+    /// the connection's last record, when the connection is freed: no descriptor of this
+    /// process names it any more (`/proc/self/fd`). For traces this process writes.
+    package static func finishedTrace(at path: String, within seconds: Double = 45) async throws -> String {
+        let finished = await eventually(within: seconds) {
+            FileManager.default.fileExists(atPath: path) && !isOpenInThisProcess(path)
+        }
+        guard finished else { throw SetupError("the trace \(path) was still being written after \(seconds) s") }
+        return try String(contentsOfFile: path, encoding: .utf8)
+    }
+}
+
+/// Whether a descriptor of this process has the file at `path` open.
+package func isOpenInThisProcess(_ path: String) -> Bool {
+    let target = URL(fileURLWithPath: path).resolvingSymlinksInPath().path
+    let descriptors = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []
+    return descriptors.contains { (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/" + $0)) == target }
 }

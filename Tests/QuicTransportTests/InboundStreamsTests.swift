@@ -1,4 +1,5 @@
 @testable import QuicTransport
+import QuicTestSupport
 import Testing
 
 /// `NWConnectionGroup.InboundStreams` hands streams over as the `AsyncStream` it replaced did:
@@ -28,7 +29,8 @@ struct InboundStreamsTests {
             var iterator = NWConnectionGroup.InboundStreams(queue: queue).makeAsyncIterator()
             return await iterator.next()
         }
-        try? await Task.sleep(for: .milliseconds(20))
+        // The reader must be parked, or the stream would only be buffered and polled.
+        #expect(await eventually { queue.hasWaitingReader }, "the reader never waited")
         queue.yield(stream)
         #expect(await reader.value === stream)
     }
@@ -39,7 +41,8 @@ struct InboundStreamsTests {
             var iterator = NWConnectionGroup.InboundStreams(queue: queue).makeAsyncIterator()
             return await iterator.next()
         }
-        try? await Task.sleep(for: .milliseconds(20))
+        // Parked, so the cancellation handler ends the wait (not the check before parking).
+        #expect(await eventually { queue.hasWaitingReader }, "the reader never waited")
         reader.cancel()
         #expect(await reader.value == nil)
         queue.yield(Self.unstartedStreams(1)[0])

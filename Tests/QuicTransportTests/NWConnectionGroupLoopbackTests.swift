@@ -184,7 +184,7 @@ struct NWConnectionGroupLoopbackTests {
         }
         #expect(opened.map { quicMetadata($0).streamIdentifier } == [0, 4, 8, 2, 6])
         #expect(opened.map { quicMetadata($0).streamType } == [.bidirectional, .bidirectional, .bidirectional, .unidirectional, .unidirectional])
-        try await within(5) { while serverSeen.values.count < 5 || clientSeen.values.count < 2 { try await Task.sleep(for: .milliseconds(10)) } }
+        #expect(await eventually { serverSeen.values.count >= 5 && clientSeen.values.count >= 2 })
         #expect(Set(serverSeen.values) == [0, 4, 8, 2, 6])
         #expect(Set(clientSeen.values) == [1, 3])
         group.cancel()
@@ -215,7 +215,7 @@ struct NWConnectionGroupLoopbackTests {
         try await stream.send(content: Data("about to reset".utf8), isComplete: false)
         quicMetadata(stream).applicationError = 0x1234
         stream.cancel()
-        try await within(5) { while observed.values.isEmpty { try await Task.sleep(for: .milliseconds(10)) } }
+        #expect(await eventually { !observed.values.isEmpty })
         #expect(observed.values == [0x1234])
         group.cancel()
     }
@@ -227,6 +227,10 @@ struct NWConnectionGroupLoopbackTests {
             for await group in serverGroups {
                 let states = group.states
                 group.start(queue: DispatchQueue(label: "server"))
+                // A stream after HANDSHAKE_DONE, which the server sent as its handshake completed.
+                let stream = NWConnection(from: group)
+                stream?.start(queue: DispatchQueue(label: "server.stream"))
+                stream?.send(content: Data("confirmed".utf8), isComplete: true, completion: .idempotent)
                 for await state in states {
                     if case .failed = state { return state }
                     if case .cancelled = state { return state }
@@ -235,8 +239,12 @@ struct NWConnectionGroupLoopbackTests {
             return nil
         }
         let group = server.makeClient()
+        let serverStreams = AsyncStream<Void>.makeStream()
+        group.newConnectionHandler = { _ in serverStreams.continuation.yield() }
         try await startAndWaitUntilReady(group)
-        try await Task.sleep(for: .milliseconds(50))  // Let the handshake be confirmed.
+        // Closed once the handshake is confirmed, or RFC 9000 §10.2.3 would turn the close into
+        // APPLICATION_ERROR: the server's stream comes after its HANDSHAKE_DONE (RFC 9001 §4.1.2).
+        try await within(10) { _ = await serverStreams.stream.first { _ in true } }
         group.cancel(applicationError: 0x2a, reason: "done here")
         let state = try await within(5) { await serverState.value }
         guard case .failed(.quic(let error)) = state else {
@@ -309,8 +317,7 @@ struct NWConnectionGroupLoopbackTests {
         #expect(echoed == Data("after retry".utf8))
         let qlogPath = try #require(await group.qlogFilePath)
         group.cancel()
-        try await Task.sleep(for: .milliseconds(100))
-        let trace = try String(contentsOfFile: qlogPath, encoding: .utf8)
+        let trace = try await QLogEvent.finishedTrace(at: qlogPath)
         #expect(trace.contains("\"packet_type\":\"retry\""), "the client's qlog shows the Retry it received")
     }
 
@@ -623,8 +630,9 @@ struct NWListenerConnectionLimitTests {
         try await startAndWaitUntilReady(second)
         try await startAndWaitUntilReady(third)
         #expect(await server.listener.connectionCount() == 3)
-        try await Task.sleep(for: .milliseconds(300))
-        #expect(delivered.values.count == 1, "the limit is 0: nothing more is handed over")
+        // Each tunnel is handed over or held once its handshake completes on the server: both held.
+        #expect(await eventually { server.listener.heldConnectionCount == 2 }, "the limit is 0: nothing more is handed over")
+        #expect(delivered.values.count == 1)
 
         // Raised by one: the older held tunnel comes, and it serves.
         server.listener.newConnectionLimit = 1
@@ -635,8 +643,9 @@ struct NWListenerConnectionLimitTests {
         // A held tunnel whose client leaves is dropped, not handed over later.
         third.cancel()
         #expect(await eventually { await server.listener.connectionCount() == 2 })
+        #expect(await eventually { server.listener.heldConnectionCount == 0 }, "the leaving tunnel is no longer held")
+        // So raising the limit has nothing to hand over: the setter hands over what it releases.
         server.listener.newConnectionLimit = NWListener.InfiniteConnectionLimit
-        try await Task.sleep(for: .milliseconds(300))
         #expect(delivered.values.count == 2)
         let fourth = server.makeClient { $0.idleTimeout = idleTimeout }
         try await startAndWaitUntilReady(fourth)

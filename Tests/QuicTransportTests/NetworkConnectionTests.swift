@@ -1,6 +1,7 @@
 import Foundation
+import NIOCore
 import QuicTestSupport
-import QuicTransport
+@testable import QuicTransport
 import Testing
 
 /// Network.framework's 2025 structured API (`NetworkConnection<QUIC>`, `QUIC.Stream`,
@@ -101,8 +102,10 @@ struct NetworkConnectionTests {
         // The echo servers answer a reset with their own, carrying the same code: on a
         // unidirectional stream, on the stream they opened to echo it, where we can read it.
         let answers = AsyncStream<UInt64?>.makeStream()
+        let echoing = AsyncStream<Void>.makeStream()
         let inbound = Task {
             try await connection.inboundStreams { stream in
+                echoing.continuation.yield()
                 do {
                     while try await !stream.receive(atMost: 65_536).metadata.endOfStream {}
                     answers.continuation.yield(nil)
@@ -114,7 +117,8 @@ struct NetworkConnectionTests {
         defer { inbound.cancel() }
         let outbound = try await connection.openStream(directionality: .unidirectional)
         try await outbound.send(Data("before the reset".utf8))
-        try await Task.sleep(for: .milliseconds(50))  // Let the peer open its echo stream first.
+        // The peer opens its echo stream first.
+        try await within(10) { _ = await echoing.stream.first { _ in true } }
         outbound.reset(applicationErrorCode: 42)
         #expect(outbound.streamApplicationErrorCode == 42)
         let answer = try await within(10) { await answers.stream.first { _ in true } }
@@ -157,7 +161,12 @@ struct NetworkConnectionTests {
             let stream = try await connection.openStream()
             try await stream.send(Data("start".utf8))
             let waiting = Task { try await stream.receive(atMost: 10) }
-            try await Task.sleep(for: .milliseconds(100))
+            // Cancelled while it waits for bytes, not before it began (which throws, and resets nothing).
+            let connection = stream.connection
+            let parked = await eventually {
+                (try? await connection.group.eventLoop.submit { connection.waitingReceiveCount }.get()) == 1
+            }
+            #expect(parked, "the receive never waited")
             waiting.cancel()
             await #expect(throws: CancellationError.self) { try await waiting.value }
             #expect(stream.streamApplicationErrorCode == QUIC.Stream<QUICStream>.cancelledErrorCode)
@@ -200,8 +209,9 @@ struct NetworkConnectionTests {
         #expect(try await within(20) { try await echo("one") } == "one")
         #expect(listener.newConnectionLimit == 0)
         let waiting = Task { try await echo("two") }
-        try await Task.sleep(for: .milliseconds(500))
-        #expect(handled.values.count == 1, "at 0 the handler is not called")
+        // Once its handshake completes on the server, the tunnel is held, not handed to `run`.
+        #expect(await eventually { listener.listener.heldConnectionCount == 1 }, "at 0 the handler is not called")
+        #expect(handled.values.count == 1)
         listener.newConnectionLimit = 1
         #expect(try await within(20) { try await waiting.value } == "two")
         #expect(handled.values.count == 2)
@@ -298,16 +308,16 @@ struct NetworkConnectionTests {
                     sent.append(offset)
                 }
             }
-            // The writer stops at the reader's window and stays there while nobody reads. No
-            // wait here has a deadline of its own: with the whole suite running, the tasks on both
-            // ends can wait seconds for a thread, and the suite's time limit is what catches a hang.
-            while (sent.values.last ?? 0) < window { try await Task.sleep(for: .milliseconds(20)) }
-            try await Task.sleep(for: .milliseconds(500))
+            // The writer stops at the reader's window while nobody reads (that it stays there is
+            // shown on the virtual clock, in unreadDataOnManyStreamsStaysWithinTheConnectionWindow).
+            // The waits are as long as the suite's time limit: with the whole suite running, the
+            // tasks on both ends can wait seconds for a thread.
+            #expect(await eventually(within: 120) { (sent.values.last ?? 0) >= window })
             let held = sent.values.last ?? 0
             #expect(held <= window + chunk, "sent \(held) bytes into a \(window)-byte window nobody reads")
             release.continuation.finish()
             try await writer.value
-            while received.values.isEmpty { try await Task.sleep(for: .milliseconds(20)) }
+            #expect(await eventually(within: 120) { !received.values.isEmpty })
             #expect(received.values == [total])
         }
     }

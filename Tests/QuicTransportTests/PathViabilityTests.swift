@@ -54,10 +54,7 @@ struct PathViabilityTests {
 
     /// Waits until `changes` holds `expected`, for up to ten seconds.
     static func wait(for expected: [Bool], in changes: NIOLockedValueBox<[Bool]>) async throws {
-        let deadline = ContinuousClock.now + .seconds(10)
-        while changes.withLockedValue({ $0 }) != expected, ContinuousClock.now < deadline {
-            try await Task.sleep(for: .milliseconds(10))
-        }
+        _ = await eventually(within: 10) { changes.withLockedValue { $0 } == expected }
         #expect(changes.withLockedValue { $0 } == expected)
     }
 

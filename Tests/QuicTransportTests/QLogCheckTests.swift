@@ -21,14 +21,11 @@ struct QLogCheckTests {
         let clientPath = try #require(await group.qlogFilePath)
         group.cancel()
         server.listener.cancel()
-        // Traces are complete once both connections are freed (after the closing period).
-        for _ in 0..<50 {
-            try await Task.sleep(for: .milliseconds(100))
+        // Traces are complete once both connections are freed (after the closing period), which
+        // closes their files.
+        _ = await eventually(within: 5) {
             let files = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
-            let complete = files.count == 2 && files.allSatisfy {
-                ((try? String(contentsOfFile: directory + "/" + $0, encoding: .utf8)) ?? "").contains("connection_closed")
-            }
-            if complete { break }
+            return files.count == 2 && files.allSatisfy { !isOpenInThisProcess(directory + "/" + $0) }
         }
         return (directory, clientPath)
     }

@@ -54,20 +54,20 @@ struct WorkerEventLoopTests {
                 fired.withLockedValue { $0.append((index, now < deadline)) }
             }
         }
-        try await loop.submit {
+        // Last of all, after every deadline a timer ever had: once it has run, a duplicate or a
+        // cancelled timer would have run too.
+        let last = (first + deadlines).max()! + 1_000_000
+        let sentinel = try await loop.submit {
             var scheduled = (0..<count).map { schedule($0, at: first[$0]) }
             for index in moved.sorted() {
                 scheduled[index].cancel()
                 scheduled[index] = schedule(index, at: deadlines[index])
             }
             for index in cancelled.sorted() { scheduled[index].cancel() }
+            return loop.scheduleTask(deadline: .uptimeNanoseconds(last)) {}
         }.get()
         let expected = (0..<count).filter { !cancelled.contains($0) }.sorted { deadlines[$0] < deadlines[$1] }
-        let deadline = ContinuousClock.now + .seconds(TestEnvironment.scaled(20))
-        while fired.withLockedValue({ $0.count }) < expected.count, ContinuousClock.now < deadline {
-            try await Task.sleep(for: .milliseconds(20))
-        }
-        try await Task.sleep(for: .milliseconds(100))  // Room for a duplicate or a cancelled one.
+        try await sentinel.futureResult.get()
         let seen = fired.withLockedValue { $0 }
         #expect(seen.map(\.index) == expected)
         #expect(seen.filter(\.early).isEmpty, "fired before their deadline: \(seen.filter(\.early).map(\.index))")
@@ -85,6 +85,9 @@ struct WorkerEventLoopTests {
         // Four deadlines each, 0.1 ms apart in a scrambled grid so no two final ones tie; the last wins.
         let moves = (0..<count).map { _ in (0..<4).map { _ in base + (generator.next() % 100_000) * 1_000 + 100 } }
         let cancelled = Set(stride(from: 0, to: count, by: 9))
+        // Last of all, after every deadline an alarm was ever set to: once it has run, a second
+        // firing or a cancelled alarm would have run too.
+        let last = moves.joined().max()! + 1_000_000
         let alarms = try await loop.submit {
             (0..<count).map { index in
                 let deadline = moves[index].last!
@@ -96,13 +99,9 @@ struct WorkerEventLoopTests {
                 return alarm
             }
         }
+        let sentinel = loop.scheduleTask(deadline: .uptimeNanoseconds(last)) {}
         let expected = (0..<count).filter { !cancelled.contains($0) }.sorted { moves[$0].last! < moves[$1].last! }
-        // However slow the machine: until all have fired, then a while longer for any second firing.
-        let waitUntil = ContinuousClock.now + .seconds(20)
-        while fired.withLockedValue({ $0.count }) < expected.count, ContinuousClock.now < waitUntil {
-            try await Task.sleep(for: .milliseconds(20))
-        }
-        try await Task.sleep(for: .milliseconds(150))
+        try await sentinel.futureResult.get()
         let result = fired.withLockedValue { $0 }
         #expect(result.map(\.index) == expected, "fired \(result.count) of \(expected.count), in another order or twice")
         #expect(result.allSatisfy { !$0.early }, "an alarm fired before its last deadline")
@@ -166,6 +165,8 @@ struct WorkerEventLoopTests {
         // The stack is free for another thread once the kernel has ended the loop's, and not before.
         try #require(await eventually(within: 10) { !Self.threadNames().contains("test-reuse") }, "the stopped loop's thread did not end")
 
+        // @unchecked Sendable: the new thread writes the flags before it ends, and the test
+        // reads them only after `pthread_join`, which orders those writes before the reads.
         final class Probe: @unchecked Sendable {
             let loop: QUICEventLoop
             let loopThread: pthread_t
@@ -208,11 +209,7 @@ struct WorkerEventLoopTests {
         try await loop!.scheduleTask(in: .milliseconds(10)) {}.futureResult.get()
         loop!.scheduleTask(in: .hours(1)) {}.cancel()
         loop = nil
-        let deadline = ContinuousClock.now + .seconds(10)
-        while Self.threadNames().contains("qel-lifetime"), ContinuousClock.now < deadline {
-            try await Task.sleep(for: .milliseconds(10))
-        }
-        #expect(!Self.threadNames().contains("qel-lifetime"), "the loop's thread outlived every reference to it")
+        #expect(await eventually(within: 10) { !Self.threadNames().contains("qel-lifetime") }, "the loop's thread outlived every reference to it")
     }
 
     /// The timer heap holds one reference to each timer in it, taken when the timer goes in
@@ -253,18 +250,14 @@ struct WorkerEventLoopTests {
             pendingCapture = captured
             _ = loop.scheduleTask(in: .hours(1)) { withExtendedLifetime(captured) {} }
         }
-        let deadline = ContinuousClock.now + .seconds(TestEnvironment.scaled(10))
-        while firedCapture != nil || cancelledCapture != nil || movedCapture != nil, ContinuousClock.now < deadline {
-            try await Task.sleep(for: .milliseconds(10))
-        }
+        _ = await eventually(within: 10) { firedCapture == nil && cancelledCapture == nil && movedCapture == nil }
         #expect(fired.withLockedValue { $0 } == 1)
         #expect(firedCapture == nil, "a fired timer still holds its task")
         #expect(cancelledCapture == nil, "a cancelled timer still holds its task")
         #expect(movedCapture == nil, "a timer moved and then dropped still holds its task")
         #expect(pendingCapture != nil, "a waiting timer let go of its task early")
         try await loop.shutdownGracefully()
-        let shutDown = ContinuousClock.now + .seconds(TestEnvironment.scaled(10))
-        while pendingCapture != nil, ContinuousClock.now < shutDown { try await Task.sleep(for: .milliseconds(10)) }
+        _ = await eventually(within: 10) { pendingCapture == nil }
         #expect(pendingCapture == nil, "a timer failed at shutdown still holds its task")
     }
 
@@ -335,10 +328,7 @@ struct WorkerEventLoopTests {
         let datagrams = NIOLockedValueBox<[(bytes: [UInt8], remote: QUICSocketAddress, ecn: UInt32)]>([])
 
         func waitFor(_ count: Int) async throws {
-            let deadline = ContinuousClock.now + .seconds(5)
-            while datagrams.withLockedValue({ $0.count }) < count, ContinuousClock.now < deadline {
-                try await Task.sleep(for: .milliseconds(5))
-            }
+            _ = await eventually(within: 5) { datagrams.withLockedValue { $0.count } >= count }
         }
     }
 

@@ -475,6 +475,9 @@ public final class NWConnection: @unchecked Sendable {
 
     // MARK: Loop-confined machinery
 
+    /// How many receives wait for bytes; read on the group's loop (tests).
+    var waitingReceiveCount: Int { receives.count }
+
     var streamIDForLogs: String { streamID.map(String.init) ?? "-" }
 
     private func deliver(_ delivery: CompletionDelivery, _ body: @escaping @Sendable () -> Void) {

@@ -72,6 +72,9 @@ final class InboundStreamQueue: Sendable {
         reader?.resume(returning: connection)
     }
 
+    /// Whether a reader is parked in `next()`, waiting for a stream; for tests.
+    var hasWaitingReader: Bool { state.withLock { $0.reader != nil } }
+
     /// Ends the sequence after the streams that wait.
     func finish() {
         let reader = state.withLock { state -> UnsafeContinuation<NWConnection?, Never>? in

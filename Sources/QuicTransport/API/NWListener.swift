@@ -138,6 +138,9 @@ public final class NWListener: @unchecked Sendable {
         }
     }
 
+    /// How many established tunnels wait for `newConnectionLimit` to let them through (tests).
+    package var heldConnectionCount: Int { lock.withLock { heldGroups.count } }
+
     /// Takes one off the limit for each tunnel it lets through; call with `lock` held.
     private func admitNewConnection() -> Bool {
         if _newConnectionLimit == Self.InfiniteConnectionLimit { return true }

@@ -47,7 +47,7 @@ public struct HTTP3FileHandler: Sendable {
     /// so that no cache hands one client's coding to another, even once a sibling appears.
     public var servesPrecompressed: Bool { directory.servesPrecompressed }
     /// All the handler holds, so a copy of it costs one reference count.
-    private let directory: HTTP3RootDirectory
+    let directory: HTTP3RootDirectory
 
     /// A handler that serves the files beneath `root`, and nothing outside it.
     ///

@@ -102,6 +102,14 @@ struct HTTP3RecentPaths<Value> {
         }
     }
 
+    /// Brings every entry `nanoseconds` nearer its expiry, as that much time passing would (tests).
+    mutating func age(by nanoseconds: UInt64) {
+        for index in entries.indices {
+            guard let entry = entries[index] else { continue }
+            entries[index] = Entry(path: entry.path, value: entry.value, expires: entry.expires - min(nanoseconds, entry.expires))
+        }
+    }
+
     /// Whether `a` and `b` share a set (tests).
     func shareASet(_ a: String, _ b: String) -> Bool { firstWay(of: a) == firstWay(of: b) }
 }

@@ -104,6 +104,15 @@ final class HTTP3RootDirectory: Sendable {
         }
     }
 
+    /// Lets `duration` pass for the files kept, with no wait on the clock (tests).
+    func age(by duration: Duration) {
+        let nanoseconds = HTTP3Server.nanoseconds(duration)
+        recent.withLockedValue { recent in
+            recent.byPath.age(by: nanoseconds)
+            recent.nextSweep -= min(nanoseconds, recent.nextSweep)
+        }
+    }
+
     /// The file a request for `path` (its UTF-8 bytes) got less than the reuse time ago;
     /// otherwise what `lookUp` finds now, kept for the next request (a miss is not kept).
     func recentFile(requestedAs pathBytes: UnsafeBufferPointer<UInt8>, orLookUp lookUp: () -> HTTP3ServedFile?) -> HTTP3ServedFile? {
