@@ -263,21 +263,51 @@ struct H3Get: AsyncParsableCommand {
         return Array(data.utf8)
     }
 
-    /// curl's exit code for a failure, from its case.
+    /// curl's exit code for a failure, from its code.
     static func exitCode(for error: any Error) -> Exit {
-        switch error {
-        case HTTP3ClientError.cannotResolve, HTTPSessionError.tcpCannotResolve: return .couldNotResolve
-        case HTTP3ClientError.cannotConnect, HTTPSessionError.tcpCannotConnect, HTTPSessionError.tcpUnavailable: return .couldNotConnect
-        case HTTP3ClientError.handshakeTimedOut: return .timedOut
-        case HTTP3ClientError.tlsHandshakeFailed, HTTPSessionError.tcpTLSFailed: return .tlsError
-        case HTTP3ClientError.certificateRejected, HTTPSessionError.tcpCertificateRejected: return .peerVerificationFailed
-        case HTTP3ClientError.streamReset, HTTP3ClientError.protocolError: return .http3Error
-        case HTTPSessionError.bothFailed(let http3, let tcp):
-            let (viaHTTP3, viaTCP) = (exitCode(for: http3), exitCode(for: tcp))
-            return viaHTTP3.progress > viaTCP.progress ? viaHTTP3 : viaTCP
-        default:
-            return .receiveError
+        if let error = error as? HTTP3ClientError {
+            switch error.code {
+            case .cannotResolve: return .couldNotResolve
+            case .cannotConnect: return .couldNotConnect
+            case .handshakeTimedOut: return .timedOut
+            case .tlsHandshakeFailed: return .tlsError
+            case .certificateRejected: return .peerVerificationFailed
+            case .streamReset, .protocolError: return .http3Error
+            default: return .receiveError
+            }
         }
+        if let error = error as? HTTPSessionError {
+            switch error.code {
+            case .tcpCannotResolve: return .couldNotResolve
+            case .tcpCannotConnect, .tcpUnavailable: return .couldNotConnect
+            case .tcpTLSFailed: return .tlsError
+            case .tcpCertificateRejected: return .peerVerificationFailed
+            case .bothFailed:
+                guard let http3 = error.http3Failure, let tcp = error.tcpFailure else { return .receiveError }
+                let (viaHTTP3, viaTCP) = (exitCode(for: http3), exitCode(for: tcp))
+                return viaHTTP3.progress > viaTCP.progress ? viaHTTP3 : viaTCP
+            default: return .receiveError
+            }
+        }
+        return .receiveError
+    }
+
+    /// What h3get says about a failure: the library's message, and the trust flags when the
+    /// server's certificate did not lead to a trusted CA.
+    static func message(for error: any Error) -> String {
+        ServerTrustOptions.describe(error, untrusted: isUntrustedCertificate(error))
+    }
+
+    /// Whether HTTP/3 or TCP refused the certificate because no trusted CA signed it.
+    private static func isUntrustedCertificate(_ error: any Error) -> Bool {
+        if let error = error as? HTTP3ClientError {
+            return error.code == .certificateRejected && error.verificationFailure == .unknownIssuer
+        }
+        if let error = error as? HTTPSessionError {
+            if error.code == .tcpCertificateRejected { return true }
+            return [error.http3Failure as (any Error)?, error.tcpFailure].contains { $0.map(isUntrustedCertificate) ?? false }
+        }
+        return false
     }
 
     private func die(_ message: String, _ code: Exit) -> any Error {
@@ -560,9 +590,10 @@ final class URLTransfers: Sendable {
         case .success(let transfer):
             return emit(transfer, index: index)
         case .failure(let error):
-            if !silent { writeToStandardError("h3get: \(urls[index]): \(error)\n") }
+            let message = H3Get.message(for: error)
+            if !silent { writeToStandardError("h3get: \(urls[index]): \(message)\n") }
             let exit = H3Get.exitCode(for: error)
-            printWriteOut(nil, url: urls[index], exit: exit, error: "\(error)")
+            printWriteOut(nil, url: urls[index], exit: exit, error: message)
             return exit
         }
     }

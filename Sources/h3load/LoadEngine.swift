@@ -1,3 +1,4 @@
+import CommandLineSupport
 import H3
 import HTTPTypes
 import NIOConcurrencyHelpers
@@ -152,7 +153,7 @@ struct LoadEngine: Sendable {
                 }
                 if counted {
                     tally.started += 1
-                    tally.record(error: "\(error)")
+                    tally.record(error: failureMessage(error))
                     supply.completed(at: ContinuousClock.now)
                 }
                 // The connection is gone: this client stops, as h2load's does, and the rest of
@@ -209,13 +210,20 @@ final class CompletionClock: Sendable {
 extension HTTP3ClientError {
     /// Whether the error means the connection is gone, not just this request.
     var endsConnection: Bool {
-        switch self {
+        switch code {
         case .cannotResolve, .cannotConnect, .handshakeTimedOut, .tlsHandshakeFailed, .certificateRejected,
             .connectionFailed, .connectionClosed:
             return true
-        case .invalidRequest, .streamReset, .protocolError, .cancelled, .requestRejected: return false
+        default: return false
         }
     }
+}
+
+/// What h3load reports for a failed request: the library's message, and the trust flags when
+/// the server's certificate did not lead to a trusted CA.
+private func failureMessage(_ error: any Error) -> String {
+    let untrusted = (error as? HTTP3ClientError).map { $0.code == .certificateRejected && $0.verificationFailure == .unknownIssuer }
+    return ServerTrustOptions.describe(error, untrusted: untrusted ?? false)
 }
 
 extension Duration {

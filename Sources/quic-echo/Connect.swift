@@ -228,7 +228,7 @@ struct Connect: AsyncParsableCommand {
         do {
             try await withDeadline(seconds: timeout) { try await group.waitUntilReady() }
         } catch {
-            throw failure("cannot connect to \(host):\(port): \(error)")
+            throw failure("cannot connect to \(host):\(port): \(ServerTrustOptions.describe(error))")
         }
     }
 

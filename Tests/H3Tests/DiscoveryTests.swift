@@ -215,9 +215,10 @@ struct DiscoveryTests {
         defer { Task { await servers.stop() } }
         let session = Self.session(.discovery) { $0.certificateVerification = .pinnedSHA256([UInt8](repeating: 1, count: 32)) }
         defer { Task { await session.shutdown() } }
-        await #expect(throws: HTTPSessionError.self) {
+        let refused = await #expect(throws: HTTPSessionError.self) {
             _ = try await session.execute(Self.get("127.0.0.1:\(servers.port)"))
         }
+        #expect(refused?.code == .tcpUnavailable, "\(String(describing: refused))")
     }
 
     @Test func anHTTPSRecordGivesHTTP3OnTheFirstRequest() async throws {

@@ -96,8 +96,8 @@ struct HTTP3LoopbackTests {
             let cut = try await client.execute(HTTPRequest(method: .get, scheme: "https", authority: "localhost:\(port)", path: "/shrinking.bin"))
             let bytes = try await cut.body.collect()
             Issue.record("the truncated file ended as a response of \(bytes.count) bytes")
-        } catch HTTP3ClientError.streamReset(let code) {
-            #expect(code == .internalError)
+        } catch let error as HTTP3ClientError where error.code == .streamReset {
+            #expect(error.streamErrorCode == .internalError)
         } catch {
             Issue.record("expected a reset with H3_INTERNAL_ERROR, got \(error)")
         }

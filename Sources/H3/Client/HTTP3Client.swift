@@ -115,7 +115,7 @@ public final class HTTP3Client: Sendable {
         while true {
             do {
                 return try await send(fields: fields, body: body, bodyStream: bodyStream, trailers: trailers?.pairs, host: host, port: port)
-            } catch HTTP3ClientError.requestRejected where mayRetry {
+            } catch let error as HTTP3ClientError where mayRetry && error.code == .requestRejected {
                 mayRetry = false
             }
         }

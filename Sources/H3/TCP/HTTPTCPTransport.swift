@@ -34,7 +34,7 @@ final class HTTPTCPTransport: Sendable {
         case .insecure:
             tls.certificateVerification = .none
         case .pinnedSHA256:
-            throw HTTPSessionError.tcpUnavailable("a --pin-sha256 pin is checked on HTTP/3 only, so the TCP fallback is refused")
+            throw HTTPSessionError.tcpUnavailable("a certificate pin is checked on HTTP/3 only, so the TCP fallback is refused")
         case .custom:
             throw HTTPSessionError.tcpUnavailable("a custom certificate verifier is consulted on HTTP/3 only, so the TCP fallback is refused")
         }
@@ -56,7 +56,7 @@ final class HTTPTCPTransport: Sendable {
     /// Sends `request` and returns once the response head is in.
     func execute(_ request: HTTPRequest, body: [UInt8]?, host: String, port: UInt16) async throws -> Response {
         if let connectTo, connectTo.port != port {
-            throw HTTPSessionError.tcpUnavailable("--connect-to a different port applies to HTTP/3 only")
+            throw HTTPSessionError.tcpUnavailable("connecting to a different port applies to HTTP/3 only")
         }
         let authority = port == 443 ? URIHost.bracketed(host) : URIHost.authority(host, port)
         var outgoing = HTTPClientRequest(url: "https://\(authority)\(request.path ?? "/")")
@@ -82,10 +82,10 @@ final class HTTPTCPTransport: Sendable {
 
     /// Sorts a TCP failure by how far it got, naming the common ones the way curl's messages do.
     private static func classify(_ error: any Error) -> HTTPSessionError {
+        if let stack = boringSSLErrorStack(error), stack.contains(where: isCertificateVerifyFailed) {
+            return .tcpCertificateRejected("TLS handshake failed: certificate verification failed")
+        }
         if error is NIOSSLError || error is BoringSSLError {
-            if "\(error)".contains("CERTIFICATE_VERIFY_FAILED") {
-                return .tcpCertificateRejected("TLS handshake failed: certificate verification failed (pass --cacert, --pin-sha256 or -k)")
-            }
             return .tcpTLSFailed("TLS handshake failed: \(error)")
         }
         if let client = error as? HTTPClientError {
@@ -103,5 +103,20 @@ final class HTTPTCPTransport: Sendable {
             return .tcpCannotConnect(io.errnoCode == ECONNREFUSED ? "TCP connection refused" : "\(io)")
         }
         return .tcp("\(error)")
+    }
+
+    /// BoringSSL's error stack, when `error` is a TLS failure that carries one.
+    private static func boringSSLErrorStack(_ error: any Error) -> NIOBoringSSLErrorStack? {
+        switch error {
+        case NIOSSLError.handshakeFailed(.sslError(let stack)), BoringSSLError.sslError(let stack): stack
+        default: nil
+        }
+    }
+
+    /// Whether BoringSSL's error is `SSL_R_CERTIFICATE_VERIFY_FAILED`: the chain did not verify.
+    /// swift-nio-ssl keeps the packed error code private, so the reason is read from the one
+    /// entry's text, the name `ERR_error_string_n` gives it.
+    private static func isCertificateVerifyFailed(_ entry: BoringSSLInternalError) -> Bool {
+        entry.description.contains(":CERTIFICATE_VERIFY_FAILED")
     }
 }

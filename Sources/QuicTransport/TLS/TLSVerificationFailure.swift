@@ -1,7 +1,7 @@
 import CQuicShims
 
 /// Why the peer's certificate was rejected.
-public enum TLSVerificationFailure: Sendable, Equatable, CustomStringConvertible {
+public enum TLSVerificationFailure: Sendable, Hashable, CustomStringConvertible {
     /// The chain does not lead to a trusted CA (`GNUTLS_CERT_SIGNER_NOT_FOUND`).
     case unknownIssuer
     /// The certificate is not valid for the name or IP address we connected to (RFC 6125).
@@ -24,7 +24,7 @@ public enum TLSVerificationFailure: Sendable, Equatable, CustomStringConvertible
     public var description: String {
         switch self {
         case .unknownIssuer:
-            "unknown issuer (the server's certificate is not signed by a trusted CA; pass --cacert, --pin-sha256 or -k)"
+            "unknown issuer: the server's certificate is not signed by a trusted CA"
         case .nameMismatch(let expected):
             "name mismatch (the server's certificate is not valid for \"\(expected)\")"
         case .expired:
