@@ -57,10 +57,8 @@ package final class HTTP3Codec: QUICApplicationCodec {
     @exclusivity(unchecked) private var submittedHeaders: [Int64: [[(name: String, value: String)]]] = [:]
     @exclusivity(unchecked) private var offered: (streamID: Int64, vectors: [ngtcp2_vec])?
     /// Server, with `tracksRequestHeads`: request streams the client opened whose header section
-    /// has not arrived yet, with when each opened, for the request header timeout (slowloris).
-    /// In opening order, so the oldest is first; a section usually completes in the pass that
-    /// opened its stream, so the one to remove is usually last: no hashing per request.
-    @exclusivity(unchecked) private var awaitingRequestHeads: [(streamID: Int64, openedAt: UInt64)] = []
+    /// has not arrived yet, for the server connection's request header timer (slowloris).
+    @exclusivity(unchecked) private var awaitingRequestHeads = HTTP3AwaitedRequestHeads()
     /// Server: note when each request stream opens, so `requestHeads(openedBefore:)` can tell
     /// which have taken too long to send their header section.
     @exclusivity(unchecked) package var tracksRequestHeads = false
@@ -379,21 +377,15 @@ package final class HTTP3Codec: QUICApplicationCodec {
         guard isRequestStream(streamID) else { return }
         openRequestStreams += 1
         guard tracksRequestHeads, let openedAt = withCore({ $0.currentTime }) else { return }
-        awaitingRequestHeads.append((streamID, openedAt))
+        awaitingRequestHeads.opened(streamID, at: openedAt)
     }
 
     /// When the oldest request stream still without its header section opened; nil when none waits.
-    package var oldestAwaitingRequestHead: UInt64? { awaitingRequestHeads.first?.openedAt }
+    package var oldestAwaitingRequestHead: UInt64? { awaitingRequestHeads.oldest }
 
     /// Takes the request streams that opened before `time` and still have no header section.
     package func requestHeads(openedBefore time: UInt64) -> [Int64] {
-        let count = awaitingRequestHeads.prefix { $0.openedAt < time }.count
-        defer { awaitingRequestHeads.removeFirst(count) }
-        return awaitingRequestHeads.prefix(count).map(\.streamID)
-    }
-
-    private func stopAwaitingRequestHead(_ streamID: Int64) {
-        if let index = awaitingRequestHeads.lastIndex(where: { $0.streamID == streamID }) { awaitingRequestHeads.remove(at: index) }
+        awaitingRequestHeads.take(openedBefore: time)
     }
 
     package func receive(streamID: Int64, bytes: UnsafeRawBufferPointer, fin: Bool) throws -> Int {
@@ -453,7 +445,7 @@ package final class HTTP3Codec: QUICApplicationCodec {
             append(.closed(streamID: streamID, code: HTTP3ErrorCode(rawValue: code ?? UInt64(NGHTTP3_H3_NO_ERROR))), streamID: streamID)
         }
         // nghttp3's stream_close callback has dropped the body, if there was one.
-        if !awaitingRequestHeads.isEmpty { stopAwaitingRequestHead(streamID) }
+        if !awaitingRequestHeads.isEmpty { awaitingRequestHeads.remove(streamID) }
         if fieldSection.streamID == streamID { _ = takeFieldSection() }
         // Empty unless a section paused or a trace is written: skip the hashing then.
         if !pausedFieldSections.isEmpty { pausedFieldSections[streamID] = nil }
@@ -662,7 +654,7 @@ package final class HTTP3Codec: QUICApplicationCodec {
     /// go on.
     private func rejectOversizedRequest(streamID: Int64) {
         guard conn != nil else { return }
-        if !awaitingRequestHeads.isEmpty { stopAwaitingRequestHead(streamID) }
+        if !awaitingRequestHeads.isEmpty { awaitingRequestHeads.remove(streamID) }
         let status = [(name: ":status", value: "431")]
         do {
             try submitResponse(streamID: streamID, headers: status, body: Array("request header fields too large\n".utf8))
@@ -727,7 +719,7 @@ package final class HTTP3Codec: QUICApplicationCodec {
         } else {
             fields = pausedFieldSections.removeValue(forKey: streamID) ?? HTTP3ReceivedFields()
         }
-        if !awaitingRequestHeads.isEmpty { stopAwaitingRequestHead(streamID) }
+        if !awaitingRequestHeads.isEmpty { awaitingRequestHeads.remove(streamID) }
         if writesQLog {
             withCore { $0.appendQLogEvent(name: "http:frame_parsed", data: HTTP3QLog.headers(streamID: streamID, length: nil, fields: fields.pairs)) }
         }

@@ -75,5 +75,5 @@ package enum HTTP3QLog {
     }
 
     /// A JSON string literal (the core's escaping, so both layers write the same way).
-    static func json(_ text: String) -> String { QUICConnectionCore.json(text) }
+    static func json(_ text: String) -> String { QLogTrace.json(text) }
 }

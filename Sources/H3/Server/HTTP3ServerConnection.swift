@@ -23,13 +23,13 @@ final class HTTP3ServerConnection: @unchecked Sendable {
         var unread = 0
     }
 
-    private let driver: QUICConnectionDriver
+    let driver: QUICConnectionDriver
     /// `driver.core`, kept here too: a `let` of this class is read without a reference count,
     /// while `driver.core`, a property from another module, is retained around each use.
     private let core: QUICConnectionCore
     private let responder: HTTP3Server.Responder?
     private let handler: HTTP3Server.Handler
-    private let logger: Logger
+    let logger: Logger
     @exclusivity(unchecked) private var incoming: [Int64: Incoming] = [:]
     /// Requests the server stopped reading once their response was complete
     /// (`stopReadingRequest`), until their streams close: what their handlers still read was
@@ -55,9 +55,9 @@ final class HTTP3ServerConnection: @unchecked Sendable {
     @exclusivity(unchecked) private var pump: HTTP3BodyPump?
 
     /// `HTTP3Server.Configuration.requestHeaderTimeout` in nanoseconds, nil when off.
-    private let requestHeaderTimeout: UInt64?
+    let requestHeaderTimeout: UInt64?
     /// Fires when the oldest request stream still without its header section runs out of time.
-    @exclusivity(unchecked) private var requestHeaderTimer: Scheduled<Void>?
+    @exclusivity(unchecked) var requestHeaderTimer: Scheduled<Void>?
 
     init(
         driver: QUICConnectionDriver,
@@ -90,7 +90,7 @@ final class HTTP3ServerConnection: @unchecked Sendable {
     }
 
     /// The codec, counted, for what runs now and then (shutdown, the request header timer).
-    private var codec: HTTP3Codec? { withCodec { $0 } }
+    var codec: HTTP3Codec? { withCodec { $0 } }
 
     /// The driver keeps this connection alive through its hooks until the QUIC connection ends,
     /// and drops them then.
@@ -147,32 +147,6 @@ final class HTTP3ServerConnection: @unchecked Sendable {
         guard isShuttingDown, (codec?.openRequestStreams ?? 0) == 0 else { return }
         core.close(applicationErrorCode: HTTP3ErrorCode.noError.rawValue, reason: "", now: QUICConnectionDriver.now())
         driver.afterInput()
-    }
-
-    /// Arms the request header timer for the oldest request stream still waiting for its header
-    /// section, unless it is armed already.
-    private func armRequestHeaderTimer(now: UInt64) {
-        guard let timeout = requestHeaderTimeout, requestHeaderTimer == nil,
-            let oldest = codec?.oldestAwaitingRequestHead
-        else { return }
-        let due = oldest &+ timeout
-        let delay = TimeAmount.nanoseconds(Int64(clamping: due > now ? due - now : 0))
-        requestHeaderTimer = driver.eventLoop.scheduleTask(in: delay) { self.resetLateRequestHeads() }
-    }
-
-    /// Slowloris (RFC 9114 §10.5): request streams whose header section has not arrived within
-    /// `requestHeaderTimeout` are reset with H3_REQUEST_INCOMPLETE (§4.1.2).
-    private func resetLateRequestHeads() {
-        requestHeaderTimer = nil
-        guard let codec, let timeout = requestHeaderTimeout else { return }
-        let now = QUICConnectionDriver.now()
-        let late = codec.requestHeads(openedBefore: now > timeout ? now - timeout : 0)
-        if !late.isEmpty {
-            logger.info("reset requests whose header section did not arrive in time", metadata: ["streams": "\(late)"])
-            for streamID in late { codec.cancel(streamID: streamID, code: .requestIncomplete) }
-            driver.afterInput()
-        }
-        armRequestHeaderTimer(now: now)
     }
 
     /// Runs in every pass of the driver, usually twice, and mostly finds nothing: the events

@@ -42,11 +42,8 @@ extension QUICConnectionCore {
         userData, flags, data, length in
         QUICConnectionCore.withCore(userData) { core in
             let record = UnsafeRawBufferPointer(start: data, count: length)
-            if case .lost(let bytes) = core.lossLedger.observe(record) {
-                core.counters.lostPackets += 1
-                core.counters.lostBytes += UInt64(bytes)
-            }
-            core.qlog?.write(record, final: flags & UInt32(NGTCP2_QLOG_WRITE_FLAG_FIN) != 0)
+            core.transfer.observe(qlogRecord: record)
+            core.qlog.write(record, final: flags & UInt32(NGTCP2_QLOG_WRITE_FLAG_FIN) != 0)
         }
     }
 
@@ -61,7 +58,7 @@ extension QUICConnectionCore {
                 serverName: tls.verificationName,
                 verification: tls.verification
             ) {
-                core.verificationFailure = failure
+                core.handshake.verificationFailure = failure
                 return Int32(GNUTLS_E_CERTIFICATE_VERIFICATION_ERROR)
             }
             return 0
@@ -88,13 +85,13 @@ extension QUICConnectionCore {
             let rv = ngtcp2_crypto_update_key_cb(conn, rxSecret, txSecret, rxAEAD, rxIV, txAEAD, txIV, currentRx, currentTx, length, userData)
             guard rv == 0 else { return rv }
             QUICConnectionCore.withCore(userData) { core in
-                core.keyDerivations += 1
-                guard core.keyDerivations >= 2 else { return }
-                core.counters.keyUpdates += 1
-                let trigger = core.localKeyUpdateRequested ? "local_update" : "remote_update"
-                core.localKeyUpdateRequested = false
-                core.logKeyUpdated(level: "1rtt", receiving: true, generation: core.keyDerivations - 1, trigger: trigger)
-                core.logKeyUpdated(level: "1rtt", receiving: false, generation: core.keyDerivations - 1, trigger: trigger)
+                core.handshake.keyDerivations += 1
+                guard core.handshake.keyDerivations >= 2 else { return }
+                core.transfer.counters.keyUpdates += 1
+                let trigger = core.handshake.localKeyUpdateRequested ? "local_update" : "remote_update"
+                core.handshake.localKeyUpdateRequested = false
+                core.logKeyUpdated(level: "1rtt", receiving: true, generation: core.handshake.keyDerivations - 1, trigger: trigger)
+                core.logKeyUpdated(level: "1rtt", receiving: false, generation: core.handshake.keyDerivations - 1, trigger: trigger)
             }
             return 0
         }
@@ -139,7 +136,7 @@ extension QUICConnectionCore {
         }
         callbacks.recv_stateless_reset = { _, _, userData in
             QUICConnectionCore.withCore(userData) { core in
-                core.receivedStatelessReset = true
+                core.closing.receivedStatelessReset = true
                 return 0
             }
         }
@@ -163,7 +160,7 @@ extension QUICConnectionCore {
         callbacks.stream_open = { _, streamID, userData in
             QUICConnectionCore.withCore(userData) { core in
                 if core.hasApplicationCodec { return core.withCodec { $0.streamOpened(streamID: streamID) } }
-                core.streams[streamID] = QUICStreamState(id: streamID)
+                core.rawStreams.table[streamID] = QUICStreamState(id: streamID)
                 core.events.append(.streamOpened(streamID: streamID))
                 return 0
             }
@@ -257,10 +254,10 @@ extension QUICConnectionCore {
 
     func didCompleteHandshake() -> Int32 {
         if case .handshaking = state { markEstablished() }
-        wasResumed = tlsSession.isResumed
+        handshake.wasResumed = tlsSession.isResumed
         if role == .server { tlsSession.sendSessionTicket() }
         if earlyDataAttempted {
-            earlyDataAccepted = tlsSession.earlyDataAccepted
+            handshake.earlyDataAccepted = tlsSession.earlyDataAccepted
             if !earlyDataAccepted {
                 if codecStarted && applicationCodec != nil {
                     // ngtcp2 forgets every stream, and the codec's state (HTTP/3 control streams,
@@ -313,7 +310,7 @@ extension QUICConnectionCore {
     }
 
     func didCloseStream(streamID: Int64, code: UInt64?) {
-        queuedForWrite.removeValue(forKey: streamID)
+        dequeueForWrite(streamID)
         guard withStream(streamID, { $0.isClosedByTransport = true }) != nil else { return }
         replenishPeerStreamCredit(closed: streamID)
         events.append(.streamClosed(streamID: streamID, code: code))

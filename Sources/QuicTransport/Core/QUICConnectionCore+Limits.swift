@@ -28,8 +28,8 @@ extension QUICConnectionCore {
         guard isHandshakeCompleted else { return figures }
         figures.remoteIdleTimeoutMilliseconds = remoteIdleTimeoutMilliseconds
         // MAX_STREAMS counts every stream ever opened (RFC 9000 §4.6): those opened plus those left.
-        figures.remoteMaxStreamsBidirectional = localStreamsOpened.bidirectional + ngtcp2_conn_get_streams_bidi_left(conn)
-        figures.remoteMaxStreamsUnidirectional = localStreamsOpened.unidirectional + ngtcp2_conn_get_streams_uni_left(conn)
+        figures.remoteMaxStreamsBidirectional = rawStreams.locallyOpened.bidirectional + ngtcp2_conn_get_streams_bidi_left(conn)
+        figures.remoteMaxStreamsUnidirectional = rawStreams.locallyOpened.unidirectional + ngtcp2_conn_get_streams_uni_left(conn)
         figures.usableDatagramFrameSize = usableDatagramFrameSize
         return figures
     }
@@ -39,18 +39,18 @@ extension QUICConnectionCore {
         guard count > 0 else { return }
         if bidirectional {
             ngtcp2_conn_extend_max_streams_bidi(conn, Int(clamping: count))
-            peerStreamCreditGranted.bidirectional += count
+            rawStreams.peerCreditGranted.bidirectional += count
         } else {
             ngtcp2_conn_extend_max_streams_uni(conn, Int(clamping: count))
-            peerStreamCreditGranted.unidirectional += count
+            rawStreams.peerCreditGranted.unidirectional += count
         }
     }
 
     /// How many streams of a kind this side has let the peer open in all (RFC 9000 §4.6).
     func localMaxStreams(bidirectional: Bool) -> UInt64 {
         bidirectional
-            ? configuration.initialMaxStreamsBidirectional + peerStreamCreditGranted.bidirectional
-            : configuration.initialMaxStreamsUnidirectional + peerStreamCreditGranted.unidirectional
+            ? configuration.initialMaxStreamsBidirectional + rawStreams.peerCreditGranted.bidirectional
+            : configuration.initialMaxStreamsUnidirectional + rawStreams.peerCreditGranted.unidirectional
     }
 
     /// Raises the peer's cumulative stream limit of a kind to `limit`; a lower value changes

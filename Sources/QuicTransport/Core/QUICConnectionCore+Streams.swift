@@ -12,8 +12,8 @@ extension QUICConnectionCore {
             : ngtcp2_conn_open_uni_stream(conn, &streamID, nil)
         if rv == NGTCP2_ERR_STREAM_ID_BLOCKED { return nil }
         guard rv == 0 else { throw QUICCoreError.ngtcp2("ngtcp2_conn_open_stream", rv) }
-        streams[streamID] = QUICStreamState(id: streamID)
-        if bidirectional { localStreamsOpened.bidirectional += 1 } else { localStreamsOpened.unidirectional += 1 }
+        rawStreams.table[streamID] = QUICStreamState(id: streamID)
+        if bidirectional { rawStreams.locallyOpened.bidirectional += 1 } else { rawStreams.locallyOpened.unidirectional += 1 }
         return streamID
     }
 
@@ -53,11 +53,11 @@ extension QUICConnectionCore {
         return result
     }
 
-    package func readableBytes(streamID: Int64) -> Int { streams[streamID]?.receive.readableBytes ?? 0 }
+    package func readableBytes(streamID: Int64) -> Int { rawStreams.table[streamID]?.receive.readableBytes ?? 0 }
 
     /// What a read would find now, without taking anything: nil when the stream is gone.
     package func receiveStatus(streamID: Int64) -> QUICStreamReceiveStatus? {
-        guard let stream = streams[streamID] else { return nil }
+        guard let stream = rawStreams.table[streamID] else { return nil }
         return QUICStreamReceiveStatus(
             readableBytes: stream.receive.readableBytes,
             finReceived: stream.receive.finReceived,
@@ -67,7 +67,7 @@ extension QUICConnectionCore {
 
     /// Abandons the sending side with RESET_STREAM carrying `code` (RFC 9000 §19.4).
     package func resetStream(streamID: Int64, code: UInt64) {
-        guard state == .handshaking || state == .established, streams.contains(streamID) else { return }
+        guard state == .handshaking || state == .established, rawStreams.table.contains(streamID) else { return }
         _ = ngtcp2_conn_shutdown_stream_write(conn, streamID, code)
         withStream(streamID) { $0.send.resetCode = code }
         abandonSend(streamID: streamID)
@@ -75,7 +75,7 @@ extension QUICConnectionCore {
 
     /// Asks the peer to stop sending with STOP_SENDING carrying `code` (RFC 9000 §19.5).
     package func stopSending(streamID: Int64, code: UInt64) {
-        guard state == .handshaking || state == .established, streams.contains(streamID) else { return }
+        guard state == .handshaking || state == .established, rawStreams.table.contains(streamID) else { return }
         _ = ngtcp2_conn_shutdown_stream_read(conn, streamID, code)
     }
 
@@ -89,7 +89,7 @@ extension QUICConnectionCore {
                 throw QUICStreamError.datagramTooLarge(bytes.count, limit: usableDatagramFrameSize)
             }
         }
-        pendingDatagrams.append(bytes)
+        rawStreams.pendingDatagrams.append(bytes)
     }
 
     /// The server refused 0-RTT (RFC 9001 §4.6.2). ngtcp2 forgets the streams and their IDs, so
@@ -97,7 +97,7 @@ extension QUICConnectionCore {
     /// out again from offset 0 in 1-RTT packets. Returns nonzero if ngtcp2 refused.
     func resendRejectedEarlyData() -> Int32 {
         guard ngtcp2_conn_early_data_rejected(conn) == 0 else { return -1 }
-        for id in streams.streamIDs.filter({ isLocallyInitiated($0) }).sorted() {
+        for id in rawStreams.table.streamIDs.filter({ isLocallyInitiated($0) }).sorted() {
             var reopened: Int64 = -1
             let rv = Self.isBidirectional(id)
                 ? ngtcp2_conn_open_bidi_stream(conn, &reopened, nil)
@@ -123,10 +123,10 @@ extension QUICConnectionCore {
     /// In place, not copied out and written back: a copy shares its buffers with the table's
     /// while `body` changes them, so each change first copied the buffer it touched (an empty
     /// `removeAll(keepingCapacity:)` of a read stream's buffer allocated its whole capacity
-    /// anew). `body` must not touch `streams`.
+    /// anew). `body` must not touch `rawStreams`.
     @discardableResult
     func withStream<R>(_ streamID: Int64, _ body: (inout QUICStreamState) throws -> R) rethrows -> R? {
-        try streams.withValue(for: streamID, body)
+        try rawStreams.table.withValue(for: streamID, body)
     }
 
     /// Stream ID bits (RFC 9000 §2.1): bit 0 is the initiator (0 client), bit 1 the direction (0 bidirectional).
@@ -141,32 +141,9 @@ extension QUICConnectionCore {
         Self.isBidirectional(streamID) || !isLocallyInitiated(streamID)
     }
 
-    func enqueueForWrite(_ streamID: Int64) {
-        guard !queuedForWrite.contains(streamID) else { return }
-        queuedForWrite[streamID] = ()
-        writeQueue.append(streamID)
-    }
-
-    func dequeueForWrite(_ streamID: Int64) {
-        queuedForWrite.removeValue(forKey: streamID)
-    }
-
-    /// The next stream with unwritten data and flow-control credit, rotating for fairness.
-    func nextWritableStream() -> Int64? {
-        while let candidate = writeQueue.first {
-            writeQueue.removeFirst()
-            guard queuedForWrite.contains(candidate),
-                withStream(candidate, { $0.send.hasUnwrittenData && !$0.isFlowControlBlocked }) == true
-            else {
-                queuedForWrite.removeValue(forKey: candidate)
-                continue
-            }
-            // Rotate: move it to the back so the next packet serves another stream.
-            writeQueue.append(candidate)
-            return candidate
-        }
-        return nil
-    }
+    func enqueueForWrite(_ streamID: Int64) { rawStreams.enqueueForWrite(streamID) }
+    func dequeueForWrite(_ streamID: Int64) { rawStreams.dequeueForWrite(streamID) }
+    func nextWritableStream() -> Int64? { rawStreams.nextWritableStream() }
 
     func didWrite(streamID: Int64, bytes: Int, fin: Bool) {
         let allWritten = withStream(streamID) { stream in
@@ -174,7 +151,7 @@ extension QUICConnectionCore {
             drainCompletions(&stream)
             return !stream.send.hasUnwrittenData
         }
-        if allWritten == true { queuedForWrite.removeValue(forKey: streamID) }
+        if allWritten == true { dequeueForWrite(streamID) }
     }
 
     func drainCompletions(_ stream: inout QUICStreamState) {
@@ -185,7 +162,7 @@ extension QUICConnectionCore {
     }
 
     func abandonSend(streamID: Int64) {
-        queuedForWrite.removeValue(forKey: streamID)
+        dequeueForWrite(streamID)
         withStream(streamID) { stream in
             let code = stream.send.resetCode ?? 0
             for token in stream.send.discard() {
@@ -205,10 +182,10 @@ extension QUICConnectionCore {
 
     /// Drops a stream ngtcp2 has closed once the application has read everything, including its end.
     func forgetIfDone(_ streamID: Int64) {
-        guard let stream = streams[streamID], stream.isClosedByTransport,
+        guard let stream = rawStreams.table[streamID], stream.isClosedByTransport,
             stream.isEndDelivered || !canReceive(on: streamID)
         else { return }
-        streams[streamID] = nil
+        rawStreams.table[streamID] = nil
     }
 }
 

@@ -16,6 +16,13 @@ import Logging
 /// The properties touched for every packet and callback are `@exclusivity(unchecked)`, which
 /// skips Swift's run-time exclusivity check: the core is confined to one thread, and no access
 /// to one of them spans a call into ngtcp2 (whose callbacks could reach it again).
+///
+/// Each concern with state of its own is a part stored inline, as quinn-proto splits its
+/// connection: `rawStreams`, `closing`, `packetWriter` (with a `QUICPacketBatch` per pass),
+/// `transfer`, `handshake` and `qlog`. What stays here is what every part and callback shares:
+/// the C handles and what made them, the state each call reads first (`state`, `path`,
+/// `latestTime`, `events`, `owner`), and the codec seam, whose holder is lent from this object
+/// without a reference count on every callback.
 package final class QUICConnectionCore {
     package enum Role: Sendable { case client, server }
 
@@ -33,7 +40,8 @@ package final class QUICConnectionCore {
     /// The Destination Connection ID of the client's first Initial: names the qlog trace.
     package let originalDestinationConnectionID: QUICConnectionID
     @exclusivity(unchecked) package private(set) var state: State = .handshaking
-    package private(set) var closeReason: QUICCloseReason?
+    /// Why the connection ended, once it has.
+    package var closeReason: QUICCloseReason? { closing.reason }
     @exclusivity(unchecked) package private(set) var path: QUICPath
 
     // The ngtcp2 connection; freed by `releaseConnectionState()` once the connection is over, or
@@ -44,26 +52,16 @@ package final class QUICConnectionCore {
     /// What the accessors report once the C state is released: the figures at that moment.
     private(set) var lastFigures = QUICConnectionLastFigures()
     private let connectionRef: UnsafeMutablePointer<ngtcp2_crypto_conn_ref>
-    let qlog: QLogWriter?
+    /// This connection's qlog trace: where ngtcp2's records go, and the events added beside them.
+    let qlog: QLogTrace
     let logger: Logger
     let configuration: QUICConfiguration
     let clientTLS: QUICClientTLS?
     let idFactory: QUICConnectionIDFactory
 
-    /// Each raw stream's buffers and flags, when no application codec runs the streams.
-    @exclusivity(unchecked) var streams = QUICStreamTable<QUICStreamState>()
-    /// MAX_STREAMS credit given to the peer beyond the initial limits (RFC 9000 §4.6).
-    @exclusivity(unchecked) var peerStreamCreditGranted = (bidirectional: UInt64(0), unidirectional: UInt64(0))
-    /// How many streams of each kind this side has opened.
-    @exclusivity(unchecked) var localStreamsOpened = (bidirectional: UInt64(0), unidirectional: UInt64(0))
-    /// Streams with bytes or FIN to write, served round-robin.
-    @exclusivity(unchecked) var writeQueue = QUICFIFOQueue<Int64>()
-    @exclusivity(unchecked) var queuedForWrite = QUICStreamTable<Void>()
-    /// Datagrams queued to send (RFC 9221), oldest first; a ring buffer, so a burst drains in
-    /// linear time.
-    @exclusivity(unchecked) var pendingDatagrams = QUICFIFOQueue<[UInt8]>()
+    /// Raw streams and datagrams, when no application codec runs the streams.
+    @exclusivity(unchecked) var rawStreams = QUICRawStreams()
     @exclusivity(unchecked) var events: [QUICConnectionEvent] = []
-    var verificationFailure: TLSVerificationFailure?
     /// The application protocol running inside the read and write loops, if any (HTTP/3).
     ///
     /// Computed, so another module reads it through this getter: a stored property read from
@@ -87,41 +85,30 @@ package final class QUICConnectionCore {
     @exclusivity(unchecked) package var owner: Unmanaged<AnyObject>?
     /// Makes the fresh codec that replaces `applicationCodec` when the server refuses 0-RTT.
     package var makeApplicationCodec: (() throws -> any QUICApplicationCodec)?
-    /// The peer's stateless reset arrived (ngtcp2's `recv_stateless_reset`, RFC 9000 §10.3).
-    var receivedStatelessReset = false
     /// What a codec threw inside a callback; closes the connection after the ngtcp2 call returns.
     @exclusivity(unchecked) var codecFailure: (any Error)?
-    private var lastError = ngtcp2_connection_close_error()
-    private var closePacket: [UInt8] = []
-    @exclusivity(unchecked) private var closePacketDue = false
-    /// ngtcp2 has measured an RTT: packets are paced from then on (`updatePacing`).
-    @exclusivity(unchecked) private var hasRTTSample = false
-    private var closePacketsSent = 0
-    /// Traffic and loss totals for data-transfer reports.
-    @exclusivity(unchecked) var counters = QUICTransferCounters()
-    var lossLedger = QUICLossLedger()
-    /// Reports started and not yet collected, and the largest congestion window so far.
-    @exclusivity(unchecked) var dataTransferMarks: [QUICDataTransferMark] = []
-    @exclusivity(unchecked) var peakCongestionWindow: UInt64 = 0
-    /// 1-RTT key derivations by ngtcp2 so far, and whether we asked for the next update (RFC 9001 §6).
-    var keyDerivations = 0
-    /// Servers: keeps the endpoint's ticket key alive as long as this session may use it.
-    private var ticketKey: TLSSessionTicketKey?
-    private var antiReplay: TLSAntiReplay?
+    /// The close error, and the CONNECTION_CLOSE that answers late packets (RFC 9000 §10.2).
+    @exclusivity(unchecked) var closing = QUICClosingState()
+    /// Pacing between write passes (RFC 9002 §7.7).
+    @exclusivity(unchecked) var packetWriter = QUICPacketWriter()
+    /// Traffic and loss totals, and open data-transfer reports.
+    @exclusivity(unchecked) var transfer = QUICTransferAccounting()
+    /// The traffic and loss totals so far.
+    var counters: QUICTransferCounters { transfer.counters }
+    /// Resumption, 0-RTT, certificate check and key updates, and the handshake's times.
+    var handshake: QUICHandshakeProgress
     /// Whether the handshake resumed a session from a ticket (RFC 8446 §2.2).
-    package internal(set) var wasResumed = false
+    package var wasResumed: Bool { handshake.wasResumed }
+    /// Clients: 0-RTT was attempted, and whether the server took it (RFC 9001 §4.6).
+    package var earlyDataAttempted: Bool { handshake.earlyDataAttempted }
+    package var earlyDataAccepted: Bool { handshake.earlyDataAccepted }
     /// Whether the application codec has been told it may open its streams.
     var codecStarted = false
-    /// Clients: 0-RTT was attempted (a ticket with transport parameters, and early data allowed),
-    /// and whether the server took it.
-    package private(set) var earlyDataAttempted = false
-    package internal(set) var earlyDataAccepted = false
     /// Whether streams may be opened and written now: after the handshake, or during a 0-RTT attempt.
     package var canOpenStreams: Bool {
         guard let conn else { return false }
         return isHandshakeCompleted || (earlyDataAttempted && ngtcp2_conn_get_early_data_rejected(conn) == 0)
     }
-    var localKeyUpdateRequested = false
     /// The keep-alive interval in force (`setKeepAlive`); 0, ngtcp2's default, when off.
     var keepAliveMilliseconds: UInt64 = 0
     /// The owner's count of cores in memory; this core is in it until `deinit`. Set once, right
@@ -135,29 +122,58 @@ package final class QUICConnectionCore {
 
     // MARK: Creation
 
+    /// The opening both sides share: the fields, the qlog trace, and the `conn_ref` through which
+    /// GnuTLS's and ngtcp2's crypto callbacks find this core. ngtcp2's connection and the TLS
+    /// session come next, in the client's or the server's initializer, and `attach(_:)` ends it.
+    private init(
+        role: Role,
+        configuration: QUICConfiguration,
+        clientTLS: QUICClientTLS?,
+        idFactory: QUICConnectionIDFactory,
+        originalDestinationConnectionID: QUICConnectionID,
+        path: QUICPath,
+        now: UInt64,
+        logger: Logger
+    ) {
+        self.role = role
+        self.configuration = configuration
+        self.clientTLS = clientTLS
+        self.path = path
+        self.logger = logger
+        self.idFactory = idFactory
+        self.originalDestinationConnectionID = originalDestinationConnectionID
+        self.connectionRef = .allocate(capacity: 1)
+        self.qlog = QLogTrace(
+            writer: configuration.qlogDirectory.map {
+                QLogWriter(
+                    directory: $0,
+                    originalDestinationConnectionID: originalDestinationConnectionID,
+                    vantagePoint: role == .client ? .client : .server,
+                    logger: logger
+                )
+            },
+            referenceTime: now
+        )
+        self.handshake = QUICHandshakeProgress(startedAt: now)
+        latestTime = now
+        connectionRef.initialize(to: ngtcp2_crypto_conn_ref(get_conn: Self.getConnection, user_data: nil))
+        connectionRef.pointee.user_data = Unmanaged.passUnretained(self).toOpaque()
+    }
+
     /// A client connection to `path.remote`.
-    package init(
+    package convenience init(
         clientWith configuration: QUICConfiguration,
         tls: QUICClientTLS,
         path: QUICPath,
         now: UInt64,
         logger: Logger
     ) throws {
-        self.role = .client
-        self.configuration = configuration
-        self.clientTLS = tls
-        self.path = path
-        self.logger = logger
-        self.idFactory = QUICConnectionIDFactory()
+        let idFactory = QUICConnectionIDFactory()
         let dcid = QUICConnectionID.random(length: idFactory.idLength)
-        self.originalDestinationConnectionID = dcid
-        self.connectionRef = .allocate(capacity: 1)
-        self.qlog = configuration.qlogDirectory.map {
-            QLogWriter(directory: $0, originalDestinationConnectionID: dcid, vantagePoint: .client, logger: logger)
-        }
-        ngtcp2_connection_close_error_default(&lastError)
-        connectionRef.initialize(to: ngtcp2_crypto_conn_ref(get_conn: Self.getConnection, user_data: nil))
-        connectionRef.pointee.user_data = Unmanaged.passUnretained(self).toOpaque()
+        self.init(
+            role: .client, configuration: configuration, clientTLS: tls, idFactory: idFactory,
+            originalDestinationConnectionID: dcid, path: path, now: now, logger: logger
+        )
 
         var settings = makeSettings(now: now, qlogID: dcid)
         var params = makeTransportParameters()
@@ -174,7 +190,7 @@ package final class QUICConnectionCore {
         guard rv == 0, let newConn else { throw QUICCoreError.ngtcp2("ngtcp2_conn_client_new", rv) }
         self.conn = newConn
         let saved = tls.ticketStore?.entry(for: tls.ticketKey)
-        tlsSession = try QUICTLSSession(
+        let session = try QUICTLSSession(
             clientWith: tls.credentials,
             alpn: configuration.alpn,
             serverName: tls.serverName,
@@ -187,13 +203,12 @@ package final class QUICConnectionCore {
         if configuration.attemptsEarlyData, let parameters = saved?.transportParameters {
             var early = parameters.ngtcp2
             cqs_ngtcp2_conn_set_early_remote_transport_params(conn, &early)
-            earlyDataAttempted = true
+            handshake.earlyDataAttempted = true
         }
         // Both run inside the handshake; they find this core through the session's conn_ref.
-        tlsSession.setVerifyFunction(Self.verifyCertificate)
-        if tls.ticketStore != nil { tlsSession.setTicketHook(Self.receivedSessionTicket) }
-        ngtcp2_conn_set_tls_native_handle(conn, UnsafeMutableRawPointer(tlsSession.raw))
-        logConnectionStarted()
+        session.setVerifyFunction(Self.verifyCertificate)
+        if tls.ticketStore != nil { session.setTicketHook(Self.receivedSessionTicket) }
+        attach(session)
     }
 
     /// A server connection for a client Initial that `ngtcp2_accept` approved.
@@ -201,7 +216,7 @@ package final class QUICConnectionCore {
     /// - Parameters:
     ///   - originalDestinationConnectionID: the client's first DCID (from the Retry token if one was used).
     ///   - retrySourceConnectionID: the SCID of our Retry packet, when address validation used Retry.
-    package init(
+    package convenience init(
         serverWith configuration: QUICConfiguration,
         credentials: TLSCredentials,
         header: ngtcp2_pkt_hd,
@@ -215,25 +230,10 @@ package final class QUICConnectionCore {
         now: UInt64,
         logger: Logger
     ) throws {
-        self.role = .server
-        self.configuration = configuration
-        self.clientTLS = nil
-        self.path = path
-        self.logger = logger
-        self.idFactory = idFactory
-        self.originalDestinationConnectionID = originalDestinationConnectionID
-        self.connectionRef = .allocate(capacity: 1)
-        self.qlog = configuration.qlogDirectory.map {
-            QLogWriter(
-                directory: $0,
-                originalDestinationConnectionID: originalDestinationConnectionID,
-                vantagePoint: .server,
-                logger: logger
-            )
-        }
-        ngtcp2_connection_close_error_default(&lastError)
-        connectionRef.initialize(to: ngtcp2_crypto_conn_ref(get_conn: Self.getConnection, user_data: nil))
-        connectionRef.pointee.user_data = Unmanaged.passUnretained(self).toOpaque()
+        self.init(
+            role: .server, configuration: configuration, clientTLS: nil, idFactory: idFactory,
+            originalDestinationConnectionID: originalDestinationConnectionID, path: path, now: now, logger: logger
+        )
 
         let scid = idFactory.makeConnectionID()
         var settings = makeSettings(now: now, qlogID: originalDestinationConnectionID)
@@ -263,7 +263,7 @@ package final class QUICConnectionCore {
         }
         guard rv == 0, let newConn else { throw QUICCoreError.ngtcp2("ngtcp2_conn_server_new", rv) }
         self.conn = newConn
-        tlsSession = try QUICTLSSession(
+        let session = try QUICTLSSession(
             serverWith: credentials,
             alpn: configuration.alpn,
             priority: try tlsPriority ?? TLSPriority(configuration.gnutlsPriority),
@@ -271,11 +271,17 @@ package final class QUICConnectionCore {
             antiReplay: antiReplay,
             connectionRef: connectionRef
         )
-        self.ticketKey = ticketKey
-        self.antiReplay = antiReplay
-        ngtcp2_conn_set_tls_native_handle(conn, UnsafeMutableRawPointer(tlsSession.raw))
+        handshake.ticketKey = ticketKey
+        handshake.antiReplay = antiReplay
+        attach(session)
         events.append(.connectionIDIssued(scid))
         if let preferredID { events.append(.connectionIDIssued(preferredID)) }
+    }
+
+    /// The end both sides share: hands ngtcp2 the TLS session and starts the qlog trace.
+    private func attach(_ session: QUICTLSSession) {
+        tlsSession = session
+        ngtcp2_conn_set_tls_native_handle(conn, UnsafeMutableRawPointer(session.raw))
         logConnectionStarted()
     }
 
@@ -299,43 +305,25 @@ package final class QUICConnectionCore {
         return id
     }
 
-    /// `connectivity:connection_started` (qlog QUIC events §3.2): the addresses ngtcp2 0.12 leaves out.
+    /// `connectivity:connection_started`, with the addresses ngtcp2 0.12 leaves out.
     private func logConnectionStarted() {
-        let local = path.local
-        let remote = path.remote
-        let ipVersion = remote.family == AF_INET6 ? "ipv6" : "ipv4"
-        let (src, dst) = role == .client ? (local, remote) : (remote, local)
-        appendQLogEvent(
-            name: "connectivity:connection_started",
-            data: "{\"ip_version\":\"\(ipVersion)\",\"src_ip\":\"\(src.host)\",\"dst_ip\":\"\(dst.host)\",\"src_port\":\(src.port),\"dst_port\":\(dst.port)}"
-        )
+        qlog.connectionStarted(path: path, isClient: role == .client, at: latestTime)
     }
 
-    /// `connectivity:path_updated` (qlog QUIC events §3.5): the connection moved to a new path
-    /// (RFC 9000 §9). `old` and `new` are the address that changed: the peer's after NAT
-    /// rebinding or the client's migration, our own after we migrated.
+    /// `connectivity:path_updated`: the connection moved from `previous` to `path` (RFC 9000 §9).
     func logPathUpdated(from previous: QUICPath) {
-        let (old, new) = previous.remote != path.remote ? (previous.remote, path.remote) : (previous.local, path.local)
-        appendQLogEvent(
-            name: "connectivity:path_updated",
-            data: "{\"old\":{\"ip\":\"\(old.host)\",\"port\":\(old.port)},\"new\":{\"ip\":\"\(new.host)\",\"port\":\(new.port)}}"
-        )
+        qlog.pathUpdated(from: previous, to: path, at: latestTime)
     }
 
-    /// `security:key_updated` (qlog QUIC events §5.2). `direction` is whose secret it is from our
-    /// side: receiving keys are the peer's, sending keys ours.
+    /// `security:key_updated`: receiving keys are the peer's, sending keys ours.
     func logKeyUpdated(level: String, receiving: Bool, generation: Int? = nil, trigger: String) {
         let owner = (role == .client) != receiving ? "client" : "server"
-        let generationField = generation.map { ",\"generation\":\($0)" } ?? ""
-        appendQLogEvent(
-            name: "security:key_updated",
-            data: "{\"key_type\":\"\(owner)_\(level)_secret\"\(generationField),\"trigger\":\"\(trigger)\"}"
-        )
+        qlog.keyUpdated(owner: owner, level: level, generation: generation, trigger: trigger, at: latestTime)
     }
 
     deinit {
         deleteConnectionState()
-        qlog?.close()
+        qlog.close()
         connectionRef.deallocate()
         liveConnections?.coreFreed()
     }
@@ -348,14 +336,11 @@ package final class QUICConnectionCore {
         ngtcp2_conn_del(conn)
         self.conn = nil
         tlsSession = nil
-        qlog?.close()
+        qlog.close()
         liveConnections?.coreReleasedConnectionState()
     }
 
     private func makeSettings(now: UInt64, qlogID: QUICConnectionID) -> ngtcp2_settings {
-        qlogReferenceTime = now
-        latestTime = now
-        startedAt = now
         var settings = ngtcp2_settings()
         cqs_ngtcp2_settings_default(&settings)
         settings.initial_ts = now
@@ -401,15 +386,15 @@ package final class QUICConnectionCore {
         switch state {
         case .closing:
             // Answer, a bounded number of times, with the same CONNECTION_CLOSE (RFC 9000 §10.2.1).
-            if closePacketsSent < 16 { closePacketDue = true }
+            closing.answerLatePacket()
             return
         case .draining, .closed:
             return
         case .handshaking, .established:
             break
         }
-        counters.receivedDatagrams += 1
-        counters.receivedBytes += UInt64(datagram.count)
+        transfer.counters.receivedDatagrams += 1
+        transfer.counters.receivedBytes += UInt64(datagram.count)
         var info = ngtcp2_pkt_info(ecn: ecn)
         let rv = path.withNGTCP2Path { ngPath in
             cqs_ngtcp2_conn_read_pkt(
@@ -435,10 +420,8 @@ package final class QUICConnectionCore {
         let previous = path
         path = QUICPath(ngtcp2_conn_get_path(conn)!.pointee)
         guard path != previous else { return }
-        counters.pathChanges += 1
-        // ngtcp2 may have started the new path's RTT estimate afresh (RFC 9000 §9.4): pacing
-        // waits for its first sample again (`updatePacing`).
-        hasRTTSample = false
+        transfer.counters.pathChanges += 1
+        packetWriter.pathChanged()
         logPathUpdated(from: previous)
     }
 
@@ -474,13 +457,9 @@ package final class QUICConnectionCore {
         switch state {
         case .closing(let until), .draining(let until): return until
         case .closed: return .max
-        case .handshaking, .established: return max(ngtcp2_conn_get_expiry(conn), latestTime &+ Self.pacingOverhead)
+        case .handshaking, .established: return max(ngtcp2_conn_get_expiry(conn), latestTime &+ QUICPacketWriter.pacingOverhead)
         }
     }
-
-    /// ngtcp2's `NGTCP2_PKT_PACING_OVERHEAD`: a packet whose pacing time is this close is sent
-    /// now, as an event loop cannot time finer than that.
-    static let pacingOverhead: UInt64 = 1_000_000
 
     /// Runs loss detection, idle and handshake timers (RFC 9002 §6).
     package func handleTimeout(now: UInt64) {
@@ -526,7 +505,7 @@ package final class QUICConnectionCore {
         let reasonBytes = Array(reason.utf8.prefix(512))
         reasonBytes.withUnsafeBufferPointer {
             ngtcp2_connection_close_error_set_application_error(
-                &lastError, applicationErrorCode, $0.baseAddress, $0.count
+                &closing.error, applicationErrorCode, $0.baseAddress, $0.count
             )
         }
         enterClosing(reason: .localApplicationClose(code: applicationErrorCode, reason: reason), now: now)
@@ -545,41 +524,30 @@ package final class QUICConnectionCore {
     }
 
     /// The qlog file this connection writes, if any.
-    package var qlogPath: String? { qlog?.path }
-    /// The `initial_ts` ngtcp2's qlog times are relative to.
-    private var qlogReferenceTime: UInt64 = 0
+    package var qlogPath: String? { qlog.path }
     /// The latest time the caller gave the core, for events written outside ngtcp2.
     @exclusivity(unchecked) var latestTime: UInt64 = 0
-    /// When the connection was created and when its handshake completed, on the caller's clock.
-    private(set) var startedAt: UInt64 = 0
-    private(set) var handshakeCompletedAt: UInt64?
-    private(set) var handshakeRTT: Duration = .zero
 
     /// Appends one event of another layer (HTTP/3) to this connection's qlog trace, on the same
     /// relative clock as ngtcp2's events. `data` is a JSON object, built only while a trace is written.
     package func appendQLogEvent(name: String, data: @autoclosure () -> String) {
-        guard let qlog else { return }
-        // Whole milliseconds, truncated as ngtcp2 0.12 writes them, so the file stays in time order.
-        let time = (latestTime &- qlogReferenceTime) / 1_000_000
-        let record = "\u{1E}{\"time\":\(time),\"name\":\"\(name)\",\"data\":\(data())}\n"
-        let bytes = Array(record.utf8)
-        bytes.withUnsafeBytes { qlog.write($0, final: false) }
+        qlog.append(name: name, data: data(), at: latestTime)
     }
 
-    package var isQLogEnabled: Bool { qlog != nil }
+    package var isQLogEnabled: Bool { qlog.isEnabled }
     /// Starts a 1-RTT key update (RFC 9001 §6). ngtcp2 allows it once the handshake is
     /// confirmed and the previous update has been acknowledged; until then it fails.
     package func initiateKeyUpdate(now: UInt64) throws {
         guard let conn else { throw QUICKeyUpdateError(code: NGTCP2_ERR_CLOSING) }
         let rv = ngtcp2_conn_initiate_key_update(conn, now)
         guard rv == 0 else { throw QUICKeyUpdateError(code: rv) }
-        localKeyUpdateRequested = true
+        handshake.localKeyUpdateRequested = true
     }
 
     /// Whether ngtcp2's recovery events reach the loss ledger (`QUICConfiguration.tracksLosses`).
-    var tracksLosses: Bool { qlog != nil || configuration.tracksLosses }
+    var tracksLosses: Bool { qlog.isEnabled || configuration.tracksLosses }
     /// Pushes buffered qlog records to the file, so the trace can be read while the connection lives.
-    package func flushQLog() { qlog?.flush() }
+    package func flushQLog() { qlog.flush() }
     package var isHandshakeCompleted: Bool {
         guard let conn else { return lastFigures.isHandshakeCompleted }
         return ngtcp2_conn_get_handshake_completed(conn) != 0
@@ -603,231 +571,6 @@ package final class QUICConnectionCore {
         return stat
     }
 
-    // MARK: Output
-
-    /// Writes every packet ngtcp2 has ready, in batches that suit UDP GSO.
-    ///
-    /// Packets go into `scratch` back to back, and none is moved or overwritten within one call,
-    /// so a batch's bytes stay valid until the call returns (the socket sends each batch
-    /// straight from there). `emit` receives each batch with its segment size (every packet but
-    /// the last has exactly that size) and destination. Returns true when the send quantum ran
-    /// out and more may be ready: call again after servicing other work.
-    @discardableResult
-    package func writePackets(
-        now: UInt64,
-        scratch: UnsafeMutableRawBufferPointer,
-        emit: (UnsafeRawBufferPointer, _ segmentSize: Int, _ path: QUICPath, _ ecn: UInt32) -> Void
-    ) -> Bool {
-        latestTime = max(latestTime, now)
-        if closePacketDue {
-            closePacketDue = false
-            closePacketsSent += 1
-            closePacket.withUnsafeBytes { emit($0, $0.count, path, 0) }
-            counters.sentDatagrams += 1
-            counters.sentBytes += UInt64(closePacket.count)
-            return false
-        }
-        guard state == .handshaking || state == .established else { return false }
-
-        let maxPacket = min(ngtcp2_conn_get_max_tx_udp_payload_size(conn), scratch.count)
-        let quantumPackets = max(1, ngtcp2_conn_get_send_quantum(conn) / max(maxPacket, 1))
-        var batchStart = 0
-        var batchEnd = 0
-        var segmentSize = 0
-        var hasBatchAddresses = false
-        // ngtcp2 picks each packet's ECN codepoint (ECT(0) while validating and after, RFC 9000
-        // §13.4.2); a GSO batch shares one, so a change ends the batch.
-        var batchECN: UInt32 = 0
-        var written = 0
-
-        // ngtcp2 writes each packet's path into `packetPath`; `batchPath` keeps the batch's
-        // addresses, to compare each packet's path with in place (`ngtcp2_path_eq`). It is set
-        // from the first packet: ngtcp2_path_eq aborts on the empty path a zeroed storage holds,
-        // hence `hasBatchAddresses`. Both live in temporary memory: as captured variables, each
-        // `&` would be checked for exclusive access at run time.
-        return withUnsafeTemporaryAllocation(of: ngtcp2_path_storage.self, capacity: 2) { paths -> Bool in
-            let packetPath = paths.baseAddress!, batchPath = packetPath + 1
-            ngtcp2_path_storage_zero(packetPath)
-            ngtcp2_path_storage_zero(batchPath)
-
-            func flushBatch() {
-                if batchEnd > batchStart {
-                    emit(UnsafeRawBufferPointer(rebasing: scratch[batchStart..<batchEnd]), segmentSize, QUICPath(batchPath.pointee.path), batchECN)
-                }
-                batchStart = batchEnd
-                segmentSize = 0
-            }
-
-            return withUnsafeTemporaryAllocation(of: ngtcp2_vec.self, capacity: Self.vectorsPerWrite) { vectors -> Bool in
-                while true {
-                    let capacity = segmentSize == 0 ? maxPacket : segmentSize
-                    // One GSO batch stays under 64 KiB, the most one UDP send can carry.
-                    if batchEnd - batchStart + capacity > 65_000 { flushBatch() }
-                    if batchEnd + maxPacket > scratch.count {
-                        // The scratch is full (a send quantum fits in it, so this is rare): go on next pass.
-                        flushBatch()
-                        updatePacing(now: now)
-                        return true
-                    }
-                    let destination = scratch.baseAddress!.advanced(by: batchEnd).assumingMemoryBound(to: UInt8.self)
-                    let packetSize: Int
-                    let packetECN: UInt32
-                    switch writeOnePacket(into: destination, capacity: capacity, path: &packetPath.pointee.path, vectors: vectors, now: now) {
-                    case .packet(let size, let ecn): (packetSize, packetECN) = (size, ecn)
-                    case .nothing:
-                        updatePacing(now: now)
-                        flushBatch()
-                        return false
-                    case .failed(let rv):
-                        flushBatch()
-                        if let failure = codecFailure {
-                            codecFailure = nil
-                            closeForCodec(failure, now: now)
-                        } else {
-                            closeWithTransportError(rv, reason: "", now: now)
-                        }
-                        return writePackets(now: now, scratch: UnsafeMutableRawBufferPointer(rebasing: scratch[batchEnd...]), emit: emit)
-                    }
-                    // A packet for another path or with another ECN mark ends the batch before it.
-                    let samePath = hasBatchAddresses && ngtcp2_path_eq(&packetPath.pointee.path, &batchPath.pointee.path) != 0
-                    if !samePath || packetECN != batchECN { flushBatch() }
-                    if batchEnd == batchStart {
-                        if !samePath {
-                            ngtcp2_path_copy(&batchPath.pointee.path, &packetPath.pointee.path)
-                            hasBatchAddresses = true
-                        }
-                        batchECN = packetECN
-                    }
-                    if segmentSize == 0 { segmentSize = packetSize }
-                    batchEnd += packetSize
-                    written += 1
-                    counters.sentDatagrams += 1
-                    counters.sentBytes += UInt64(packetSize)
-                    if packetSize < segmentSize { flushBatch() }
-                    if written >= quantumPackets {
-                        updatePacing(now: now)
-                        flushBatch()
-                        return true
-                    }
-                }
-            }
-        }
-    }
-
-    /// Vectors offered to each `ngtcp2_conn_writev_stream` call. One packet takes about 1,400
-    /// bytes, so a frame header and a piece of one body chunk are what it uses; nghttp3 and
-    /// ngtcp2 both walk every vector offered on each call, and with 16 a bulk response spent
-    /// about 1% more per packet walking chunks the packet had no room for.
-    private static let vectorsPerWrite = 4
-
-    /// Sets when ngtcp2 may send the next packet, from what this pass sent (RFC 9002 §7.7), once
-    /// there is an RTT sample to pace by.
-    ///
-    /// Before its first sample ngtcp2 0.12 paces at the initial RTT (333 ms): the client's first
-    /// Initial alone would hold its next packet, the handshake's Finished, for about 26 ms after
-    /// the server's reply is in (a loopback handshake took 25 ms, where it takes 3), and a move
-    /// to a new path, which starts the RTT estimate afresh, would stall the same way. ngtcp2 1.x
-    /// assumes 1 ms until its first sample; not pacing until then comes to the same. The bytes
-    /// sent before count towards the first interval.
-    private func updatePacing(now: UInt64) {
-        if !hasRTTSample {
-            guard statistics.first_rtt_sample_ts != .max else { return }
-            hasRTTSample = true
-        }
-        ngtcp2_conn_update_pkt_tx_time(conn, now)
-    }
-
-    private enum PacketWriteResult {
-        case packet(Int, ecn: UInt32)
-        case nothing
-        case failed(Int32)
-    }
-
-    /// Fills one packet: queued datagrams first, then stream data round-robin, then ngtcp2's own frames.
-    private func writeOnePacket(
-        into destination: UnsafeMutablePointer<UInt8>,
-        capacity: Int,
-        path: inout ngtcp2_path,
-        vectors: UnsafeMutableBufferPointer<ngtcp2_vec>,
-        now: UInt64
-    ) -> PacketWriteResult {
-        var info = ngtcp2_pkt_info()
-        while true {
-            if !pendingDatagrams.isEmpty && isHandshakeCompleted {
-                var accepted: Int32 = 0
-                let datagram = pendingDatagrams.first!
-                let rv = datagram.withUnsafeBufferPointer { bytes -> Int in
-                    var vec = ngtcp2_vec(base: UnsafeMutablePointer(mutating: bytes.baseAddress), len: bytes.count)
-                    return cqs_ngtcp2_conn_writev_datagram(
-                        conn, &path, &info, destination, capacity, &accepted,
-                        UInt32(NGTCP2_WRITE_DATAGRAM_FLAG_MORE), 0, &vec, 1, now
-                    )
-                }
-                if accepted != 0 || rv == Int(NGTCP2_ERR_INVALID_ARGUMENT) { pendingDatagrams.removeFirst() }
-                if rv == Int(NGTCP2_ERR_WRITE_MORE) { continue }
-                if rv > 0 { return .packet(rv, ecn: info.ecn) }
-                if rv == 0 { return .nothing }
-                if rv != Int(NGTCP2_ERR_INVALID_ARGUMENT) { return .failed(Int32(rv)) }
-                continue
-            }
-
-            var streamID: Int64 = -1
-            var vectorCount = 0
-            var fin = false
-            let hasCodec = hasApplicationCodec
-            if hasCodec {
-                if ngtcp2_conn_get_max_data_left(conn) > 0, withCodec({ codec in
-                    if let next = try codec.nextStreamData(into: vectors) { (streamID, vectorCount, fin) = next }
-                }) != 0 {
-                    return .failed(NGTCP2_ERR_CALLBACK_FAILURE)
-                }
-            } else if let next = nextWritableStream() {
-                streamID = next
-                (vectorCount, fin) = withStream(next) { $0.send.gather(into: vectors) } ?? (0, false)
-            }
-            var flags = UInt32(NGTCP2_WRITE_STREAM_FLAG_MORE)
-            if fin { flags |= UInt32(NGTCP2_WRITE_STREAM_FLAG_FIN) }
-            var accepted: ngtcp2_ssize = -1
-            let rv = cqs_ngtcp2_conn_writev_stream(
-                conn, &path, &info, destination, capacity, &accepted, flags, streamID,
-                vectors.baseAddress, vectorCount, now
-            )
-            if streamID >= 0 && accepted >= 0 {
-                if hasCodec {
-                    if withCodec({ try $0.didWrite(streamID: streamID, bytes: accepted) }) != 0 { return .failed(NGTCP2_ERR_CALLBACK_FAILURE) }
-                } else {
-                    let total = (0..<vectorCount).reduce(0) { $0 + vectors[$1].len }
-                    didWrite(streamID: streamID, bytes: accepted, fin: fin && accepted == total)
-                }
-            }
-            switch Int32(truncatingIfNeeded: rv) {
-            case _ where rv > 0:
-                return .packet(rv, ecn: info.ecn)
-            case 0:
-                return .nothing
-            case NGTCP2_ERR_WRITE_MORE:
-                continue
-            case NGTCP2_ERR_STREAM_DATA_BLOCKED:
-                if hasCodec {
-                    if withCodec({ try $0.setBlocked(streamID: streamID, true) }) != 0 { return .failed(NGTCP2_ERR_CALLBACK_FAILURE) }
-                } else {
-                    withStream(streamID) { $0.isFlowControlBlocked = true }
-                    dequeueForWrite(streamID)
-                }
-                continue
-            case NGTCP2_ERR_STREAM_SHUT_WR, NGTCP2_ERR_STREAM_NOT_FOUND:
-                if hasCodec {
-                    if withCodec({ try $0.writeShutDown(streamID: streamID) }) != 0 { return .failed(NGTCP2_ERR_CALLBACK_FAILURE) }
-                } else {
-                    abandonSend(streamID: streamID)
-                }
-                continue
-            default:
-                return .failed(Int32(truncatingIfNeeded: rv))
-            }
-        }
-    }
-
     // MARK: Closing
 
     private func handleReadError(_ rv: Int32, now: UInt64) {
@@ -843,10 +586,10 @@ package final class QUICConnectionCore {
             finish(.versionNegotiationFailed)
         case NGTCP2_ERR_CRYPTO:
             let alert = ngtcp2_conn_get_tls_alert(conn)
-            ngtcp2_connection_close_error_set_transport_error_tls_alert(&lastError, alert, nil, 0)
+            ngtcp2_connection_close_error_set_transport_error_tls_alert(&closing.error, alert, nil, 0)
             let detail = gnutls_alert_get_name(gnutls_alert_description_t(UInt32(alert))).map { String(cString: $0) }
                 ?? "TLS error"
-            enterClosing(reason: .handshakeFailed(alert: alert, detail: detail, verification: verificationFailure), now: now)
+            enterClosing(reason: .handshakeFailed(alert: alert, detail: detail, verification: handshake.verificationFailure), now: now)
         default:
             closeWithTransportError(rv, reason: "", now: now)
         }
@@ -858,16 +601,16 @@ package final class QUICConnectionCore {
         guard state == .handshaking || state == .established else { return }
         let reasonBytes = Array(reason.utf8.prefix(512))
         reasonBytes.withUnsafeBufferPointer {
-            ngtcp2_connection_close_error_set_transport_error(&lastError, UInt64(NGTCP2_CONNECTION_REFUSED), $0.baseAddress, $0.count)
+            ngtcp2_connection_close_error_set_transport_error(&closing.error, UInt64(NGTCP2_CONNECTION_REFUSED), $0.baseAddress, $0.count)
         }
         enterClosing(reason: .localTransportError(code: UInt64(NGTCP2_CONNECTION_REFUSED), reason: reason), now: now)
     }
 
     func closeWithTransportError(_ rv: Int32, reason: String, now: UInt64) {
         guard state == .handshaking || state == .established else { return }
-        ngtcp2_connection_close_error_set_transport_error_liberr(&lastError, rv, nil, 0)
+        ngtcp2_connection_close_error_set_transport_error_liberr(&closing.error, rv, nil, 0)
         let detail = reason.isEmpty ? String(cString: ngtcp2_strerror(rv)) : reason
-        enterClosing(reason: .localTransportError(code: lastError.error_code, reason: detail), now: now)
+        enterClosing(reason: .localTransportError(code: closing.error.error_code, reason: detail), now: now)
     }
 
     private func enterClosing(reason: QUICCloseReason, now: UInt64) {
@@ -877,14 +620,7 @@ package final class QUICConnectionCore {
             finish(reason)
             return
         }
-        var buffer = [UInt8](repeating: 0, count: 1500)
-        var pathStorage = ngtcp2_path_storage()
-        ngtcp2_path_storage_zero(&pathStorage)
-        var info = ngtcp2_pkt_info()
-        let n = cqs_ngtcp2_conn_write_connection_close(conn, &pathStorage.path, &info, &buffer, buffer.count, &lastError, now)
-        if n > 0 {
-            closePacket = Array(buffer.prefix(n))
-            closePacketDue = true
+        if closing.writePacket(conn: conn, now: now) {
             state = .closing(until: now + 3 * ngtcp2_conn_get_pto(conn))
         } else {
             state = .closed
@@ -894,16 +630,14 @@ package final class QUICConnectionCore {
 
     func markEstablished() {
         state = .established
-        handshakeCompletedAt = latestTime
-        handshakeRTT = .nanoseconds(Int64(statistics.smoothed_rtt))
+        handshake.completedAt = latestTime
+        handshake.rtt = .nanoseconds(Int64(statistics.smoothed_rtt))
     }
 
     /// `transport:alpn_information` once TLS has settled on a protocol.
     func logALPN() {
-        let offered = configuration.alpn.map { "{\"string_value\":\"\($0)\"}" }.joined(separator: ",")
-        let chosen = negotiatedALPN.map { ",\"chosen_alpn\":{\"string_value\":\"\($0)\"}" } ?? ""
-        let side = role == .client ? "client_alpns" : "server_alpns"
-        appendQLogEvent(name: "transport:alpn_information", data: "{\"\(side)\":[\(offered)]\(chosen)}")
+        guard qlog.isEnabled else { return }
+        qlog.alpnInformation(offered: configuration.alpn, chosen: negotiatedALPN, isClient: role == .client, at: latestTime)
     }
 
     /// Whether the connection is over: closing, draining or closed (RFC 9000 §10.2).
@@ -939,54 +673,11 @@ package final class QUICConnectionCore {
     }
 
     private func finish(_ reason: QUICCloseReason) {
-        guard closeReason == nil else { return }
-        closeReason = reason
-        logConnectionClosed(reason)
+        guard closing.reason == nil else { return }
+        closing.reason = reason
+        qlog.connectionClosed(reason, at: latestTime)
         logger.debug("connection closed", metadata: ["reason": "\(reason)"])
         events.append(.closed(reason))
-    }
-
-    /// `connectivity:connection_closed` (qlog QUIC events §3.4): owner, codes, reason and trigger.
-    private func logConnectionClosed(_ reason: QUICCloseReason) {
-        var fields: [String] = []
-        switch reason {
-        case .localApplicationClose(let code, let text):
-            fields = ["\"owner\":\"local\"", "\"application_code\":\(code)", "\"reason\":\(Self.json(text))", "\"trigger\":\"clean\""]
-        case .peerApplicationClose(let code, let text):
-            fields = ["\"owner\":\"remote\"", "\"application_code\":\(code)", "\"reason\":\(Self.json(text))", "\"trigger\":\"clean\""]
-        case .peerTransportClose(let code, let text):
-            fields = ["\"owner\":\"remote\"", "\"connection_code\":\(code)", "\"reason\":\(Self.json(text))", "\"trigger\":\"error\""]
-        case .localTransportError(let code, let text):
-            fields = ["\"owner\":\"local\"", "\"connection_code\":\(code)", "\"reason\":\(Self.json(text))", "\"trigger\":\"error\""]
-        case .handshakeFailed(let alert, let text, _):
-            fields = ["\"owner\":\"local\"", "\"connection_code\":\(0x100 + UInt64(alert))", "\"reason\":\(Self.json(text))", "\"trigger\":\"error\""]
-        case .idleTimeout, .handshakeTimeout:
-            fields = ["\"owner\":\"local\"", "\"trigger\":\"idle_timeout\""]
-        case .statelessReset:
-            fields = ["\"owner\":\"remote\"", "\"trigger\":\"stateless_reset\""]
-        case .versionNegotiationFailed:
-            fields = ["\"owner\":\"local\"", "\"trigger\":\"version_mismatch\""]
-        }
-        appendQLogEvent(name: "connectivity:connection_closed", data: "{" + fields.joined(separator: ",") + "}")
-        // Readable now, although ngtcp2 adds its last record only when the connection is freed.
-        qlog?.flush()
-    }
-
-    /// A JSON string literal with the escapes RFC 8259 §7 requires, for qlog records.
-    package static func json(_ text: String) -> String {
-        var out = "\""
-        for scalar in text.unicodeScalars {
-            switch scalar {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
-            case _ where scalar.value < 0x20: out += "\\u" + String(repeating: "0", count: 4 - String(scalar.value, radix: 16).count) + String(scalar.value, radix: 16)
-            default: out.unicodeScalars.append(scalar)
-            }
-        }
-        return out + "\""
     }
 
     private func peerCloseReason() -> QUICCloseReason {
@@ -1002,7 +693,7 @@ package final class QUICConnectionCore {
             return .idleTimeout
         default:
             // ngtcp2 reports a stateless reset as draining with no close error; its callback says which.
-            if receivedStatelessReset { return .statelessReset }
+            if closing.receivedStatelessReset { return .statelessReset }
             return .peerTransportClose(code: error.error_code, reason: reason)
         }
     }
@@ -1040,95 +731,5 @@ extension QUICPath {
                 return try body(&path)
             }
         }
-    }
-}
-
-/// Why a connection could not migrate (RFC 9000 §9). Compare `code` to tell the reasons apart;
-/// new codes may be added.
-public struct QUICMigrationError: Error, Hashable, Sendable, CustomStringConvertible {
-    /// What kind of migration failure an error is.
-    public struct Code: Hashable, Sendable, CustomStringConvertible {
-        private enum Base: Hashable, Sendable {
-            case noSpareConnectionID, notAllowed, connectionClosing, refused, pathValidationFailed
-        }
-
-        private let base: Base
-
-        private init(_ base: Base) { self.base = base }
-
-        /// The server has issued no connection ID to spare for the new path (RFC 9000 §9.5).
-        public static let noSpareConnectionID = Code(.noSpareConnectionID)
-        /// The handshake is not confirmed yet, or the server disabled active migration
-        /// (`disable_active_migration`, RFC 9000 §18.2).
-        public static let notAllowed = Code(.notAllowed)
-        /// The connection is closing or closed.
-        public static let connectionClosing = Code(.connectionClosing)
-        /// The QUIC implementation refused to start the migration for another reason, given in
-        /// `context`.
-        public static let refused = Code(.refused)
-        /// The server did not answer PATH_CHALLENGE on the new path (RFC 9000 §8.2.4).
-        public static let pathValidationFailed = Code(.pathValidationFailed)
-
-        public var description: String { "\(base)" }
-    }
-
-    /// What went wrong.
-    public var code: Code
-    /// Detail beyond the code, such as the QUIC implementation's own words.
-    public var context: String?
-
-    init(code: Code, context: String? = nil) {
-        self.code = code
-        self.context = context
-    }
-
-    /// The server did not answer PATH_CHALLENGE on the new path.
-    public static let pathValidationFailed = QUICMigrationError(code: .pathValidationFailed)
-
-    /// Why ngtcp2 would not start a migration, from its error code.
-    init(ngtcp2 rv: Int32) {
-        switch rv {
-        case NGTCP2_ERR_CONN_ID_BLOCKED: self.init(code: .noSpareConnectionID)
-        case NGTCP2_ERR_INVALID_STATE: self.init(code: .notAllowed)
-        case NGTCP2_ERR_CLOSING: self.init(code: .connectionClosing, context: String(cString: ngtcp2_strerror(rv)))
-        default: self.init(code: .refused, context: String(cString: ngtcp2_strerror(rv)))
-        }
-    }
-
-    public var description: String {
-        switch code {
-        case .pathValidationFailed: "migration failed: the new path did not validate (no PATH_RESPONSE)"
-        case .noSpareConnectionID: "cannot migrate: the server has issued no spare connection ID"
-        case .notAllowed: "cannot migrate: the handshake is not confirmed or the server disabled active migration"
-        default: "cannot migrate: \(context ?? code.description)"
-        }
-    }
-}
-
-/// A key update could not start now (RFC 9001 §6: not before the handshake is confirmed, and not
-/// while the previous update is unacknowledged), or did not complete. `description` gives the
-/// reason, ngtcp2's or ours.
-public struct QUICKeyUpdateError: Error, Sendable, CustomStringConvertible {
-    let code: Int32
-    /// Why, when it is not ngtcp2's word for `code`.
-    let reason: String?
-
-    init(code: Int32, reason: String? = nil) {
-        self.code = code
-        self.reason = reason
-    }
-
-    /// The connection ended while its key update was under way.
-    package static let connectionEnded = QUICKeyUpdateError(code: NGTCP2_ERR_CLOSING)
-
-    /// The update did not complete, for `reason`.
-    package static func didNotComplete(_ reason: String) -> QUICKeyUpdateError {
-        QUICKeyUpdateError(code: NGTCP2_ERR_INVALID_STATE, reason: reason)
-    }
-
-    public var description: String {
-        if let reason { return "the key update did not complete: \(reason)" }
-        if code == NGTCP2_ERR_CLOSING { return "the key update did not complete: the connection closed first" }
-        return "cannot update keys now: \(String(cString: ngtcp2_strerror(code)))"
     }
 }

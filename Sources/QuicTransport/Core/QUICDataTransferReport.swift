@@ -55,8 +55,8 @@ extension QUICConnectionCore {
     /// Starts a report at `now` (`NWConnection.startDataTransferReport()`).
     package func startDataTransferReport(now: UInt64) -> QUICDataTransferMark {
         latestTime = max(latestTime, now)
-        let mark = QUICDataTransferMark(startedAt: latestTime, counters: counters, congestionWindow: statistics.cwnd)
-        dataTransferMarks.append(mark)
+        let mark = QUICDataTransferMark(startedAt: latestTime, counters: transfer.counters, congestionWindow: statistics.cwnd)
+        transfer.marks.append(mark)
         return mark
     }
 
@@ -64,18 +64,18 @@ extension QUICConnectionCore {
     package func collectDataTransferReport(_ mark: QUICDataTransferMark, now: UInt64) -> QUICDataTransferReport {
         latestTime = max(latestTime, now)
         notePeakCongestionWindow()
-        dataTransferMarks.removeAll { $0 === mark }
+        transfer.marks.removeAll { $0 === mark }
         return dataTransferReport(since: mark.counters, startedAt: mark.startedAt, peak: mark.peakCongestionWindow)
     }
 
     /// Everything since the connection began, for `--stats`.
     package var lifetimeDataTransferReport: QUICDataTransferReport {
-        dataTransferReport(since: QUICTransferCounters(), startedAt: startedAt, peak: peakCongestionWindow)
+        dataTransferReport(since: QUICTransferCounters(), startedAt: handshake.startedAt, peak: transfer.peakCongestionWindow)
     }
 
     private func dataTransferReport(since start: QUICTransferCounters, startedAt: UInt64, peak: UInt64) -> QUICDataTransferReport {
         let stat = statistics
-        let interval = counters.since(start)
+        let interval = transfer.counters.since(start)
         return QUICDataTransferReport(
             duration: .nanoseconds(Int64(latestTime &- startedAt)),
             sentBytes: interval.sentBytes,
@@ -97,8 +97,6 @@ extension QUICConnectionCore {
 
     /// Folds the current congestion window into the lifetime peak and every open report.
     func notePeakCongestionWindow() {
-        let window = statistics.cwnd
-        if window > peakCongestionWindow { peakCongestionWindow = window }
-        for mark in dataTransferMarks where window > mark.peakCongestionWindow { mark.peakCongestionWindow = window }
+        transfer.notePeak(congestionWindow: statistics.cwnd)
     }
 }

@@ -50,10 +50,10 @@ public struct QUICEstablishmentReport: Sendable, Equatable {
 extension QUICConnectionCore {
     /// The establishment figures, once the handshake has completed.
     package var establishmentReport: QUICEstablishmentReport? {
-        guard let completedAt = handshakeCompletedAt else { return nil }
+        guard let completedAt = handshake.completedAt else { return nil }
         return QUICEstablishmentReport(
-            duration: .nanoseconds(Int64(completedAt &- startedAt)),
-            handshakeRTT: handshakeRTT,
+            duration: .nanoseconds(Int64(completedAt &- handshake.startedAt)),
+            handshakeRTT: handshake.rtt,
             resumed: wasResumed,
             usedZeroRTT: earlyDataAttempted && earlyDataAccepted,
             alpn: negotiatedALPN,

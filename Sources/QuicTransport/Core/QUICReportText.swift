@@ -20,8 +20,8 @@ extension QUICEstablishmentReport {
             "\"handshake_rtt_ms\":\(Self.milliseconds(handshakeRTT))",
             "\"resumed\":\(resumed)",
             "\"zero_rtt\":\(usedZeroRTT)",
-            "\"alpn\":\(alpn.map(QUICConnectionCore.json) ?? "null")",
-            "\"cipher\":\(cipherSuite.map(QUICConnectionCore.json) ?? "null")",
+            "\"alpn\":\(alpn.map(QLogTrace.json) ?? "null")",
+            "\"cipher\":\(cipherSuite.map(QLogTrace.json) ?? "null")",
             "\"quic_version\":\(quicVersion)",
         ].joined(separator: ",")
     }
