@@ -1,4 +1,4 @@
-import CQuicShims
+import CQuicLinux
 import Logging
 import NIOCore
 

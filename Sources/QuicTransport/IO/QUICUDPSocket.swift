@@ -1,3 +1,4 @@
+import CQuicLinux
 import CQuicShims
 #if canImport(Glibc)
 import Glibc
