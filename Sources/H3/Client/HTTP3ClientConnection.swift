@@ -259,7 +259,9 @@ final class HTTP3ClientConnection: @unchecked Sendable {
                 readyWaiters.removeAll()
                 sendPending()
             case .handshakeConfirmed:
-                if let keyUpdate, !keyUpdateSettled, let update = connector?.initiateKeyUpdate() {
+                if let keyUpdate, !keyUpdateSettled,
+                    let update = connector?.initiateKeyUpdate().flatMapErrorThrowing({ throw NWError.reported($0) })
+                {
                     keyUpdateSettled = true
                     update.whenFailure { [logger] error in logger.warning("key update failed: \(error)") }
                     update.cascade(to: keyUpdate)
@@ -268,7 +270,7 @@ final class HTTP3ClientConnection: @unchecked Sendable {
                     connector?.migrate().whenComplete { [logger] result in
                         switch result {
                         case .success(let path): logger.info("migrated to \(path.local)")
-                        case .failure(let error): logger.warning("\(error)")
+                        case .failure(let error): logger.warning("\(NWError.reported(error))")
                         }
                     }
                 }

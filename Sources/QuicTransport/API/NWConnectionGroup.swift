@@ -342,7 +342,9 @@ public final class NWConnectionGroup: @unchecked Sendable {
     /// a server tunnel, before the handshake is confirmed).
     public func initiateKeyUpdate() async throws {
         try await eventLoop.flatSubmit { () -> EventLoopFuture<Void> in
-            if let connector = self.connector { return connector.initiateKeyUpdate() }
+            if let connector = self.connector {
+                return connector.initiateKeyUpdate().flatMapErrorThrowing { throw NWError.reported($0) }
+            }
             guard let driver = self.driver else { return self.eventLoop.makeFailedFuture(NWError.posix(.ENOTCONN)) }
             do {
                 try driver.core.initiateKeyUpdate(now: QUICConnectionDriver.now())
@@ -363,7 +365,7 @@ public final class NWConnectionGroup: @unchecked Sendable {
     public func migrate() async throws -> NWEndpoint {
         let path = try await eventLoop.flatSubmit { () -> EventLoopFuture<QUICPath> in
             guard let connector = self.connector else { return self.eventLoop.makeFailedFuture(NWError.posix(.EOPNOTSUPP)) }
-            return connector.migrate()
+            return connector.migrate().flatMapErrorThrowing { throw NWError.reported($0) }
         }.get()
         return NWEndpoint(address: path.local)
     }

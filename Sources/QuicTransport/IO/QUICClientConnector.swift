@@ -212,9 +212,9 @@ package final class QUICClientConnector: @unchecked Sendable {
         }
         driver.onFinished = { finished in
             for socket in finished.sockets { socket.detachAndClose() }
-            self.migration?.promise.fail(NWError.posix(.ENOTCONN))
+            self.migration?.promise.fail(QUICConnectorError.notConnected)
             self.migration = nil
-            self.didConfirmHandshake(failing: NWError.posix(.ENOTCONN))
+            self.didConfirmHandshake(failing: QUICConnectorError.notConnected)
             self.isConnecting = false
             self.onFinished?()
         }
@@ -245,9 +245,9 @@ package final class QUICClientConnector: @unchecked Sendable {
     package func migrate() -> EventLoopFuture<QUICPath> {
         eventLoop.assertInEventLoop()
         guard let driver, driver.core.closeReason == nil else {
-            return eventLoop.makeFailedFuture(NWError.posix(.ENOTCONN))
+            return eventLoop.makeFailedFuture(QUICConnectorError.notConnected)
         }
-        guard migration == nil else { return eventLoop.makeFailedFuture(NWError.posix(.EALREADY)) }
+        guard migration == nil else { return eventLoop.makeFailedFuture(QUICConnectorError.alreadyMigrating) }
         let promise = eventLoop.makePromise(of: QUICPath.self)
         whenHandshakeConfirmed().whenComplete { result in
             do {
@@ -266,7 +266,7 @@ package final class QUICClientConnector: @unchecked Sendable {
     private func startMigration(of driver: QUICConnectionDriver, to socket: QUICUDPSocket, promise: EventLoopPromise<QUICPath>) {
         guard self.driver === driver, migration == nil, driver.core.closeReason == nil else {
             socket.close()
-            promise.fail(NWError.posix(.ENOTCONN))
+            promise.fail(QUICConnectorError.notConnected)
             return
         }
         do {
@@ -336,7 +336,7 @@ package final class QUICClientConnector: @unchecked Sendable {
 
     /// Starts the update; its result is the count of completed updates before it.
     private func tryKeyUpdate(until deadline: NIODeadline) -> EventLoopFuture<UInt64> {
-        guard let driver, driver.core.closeReason == nil else { return eventLoop.makeFailedFuture(NWError.posix(.ENOTCONN)) }
+        guard let driver, driver.core.closeReason == nil else { return eventLoop.makeFailedFuture(QUICConnectorError.notConnected) }
         do {
             let before = driver.core.counters.keyUpdates
             try driver.core.initiateKeyUpdate(now: QUICConnectionDriver.now())
