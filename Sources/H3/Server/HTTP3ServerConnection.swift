@@ -43,7 +43,7 @@ final class HTTP3ServerConnection: @unchecked Sendable {
     private lazy var flowCredit = HTTP3FlowCredit(eventLoop: driver.eventLoop) { [weak self] credits in
         guard let self else { return }
         for (streamID, bytes) in credits { self.credit(bytes, readFrom: streamID) }
-        self.driver.afterInput()
+        self.driver.runPass()
     }
     @exclusivity(unchecked) private var isShuttingDown = false
     @exclusivity(unchecked) var onFinished: (() -> Void)?
@@ -128,18 +128,18 @@ final class HTTP3ServerConnection: @unchecked Sendable {
         guard codec.isEstablished else {
             // No HTTP/3 yet (the handshake is still running or failed): nothing to announce.
             core.close(applicationErrorCode: HTTP3ErrorCode.noError.rawValue, reason: "", now: QUICConnectionDriver.now())
-            driver.afterInput()
+            driver.runPass()
             return
         }
         try? codec.submitShutdownNotice()
-        driver.afterInput()
+        driver.runPass()
         // RFC 9114 §5.2: allow at least a round trip for requests already in flight.
         let rtt = Int64(clamping: HTTP3Server.nanoseconds(core.pathStatistics.smoothedRTT))
         let delay = TimeAmount.nanoseconds(max(2 * rtt, 50_000_000))
         // Never cancelled: if the connection ends first, the task finds no codec.
         _ = driver.eventLoop.scheduleTask(in: delay) {
             try? self.codec?.shutdown()
-            self.driver.afterInput()
+            self.driver.runPass()
             self.closeIfIdle()
         }
     }
@@ -147,7 +147,7 @@ final class HTTP3ServerConnection: @unchecked Sendable {
     private func closeIfIdle() {
         guard isShuttingDown, (codec?.openRequestStreams ?? 0) == 0 else { return }
         core.close(applicationErrorCode: HTTP3ErrorCode.noError.rawValue, reason: "", now: QUICConnectionDriver.now())
-        driver.afterInput()
+        driver.runPass()
     }
 
     /// Arms the request header timer for the oldest request stream still waiting for its header
@@ -171,7 +171,7 @@ final class HTTP3ServerConnection: @unchecked Sendable {
         if !late.isEmpty {
             logger.info("reset requests whose header section did not arrive in time", metadata: ["streams": "\(late)"])
             for streamID in late { codec.cancel(streamID: streamID, code: .requestIncomplete) }
-            driver.afterInput()
+            driver.runPass()
         }
         armRequestHeaderTimer(now: now)
     }

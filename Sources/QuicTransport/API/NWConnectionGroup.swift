@@ -248,7 +248,7 @@ public final class NWConnectionGroup: @unchecked Sendable {
             }
             do {
                 try driver.core.sendDatagram(bytes)
-                driver.afterInput()
+                driver.runPass()
                 complete(nil)
             } catch {
                 complete(.quic(.invalid("\(error)")))
@@ -351,7 +351,7 @@ public final class NWConnectionGroup: @unchecked Sendable {
             } catch {
                 return self.eventLoop.makeFailedFuture(error)
             }
-            driver.afterInput()
+            driver.runPass()
             return self.eventLoop.makeSucceededVoidFuture()
         }.get()
     }
@@ -664,7 +664,7 @@ public final class NWConnectionGroup: @unchecked Sendable {
                 case .localMaxStreams(let bidirectional, let limit):
                     driver.core.raisePeerStreamLimit(bidirectional: bidirectional, to: limit)
                 }
-                driver.afterInput()
+                driver.runPass()
                 self.refreshMetadata()
             }
         }
@@ -726,7 +726,7 @@ public final class NWConnectionGroup: @unchecked Sendable {
             streams[id] = next
             next.didOpen(streamID: id)
         }
-        driver.afterInput()
+        driver.runPass()
     }
 
     /// Drops a finished stream from the routing table.

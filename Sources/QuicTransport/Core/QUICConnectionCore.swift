@@ -78,13 +78,6 @@ package final class QUICConnectionCore {
     @exclusivity(unchecked) var codecHolder: QUICApplicationCodecHolder?
     /// Whether a codec runs this connection's streams (read without touching the codec).
     var hasApplicationCodec: Bool { codecHolder != nil }
-    /// Whatever runs this connection's I/O (a server endpoint's driver), for the endpoint to find
-    /// it from a routed datagram without a table lookup. Not counted, since the driver holds this
-    /// core: the endpoint, which holds the driver for as long as it routes to this core, sets it
-    /// and clears it. Not weak either: a weak reference gives the driver a side table, and then
-    /// every retain and release of it takes the runtime's slow path. Nor `unowned(unsafe)`: that
-    /// is retained and released around each use, once per datagram.
-    @exclusivity(unchecked) package var owner: Unmanaged<AnyObject>?
     /// Makes the fresh codec that replaces `applicationCodec` when the server refuses 0-RTT.
     package var makeApplicationCodec: (() throws -> any QUICApplicationCodec)?
     /// The peer's stateless reset arrived (ngtcp2's `recv_stateless_reset`, RFC 9000 §10.3).
