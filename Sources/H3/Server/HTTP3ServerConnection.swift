@@ -83,7 +83,7 @@ final class HTTP3ServerConnection: @unchecked Sendable {
     /// the connection's (the core drops it once the connection is over). What runs on every
     /// pass and every response uses it: `core.applicationCodec` retains, checks the type and
     /// releases each time.
-    private func withCodec<Result>(_ body: (HTTP3Codec) -> Result) -> Result? {
+    private func withAttachedCodec<Result>(_ body: (HTTP3Codec) -> Result) -> Result? {
         guard let attachedCodec, let current = core.applicationCodecID,
               attachedCodec._withUnsafeGuaranteedRef({ ObjectIdentifier($0) == current })
         else { return nil }
@@ -91,7 +91,7 @@ final class HTTP3ServerConnection: @unchecked Sendable {
     }
 
     /// The codec, counted, for what runs now and then (shutdown, the request header timer).
-    private var codec: HTTP3Codec? { withCodec { $0 } }
+    private var codec: HTTP3Codec? { withAttachedCodec { $0 } }
 
     /// The driver keeps this connection alive through its hooks until the QUIC connection ends,
     /// and drops them then.
@@ -181,12 +181,12 @@ final class HTTP3ServerConnection: @unchecked Sendable {
     /// the handling made every call set up room for a request body's stream and continuation,
     /// about 240 instructions.
     private func drainCodec() -> Bool {
-        withCodec { codec in
+        withAttachedCodec { codec in
             if requestHeaderTimeout != nil, requestHeaderTimer == nil, codec.oldestAwaitingRequestHead != nil {
                 armRequestHeaderTimer(now: QUICConnectionDriver.now())
             }
             guard codec.hasEvents else { return false }
-            codec.handOverEvents(handle)
+            codec.drainEvents(handle)
             return true
         } ?? false
     }
@@ -270,7 +270,7 @@ final class HTTP3ServerConnection: @unchecked Sendable {
         guard let request = incoming.removeValue(forKey: streamID) else { return }
         request.body.finish()
         stoppedReading.insert(streamID)
-        withCodec { $0.stopReading(streamID: streamID, unreadBytes: request.unread) }
+        withAttachedCodec { $0.stopReading(streamID: streamID, unreadBytes: request.unread) }
     }
 
     /// The request body of `streamID` ends: complete (`error` nil) or cut short.
@@ -350,7 +350,7 @@ final class HTTP3ServerConnection: @unchecked Sendable {
     /// (RFC 9110 §9.3.2), whatever the handler gave: content there is a malformed response, and
     /// a client's nghttp3 closes the whole connection over it (RFC 9114 §4.1.2).
     private func respond(streamID: Int64, _ response: HTTP3ServerResponse, toHead: Bool = false) {
-        withCodec { codec in submit(response, on: streamID, to: codec, withContent: !toHead) }
+        withAttachedCodec { codec in submit(response, on: streamID, to: codec, withContent: !toHead) }
     }
 
     private func submit(_ response: HTTP3ServerResponse, on streamID: Int64, to codec: HTTP3Codec, withContent: Bool) {

@@ -74,7 +74,7 @@ package final class QUICConnectionCore {
         set { codecHolder = newValue.map(QUICApplicationCodecHolder.init) }
     }
     /// The codec's one owner on this side: the core holds the holder, the holder the codec.
-    /// `withCodec` lends it without a reference count.
+    /// `runCodecCallback` lends it without a reference count.
     @exclusivity(unchecked) var codecHolder: QUICApplicationCodecHolder?
     /// Whether a codec runs this connection's streams (read without touching the codec).
     var hasApplicationCodec: Bool { codecHolder != nil }
@@ -769,7 +769,7 @@ package final class QUICConnectionCore {
             var fin = false
             let hasCodec = hasApplicationCodec
             if hasCodec {
-                if ngtcp2_conn_get_max_data_left(conn) > 0, withCodec({ codec in
+                if ngtcp2_conn_get_max_data_left(conn) > 0, runCodecCallback({ codec in
                     if let next = try codec.nextStreamData(into: vectors) { (streamID, vectorCount, fin) = next }
                 }) != 0 {
                     return .failed(NGTCP2_ERR_CALLBACK_FAILURE)
@@ -787,7 +787,7 @@ package final class QUICConnectionCore {
             )
             if streamID >= 0 && accepted >= 0 {
                 if hasCodec {
-                    if withCodec({ try $0.didWrite(streamID: streamID, bytes: accepted) }) != 0 { return .failed(NGTCP2_ERR_CALLBACK_FAILURE) }
+                    if runCodecCallback({ try $0.didWrite(streamID: streamID, bytes: accepted) }) != 0 { return .failed(NGTCP2_ERR_CALLBACK_FAILURE) }
                 } else {
                     let total = (0..<vectorCount).reduce(0) { $0 + vectors[$1].len }
                     didWrite(streamID: streamID, bytes: accepted, fin: fin && accepted == total)
@@ -802,7 +802,7 @@ package final class QUICConnectionCore {
                 continue
             case NGTCP2_ERR_STREAM_DATA_BLOCKED:
                 if hasCodec {
-                    if withCodec({ try $0.setBlocked(streamID: streamID, true) }) != 0 { return .failed(NGTCP2_ERR_CALLBACK_FAILURE) }
+                    if runCodecCallback({ try $0.setBlocked(streamID: streamID, true) }) != 0 { return .failed(NGTCP2_ERR_CALLBACK_FAILURE) }
                 } else {
                     withStream(streamID) { $0.isFlowControlBlocked = true }
                     dequeueForWrite(streamID)
@@ -810,7 +810,7 @@ package final class QUICConnectionCore {
                 continue
             case NGTCP2_ERR_STREAM_SHUT_WR, NGTCP2_ERR_STREAM_NOT_FOUND:
                 if hasCodec {
-                    if withCodec({ try $0.writeShutDown(streamID: streamID) }) != 0 { return .failed(NGTCP2_ERR_CALLBACK_FAILURE) }
+                    if runCodecCallback({ try $0.writeShutDown(streamID: streamID) }) != 0 { return .failed(NGTCP2_ERR_CALLBACK_FAILURE) }
                 } else {
                     abandonSend(streamID: streamID)
                 }
