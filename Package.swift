@@ -48,15 +48,19 @@ let package = Package(
             pkgConfig: "libnghttp3",
             providers: [.apt(["libnghttp3-dev"])]
         ),
-        // Logic-free C shim: function-like macros and variadics turned into callable functions.
+        // Logic-free C shim: ngtcp2's and nghttp3's function-like macros and variadics turned
+        // into callable functions.
         .target(
             name: "CQuicShims",
             dependencies: ["CNGTCP2", "CNGTCP2Crypto", "CNGHTTP3"]
         ),
+        // Logic-free C shim: the Linux system calls and macros glibc hides (recvmmsg, cmsg,
+        // epoll_pwait2, openat2), apart from the protocol libraries, as NIO keeps CNIOLinux.
+        .target(name: "CQuicLinux"),
         .target(
             name: "QuicTransport",
             dependencies: [
-                "CQuicShims",
+                "CQuicShims", "CQuicLinux",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
@@ -67,7 +71,7 @@ let package = Package(
         .target(
             name: "H3",
             dependencies: [
-                "QuicTransport", "CQuicShims",
+                "QuicTransport", "CQuicShims", "CQuicLinux",
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "RawStructuredFieldValues", package: "swift-http-structured-headers"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -183,6 +187,7 @@ let package = Package(
                 "QuicTestSupport",
                 "CommandLineSupport",
                 "CQuicShims",
+                "CQuicLinux",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
             ],

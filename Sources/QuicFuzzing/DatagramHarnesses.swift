@@ -40,16 +40,15 @@ final class ServerDatagramHarness: @unchecked Sendable {
         func flush() {
             for core in connections {
                 _ = core.writePackets(now: now, scratch: scratch) { bytes, _, _, _ in sent += bytes.count }
-                _ = endpoint.takeEvents(of: core)
+                endpoint.handle(core.takeEvents(), of: core)
             }
             precondition(sent <= 3 * received, "the server sent \(sent) bytes for \(received) from an unvalidated address")
         }
         for datagram in DatagramSequence(input) {
             received += datagram.count
-            let disposition = datagram.withUnsafeBytes {
-                endpoint.receive(datagram: $0, path: path, now: now) { reply in sent += reply.count }
-            }
-            if case .delivered(let core, isNew: true) = disposition { connections.append(core) }
+            let disposition = datagram.withUnsafeBytes { endpoint.receive(datagram: $0, path: path, now: now) }
+            if case .answered(_, let reply) = disposition { sent += reply.count }
+            if case .delivered(let core, _, isNew: true) = disposition { connections.append(core) }
             flush()
             now += 1_000_000
         }

@@ -127,13 +127,13 @@ private struct RecordedHandshake {
             _ = client.writePackets(now: now, scratch: scratch) { bytes, segment, _, _ in outbound += Self.split(bytes, segment) }
             toServer += outbound
             for datagram in outbound {
-                let disposition = datagram.withUnsafeBytes { endpoint.receive(datagram: $0, path: QUICPath(local: serverAddress, remote: clientAddress), now: now) { _ in } }
-                if case .delivered(let core, _) = disposition { server = core }
+                let disposition = datagram.withUnsafeBytes { endpoint.receive(datagram: $0, path: QUICPath(local: serverAddress, remote: clientAddress), now: now) }
+                if case .delivered(let core, _, _) = disposition { server = core }
             }
             var inbound: [[UInt8]] = []
             if let server {
                 _ = server.writePackets(now: now, scratch: scratch) { bytes, segment, _, _ in inbound += Self.split(bytes, segment) }
-                _ = endpoint.takeEvents(of: server)
+                endpoint.handle(server.takeEvents(), of: server)
             }
             toClient += inbound
             for datagram in inbound {

@@ -263,7 +263,7 @@ struct H3Serve: AsyncParsableCommand {
             let statistics = await quicServer.workerStatistics()
             say(
                 "workers: datagrams \(statistics.map(\.datagramsReceived)), connections \(statistics.map(\.connectionsAccepted)), "
-                    + "hand-overs \(quicServer.handOvers)"
+                    + "hand-overs \(quicServer.forwardedDatagrams)"
             )
             await quicServer.shutdownGracefully()
             let remaining = await quicServer.liveConnections.remainingAfterStop(within: .seconds(2))

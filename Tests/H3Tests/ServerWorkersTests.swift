@@ -70,8 +70,8 @@ struct ServerWorkersTests {
         #expect(statistics.allSatisfy { $0.connectionsAccepted > 0 }, "16 connections did not spread over both workers: \(statistics)")
         #expect(statistics.map(\.connectionsAccepted).reduce(0, +) == 16)
         #expect(
-            server.handOvers == 0,
-            "the kernel should steer every packet to its worker; \(server.handOvers) were handed over: \(server.handOverSamples)"
+            server.forwardedDatagrams == 0,
+            "the kernel should steer every packet to its worker; \(server.forwardedDatagrams) were forwarded: \(server.forwardedSamples)"
         )
     }
 
@@ -85,7 +85,7 @@ struct ServerWorkersTests {
         let result = try await Self.fetchWhileMigrating(port: port, identity: identity, clients: 20)
         #expect(result.exact == 20)
         #expect(result.migrated == 20)
-        #expect(server.handOvers > 0, "20 migrated clients and not one new 4-tuple hashed to the other worker")
+        #expect(server.forwardedDatagrams > 0, "20 migrated clients and not one new 4-tuple hashed to the other worker")
     }
 
     /// The kernel lets any socket of the same user with SO_REUSEPORT join a group, so a second

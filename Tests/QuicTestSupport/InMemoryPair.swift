@@ -178,15 +178,12 @@ package final class InMemoryPair {
     }
 
     package func inject(toServer bytes: [UInt8], from clientAddress: QUICSocketAddress = InMemoryPair.clientAddress) -> QUICEndpointCore.Disposition {
-        var replies: [[UInt8]] = []
         let disposition = bytes.withUnsafeBytes { datagram in
-            server.receive(
-                datagram: datagram,
-                path: QUICPath(local: Self.serverAddress, remote: clientAddress),
-                now: now
-            ) { replies.append(Array($0)) }
+            server.receive(datagram: datagram, path: QUICPath(local: Self.serverAddress, remote: clientAddress), now: now)
         }
-        for reply in replies { toClient.append(InFlight(bytes: reply, deliverAt: now + oneWayDelay, clientAddress: clientAddress)) }
+        if case .answered(_, let reply) = disposition, reply.count > 0 {
+            toClient.append(InFlight(bytes: Array(reply), deliverAt: now + oneWayDelay, clientAddress: clientAddress))
+        }
         return disposition
     }
 
@@ -195,7 +192,7 @@ package final class InMemoryPair {
         toServer.removeAll { $0.deliverAt <= now }
         for packet in dueServer {
             switch inject(toServer: packet.bytes, from: packet.clientAddress) {
-            case .delivered(let core, _): serverConnection = core
+            case .delivered(let core, _, _): serverConnection = core
             default: break
             }
         }
@@ -219,7 +216,8 @@ package final class InMemoryPair {
                 _ = serverConnection.writePackets(now: now, scratch: scratch) { bytes, segment, path, _ in
                     self.send(bytes, segment: segment, toServer: false, clientAddress: path.remote)
                 }
-                let events = server.takeEvents(of: serverConnection)
+                let events = serverConnection.takeEvents()
+                server.handle(events, of: serverConnection)
                 serverEvents += events
                 for event in events { serverApplication?(serverConnection, event) }
             }

@@ -15,7 +15,7 @@ struct ConnectionLimitTests {
         // The one place is taken: another client is refused.
         let early = try RetryUnderLoadTests.firstFlight(from: 50_001, address: "127.0.0.2", to: pair)
         let refused = early.datagrams.map { pair.inject(toServer: $0, from: early.address) }
-        #expect(refused.contains { if case .answered("connection limit reached") = $0 { true } else { false } }, "\(refused)")
+        #expect(refused.contains { if case .answered("connection limit reached", _) = $0 { true } else { false } }, "\(refused)")
 
         // The client closes; the server's connection drains for three PTOs and stays in memory.
         pair.client.close(applicationErrorCode: 0, reason: "done", now: pair.now)
@@ -35,6 +35,6 @@ struct ConnectionLimitTests {
         pair.server.remove(try #require(pair.serverConnection))
         let third = try RetryUnderLoadTests.firstFlight(from: 50_003, address: "127.0.0.3", to: pair)
         let refusedAgain = third.datagrams.map { pair.inject(toServer: $0, from: third.address) }
-        #expect(refusedAgain.contains { if case .answered("connection limit reached") = $0 { true } else { false } }, "\(refusedAgain)")
+        #expect(refusedAgain.contains { if case .answered("connection limit reached", _) = $0 { true } else { false } }, "\(refusedAgain)")
     }
 }

@@ -26,7 +26,7 @@ struct PerAddressLimitTests {
             let flight = try RetryUnderLoadTests.firstFlight(from: port, to: pair)
             let dispositions = flight.datagrams.map { pair.inject(toServer: $0, from: flight.address) }
             #expect(RetryUnderLoadTests.startsAConnection(dispositions), "an unproven address counts nothing: \(dispositions)")
-            for case .delivered(let core, isNew: true) in dispositions { halfOpen.append(core) }
+            for case .delivered(let core, _, isNew: true) in dispositions { halfOpen.append(core) }
         }
         // The real client at that address still gets in, without a Retry.
         let first = RetryUnderLoadTests.sendFirstFlight(of: pair)
@@ -35,7 +35,7 @@ struct PerAddressLimitTests {
         // Its completed handshake used the share: the next client from there must prove itself first.
         let next = try RetryUnderLoadTests.firstFlight(from: 50_004, to: pair)
         let retried = next.datagrams.map { pair.inject(toServer: $0, from: next.address) }
-        #expect(retried.contains { if case .answered("retry") = $0 { true } else { false } }, "\(retried)")
+        #expect(retried.contains { if case .answered("retry", _) = $0 { true } else { false } }, "\(retried)")
         // Another address is another client.
         let other = try RetryUnderLoadTests.firstFlight(from: 50_005, address: "127.0.0.2", to: pair)
         let otherDispositions = other.datagrams.map { pair.inject(toServer: $0, from: other.address) }

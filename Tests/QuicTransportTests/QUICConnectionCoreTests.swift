@@ -211,9 +211,9 @@ struct QUICConnectionCoreTests {
             let bytes = (0..<size).map { _ in UInt8(truncatingIfNeeded: random.next()) }
             switch pair.inject(toServer: bytes) {
             case .dropped: break
-            case .answered(let what): Issue.record("garbage was answered: \(what)")
+            case .answered(let what, _): Issue.record("garbage was answered: \(what)")
             case .delivered: Issue.record("garbage reached a connection")
-            case .handOver(let worker): Issue.record("one worker handed garbage to worker \(worker)")
+            case .forward(let worker): Issue.record("one worker forwarded garbage to worker \(worker)")
             }
         }
         #expect(pair.server.connections.isEmpty)
@@ -230,8 +230,8 @@ struct QUICConnectionCoreTests {
             packet += [UInt8](repeating: 0, count: max(0, 1200 - packet.count))
             switch pair.inject(toServer: packet) {
             case .dropped: #expect(version == [0, 0, 0, 0], "an unknown version is owed Version Negotiation")
-            case .answered(let what): #expect(what.contains("version negotiation") && version != [0, 0, 0, 0], "\(what)")
-            case .delivered, .handOver: Issue.record("a \(length)-byte connection ID was routed")
+            case .answered(let what, _): #expect(what.contains("version negotiation") && version != [0, 0, 0, 0], "\(what)")
+            case .delivered, .forward: Issue.record("a \(length)-byte connection ID was routed")
             }
         }
         try pair.run(until: { pair.client.isHandshakeCompleted })
@@ -244,7 +244,7 @@ struct QUICConnectionCoreTests {
         packet[1...4] = [0x1a, 0x2a, 0x3a, 0x4a]
         packet[5] = 8
         packet[14] = 8
-        guard case .answered(let what) = pair.inject(toServer: packet) else {
+        guard case .answered(let what, _) = pair.inject(toServer: packet) else {
             Issue.record("no Version Negotiation")
             return
         }
@@ -256,7 +256,7 @@ struct QUICConnectionCoreTests {
         let id = pair.server.idFactory.makeConnectionID()
         var packet: [UInt8] = [0x40] + id.bytes
         packet += [UInt8](repeating: 0xab, count: 40)
-        guard case .answered(let what) = pair.inject(toServer: packet) else {
+        guard case .answered(let what, _) = pair.inject(toServer: packet) else {
             Issue.record("no stateless reset")
             return
         }
@@ -278,7 +278,7 @@ struct QUICConnectionCoreTests {
             _ = pair.client.writePackets(now: pair.now, scratch: scratch) { bytes, _, _, _ in datagrams.append(Array(bytes)) }
             return try #require(datagrams.first)
         }
-        guard case .delivered(let core, false) = pair.inject(toServer: try nextClientDatagram()) else {
+        guard case .delivered(let core, _, false) = pair.inject(toServer: try nextClientDatagram()) else {
             Issue.record("a datagram of a live connection was not delivered")
             return
         }
@@ -286,8 +286,8 @@ struct QUICConnectionCoreTests {
         pair.server.remove(server)
         switch pair.inject(toServer: try nextClientDatagram()) {
         case .delivered: Issue.record("a forgotten connection still received a datagram")
-        case .answered(let what): #expect(what == "stateless reset")
-        case .dropped, .handOver: break
+        case .answered(let what, _): #expect(what == "stateless reset")
+        case .dropped, .forward: break
         }
     }
 

@@ -41,7 +41,7 @@ struct RetryUnderLoadTests {
 
     /// Whether the endpoint made a new connection of any of `dispositions`.
     static func startsAConnection(_ dispositions: [QUICEndpointCore.Disposition]) -> Bool {
-        dispositions.contains { if case .delivered(_, isNew: true) = $0 { true } else { false } }
+        dispositions.contains { if case .delivered(_, _, isNew: true) = $0 { true } else { false } }
     }
 
     @Test func pastTheThresholdNewClientsAreRetriedAndBelowItAgainTheyAreNot() throws {
@@ -52,11 +52,11 @@ struct RetryUnderLoadTests {
             let flight = try Self.firstFlight(from: port, to: pair)
             let dispositions = flight.datagrams.map { pair.inject(toServer: $0, from: flight.address) }
             #expect(Self.startsAConnection(dispositions), "below the threshold a client connects at once: \(dispositions)")
-            for case .delivered(let core, isNew: true) in dispositions { halfOpen.append(core) }
+            for case .delivered(let core, _, isNew: true) in dispositions { halfOpen.append(core) }
         }
         // The pair's client is sent a Retry, comes back with its token and completes.
         let first = Self.sendFirstFlight(of: pair)
-        #expect(first.contains { if case .answered("retry") = $0 { true } else { false } }, "at the threshold: \(first)")
+        #expect(first.contains { if case .answered("retry", _) = $0 { true } else { false } }, "at the threshold: \(first)")
         try pair.run(until: { pair.client.isHandshakeCompleted && pair.serverConnection?.isHandshakeCompleted == true })
         #expect(pair.server.connections.count == 3)
         // The two quiet handshakes end (their idle timeout, say); a new client connects at once.
@@ -70,7 +70,7 @@ struct RetryUnderLoadTests {
         let pair = try InMemoryPair(retryThreshold: 0)
         let flight = try Self.firstFlight(from: 50_001, to: pair)
         let dispositions = flight.datagrams.map { pair.inject(toServer: $0, from: flight.address) }
-        #expect(dispositions.contains { if case .answered("retry") = $0 { true } else { false } }, "\(dispositions)")
+        #expect(dispositions.contains { if case .answered("retry", _) = $0 { true } else { false } }, "\(dispositions)")
         try pair.run(until: { pair.client.isHandshakeCompleted })
     }
 }

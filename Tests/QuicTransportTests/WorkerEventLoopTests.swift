@@ -4,6 +4,7 @@ import Logging
 import NIOConcurrencyHelpers
 import NIOCore
 import QuicTestSupport
+import CQuicLinux
 import CQuicShims
 import QuicTransport
 import Testing

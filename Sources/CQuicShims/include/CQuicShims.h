@@ -1,8 +1,7 @@
 // CQuicShims: callable functions for the ngtcp2 0.12 / nghttp3 0.8 entry points
-// that their headers define as function-like macros (Swift cannot import those), the
-// socket calls and macros that glibc hides behind _GNU_SOURCE or macros (cmsg, recvmmsg,
-// epoll_pwait2),
-// plus the variadic log adaptor. No protocol logic lives here.
+// that their headers define as function-like macros (Swift cannot import those), GnuTLS's
+// macro `gnutls_free`, plus the variadic log adaptor. No protocol logic lives here. The
+// system calls live apart, in CQuicLinux.
 #ifndef C_QUIC_SHIMS_H
 #define C_QUIC_SHIMS_H
 
@@ -15,15 +14,6 @@
 #include <gnutls/x509.h>
 #include <gnutls/abstract.h>
 #include <nettle/aes.h>
-#include <sys/socket.h>
-#include <netinet/in.h>
-#include <linux/openat2.h>
-#include <malloc.h>
-#include <linux/filter.h>
-#include <linux/udp.h>
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
-#include <pthread.h>
 
 void cqs_ngtcp2_settings_default(ngtcp2_settings *settings);
 void cqs_ngtcp2_transport_params_default(ngtcp2_transport_params *params);
@@ -65,31 +55,5 @@ int cqs_nghttp3_conn_server_new(nghttp3_conn **pconn, const nghttp3_callbacks *c
 
 /// `gnutls_free` is a macro over a function-pointer variable; this is a plain function.
 void cqs_gnutls_free(void *pointer);
-
-/// openat2(2), which glibc 2.36 reaches only through the variadic `syscall`. Returns the
-/// descriptor, or -1 with errno set (ENOSYS on kernels before 5.6, EPERM under some seccomp
-/// filters; EXDEV when RESOLVE_BENEATH would leave `dirfd`).
-int cqs_openat2(int dirfd, const char *path, uint64_t flags, uint64_t resolve);
-
-/// The control-message macros of cmsg(3), as functions.
-struct cmsghdr *cqs_cmsg_firsthdr(struct msghdr *message);
-struct cmsghdr *cqs_cmsg_nxthdr(struct msghdr *message, struct cmsghdr *header);
-unsigned char *cqs_cmsg_data(struct cmsghdr *header);
-size_t cqs_cmsg_space(size_t length);
-size_t cqs_cmsg_len(size_t length);
-
-/// epoll_pwait2(2) (nanosecond timeouts) and pthread_setname_np(3), which glibc declares only
-/// under _GNU_SOURCE. `events` points to `struct epoll_event`s, `timeout` to a `struct timespec`
-/// or is NULL (kept as `void *` so that this module does not own those types).
-int cqs_epoll_pwait2(int epfd, void *events, int maxevents, const void *timeout);
-int cqs_set_thread_name(pthread_t thread, const char *name);
-
-/// `struct mmsghdr` and recvmmsg(2), which glibc declares only under _GNU_SOURCE; the layout is
-/// the kernel's.
-struct cqs_mmsghdr {
-    struct msghdr msg_hdr;
-    unsigned int msg_len;
-};
-int cqs_recvmmsg(int fd, struct cqs_mmsghdr *messages, unsigned int count, int flags);
 
 #endif

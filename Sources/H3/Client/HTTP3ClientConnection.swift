@@ -217,7 +217,7 @@ final class HTTP3ClientConnection: @unchecked Sendable {
         exchanges[streamID] = nil
         sentEarly.removeAll { $0.exchange === exchange }
         exchange.fail(.cancelled)
-        driver?.afterInput()
+        driver?.runPass()
     }
 
     /// Changes an in-flight request's priority; nghttp3 sends PRIORITY_UPDATE (RFC 9218 §7.1).
@@ -225,7 +225,7 @@ final class HTTP3ClientConnection: @unchecked Sendable {
         eventLoop.assertInEventLoop()
         guard let streamID = exchange.streamID, exchanges[streamID] === exchange, let codec else { return }
         try codec.setPriority(streamID: streamID, priority)
-        driver?.afterInput()
+        driver?.runPass()
     }
 
     /// Closes the connection with H3_NO_ERROR.
@@ -234,7 +234,7 @@ final class HTTP3ClientConnection: @unchecked Sendable {
         connector?.stop()
         guard let driver else { return }
         driver.core.close(applicationErrorCode: HTTP3ErrorCode.noError.rawValue, reason: "", now: QUICConnectionDriver.now())
-        driver.afterInput()
+        driver.runPass()
     }
 
     private func handle(_ events: [QUICConnectionEvent]) {
@@ -259,7 +259,9 @@ final class HTTP3ClientConnection: @unchecked Sendable {
                 readyWaiters.removeAll()
                 sendPending()
             case .handshakeConfirmed:
-                if let keyUpdate, !keyUpdateSettled, let update = connector?.initiateKeyUpdate() {
+                if let keyUpdate, !keyUpdateSettled,
+                    let update = connector?.initiateKeyUpdate().flatMapErrorThrowing({ throw NWError.reported($0) })
+                {
                     keyUpdateSettled = true
                     update.whenFailure { [logger] error in logger.warning("key update failed: \(error)") }
                     update.cascade(to: keyUpdate)
@@ -268,7 +270,7 @@ final class HTTP3ClientConnection: @unchecked Sendable {
                     connector?.migrate().whenComplete { [logger] result in
                         switch result {
                         case .success(let path): logger.info("migrated to \(path.local)")
-                        case .failure(let error): logger.warning("\(error)")
+                        case .failure(let error): logger.warning("\(NWError.reported(error))")
                         }
                     }
                 }
@@ -348,7 +350,7 @@ final class HTTP3ClientConnection: @unchecked Sendable {
     /// connection then took the slow path, about ten times a request.
     private lazy var flowCredit = HTTP3FlowCredit(eventLoop: eventLoop) { credits in
         for (streamID, bytes) in credits { self.codec?.consumeBody(streamID: streamID, bytes: bytes) }
-        self.driver?.afterInput()
+        self.driver?.runPass()
     }
 
     /// Hands the codec's parsed frames to the waiting requests.

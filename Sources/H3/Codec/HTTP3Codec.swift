@@ -141,7 +141,7 @@ package final class HTTP3Codec: QUICApplicationCodec {
     /// next pass's events: a server handles events on nearly every pass, and a new array each
     /// time cost an allocation and its growth (about three per request). Events that `body`
     /// causes wait for the next call.
-    package func handOverEvents(_ body: ([HTTP3Event]) -> Void) {
+    package func drainEvents(_ body: ([HTTP3Event]) -> Void) {
         var taken = takeEvents()
         body(taken)
         taken.removeAll(keepingCapacity: true)
@@ -502,7 +502,7 @@ package final class HTTP3Codec: QUICApplicationCodec {
     // MARK: nghttp3 callbacks
 
     @inline(__always)
-    private static func withCodec(_ userData: UnsafeMutableRawPointer?, _ body: (HTTP3Codec) -> Int32) -> Int32 {
+    private static func withUserDataCodec(_ userData: UnsafeMutableRawPointer?, _ body: (HTTP3Codec) -> Int32) -> Int32 {
         Unmanaged<HTTP3Codec>.fromOpaque(userData!)._withUnsafeGuaranteedRef(body)
     }
 
@@ -516,7 +516,7 @@ package final class HTTP3Codec: QUICApplicationCodec {
 
     /// Reads a resident body: all of it at once, from where it lies.
     private static let readResidentBody: nghttp3_read_data_callback = { _, streamID, vectors, count, flags, userData, _ in
-        nghttp3_ssize(HTTP3Codec.withCodec(userData) { codec in
+        nghttp3_ssize(HTTP3Codec.withUserDataCodec(userData) { codec in
             flags!.pointee |= UInt32(NGHTTP3_DATA_FLAG_EOF)
             guard count > 0, case .resident(let region)? = codec.bodies[streamID], let bytes = region.inMemoryBytes, !bytes.isEmpty
             else { return 0 }
@@ -526,7 +526,7 @@ package final class HTTP3Codec: QUICApplicationCodec {
     }
 
     private static let readBody: nghttp3_read_data_callback = { _, streamID, vectors, count, flags, userData, streamUserData in
-        nghttp3_ssize(HTTP3Codec.withCodec(userData) { codec in
+        nghttp3_ssize(HTTP3Codec.withUserDataCodec(userData) { codec in
             guard let streamUserData else {
                 flags!.pointee |= UInt32(NGHTTP3_DATA_FLAG_EOF)
                 return 0
@@ -554,7 +554,7 @@ package final class HTTP3Codec: QUICApplicationCodec {
     private static func makeCallbacks() -> nghttp3_callbacks {
         var callbacks = nghttp3_callbacks()
         callbacks.acked_stream_data = { _, streamID, length, userData, streamUserData in
-            HTTP3Codec.withCodec(userData) { codec in
+            HTTP3Codec.withUserDataCodec(userData) { codec in
                 guard let streamUserData else { return 0 }
                 HTTP3Codec.withBody(streamUserData) { body in
                     body.acknowledge(length)
@@ -567,7 +567,7 @@ package final class HTTP3Codec: QUICApplicationCodec {
             }
         }
         callbacks.stream_close = { _, streamID, code, userData, streamUserData in
-            HTTP3Codec.withCodec(userData) { codec in
+            HTTP3Codec.withUserDataCodec(userData) { codec in
                 codec.append(.closed(streamID: streamID, code: HTTP3ErrorCode(rawValue: code)), streamID: streamID)
                 // A resident body has no user data; it is in `bodies` all the same.
                 if !codec.bodies.isEmpty { codec.bodies[streamID] = nil }
@@ -575,26 +575,26 @@ package final class HTTP3Codec: QUICApplicationCodec {
             }
         }
         callbacks.recv_data = { _, streamID, data, length, userData, _ in
-            HTTP3Codec.withCodec(userData) { codec in
+            HTTP3Codec.withUserDataCodec(userData) { codec in
                 // Credit comes back when the application takes the bytes (`consumeBody`).
                 codec.appendData(streamID: streamID, UnsafeBufferPointer(start: data, count: length))
                 return 0
             }
         }
         callbacks.deferred_consume = { _, streamID, consumed, userData, _ in
-            HTTP3Codec.withCodec(userData) { codec in
+            HTTP3Codec.withUserDataCodec(userData) { codec in
                 codec.withCore { $0.consume(streamID: streamID, bytes: consumed) }
                 return 0
             }
         }
         callbacks.begin_headers = { _, streamID, userData, _ in
-            HTTP3Codec.withCodec(userData) { codec in
+            HTTP3Codec.withUserDataCodec(userData) { codec in
                 codec.beginFieldSection(streamID: streamID)
                 return 0
             }
         }
         callbacks.recv_header = { _, streamID, token, name, value, _, userData, _ in
-            HTTP3Codec.withCodec(userData) { codec in
+            HTTP3Codec.withUserDataCodec(userData) { codec in
                 if codec.fieldSection.streamID != streamID { codec.resumeFieldSection(streamID: streamID) }
                 let name = nghttp3_rcbuf_get_buf(name), value = nghttp3_rcbuf_get_buf(value)
                 codec.fieldSection.fields.append(
@@ -607,7 +607,7 @@ package final class HTTP3Codec: QUICApplicationCodec {
             }
         }
         callbacks.end_headers = { _, streamID, _, userData, _ in
-            HTTP3Codec.withCodec(userData) { codec in
+            HTTP3Codec.withUserDataCodec(userData) { codec in
                 codec.fieldSectionEnded(streamID: streamID, isTrailers: false)
                 return 0
             }
@@ -615,32 +615,32 @@ package final class HTTP3Codec: QUICApplicationCodec {
         callbacks.begin_trailers = callbacks.begin_headers
         callbacks.recv_trailer = callbacks.recv_header
         callbacks.end_trailers = { _, streamID, _, userData, _ in
-            HTTP3Codec.withCodec(userData) { codec in
+            HTTP3Codec.withUserDataCodec(userData) { codec in
                 codec.fieldSectionEnded(streamID: streamID, isTrailers: true)
                 return 0
             }
         }
         callbacks.end_stream = { _, streamID, userData, _ in
-            HTTP3Codec.withCodec(userData) { codec in
+            HTTP3Codec.withUserDataCodec(userData) { codec in
                 codec.append(.end(streamID: streamID), streamID: streamID)
                 return 0
             }
         }
         callbacks.stop_sending = { _, streamID, code, userData, _ in
-            HTTP3Codec.withCodec(userData) { codec in
+            HTTP3Codec.withUserDataCodec(userData) { codec in
                 codec.withCore { $0.shutdownCodecStream(streamID: streamID, code: code, read: true, write: false) }
                 return 0
             }
         }
         callbacks.reset_stream = { _, streamID, code, userData, _ in
-            HTTP3Codec.withCodec(userData) { codec in
+            HTTP3Codec.withUserDataCodec(userData) { codec in
                 codec.append(.reset(streamID: streamID, code: HTTP3ErrorCode(rawValue: code)), streamID: streamID)
                 codec.withCore { $0.shutdownCodecStream(streamID: streamID, code: code, read: false, write: true) }
                 return 0
             }
         }
         callbacks.shutdown = { _, id, userData in
-            HTTP3Codec.withCodec(userData) { codec in
+            HTTP3Codec.withUserDataCodec(userData) { codec in
                 codec.append(.goaway(lastID: id), streamID: nil)
                 return 0
             }

@@ -125,13 +125,13 @@ public final class HTTP3Server: Sendable {
         workers.withLockedValue { $0?.preferredAddress?.description }
     }
 
-    /// Datagrams one worker received for another worker's connection and handed over. With the
-    /// kernel steering by connection ID this stays at zero in steady state.
-    public var handOvers: Int { workers.withLockedValue { $0?.handOvers ?? 0 } }
+    /// Datagrams one worker received for another worker's connection and forwarded to it. With
+    /// the kernel steering by connection ID this stays at zero in steady state.
+    public var forwardedDatagrams: Int { workers.withLockedValue { $0?.forwardedDatagrams ?? 0 } }
 
-    /// The first eight datagrams handed over, described, for diagnosing why the kernel's
+    /// The first eight datagrams forwarded, described, for diagnosing why the kernel's
     /// steering missed them.
-    package var handOverSamples: [String] { workers.withLockedValue { $0?.handOverSamples ?? [] } }
+    package var forwardedSamples: [String] { workers.withLockedValue { $0?.forwardedSamples ?? [] } }
 
     /// What each worker has done so far, in worker order; empty before `start()`.
     public func workerStatistics() async -> [QUICServerWorkerStatistics] {

@@ -26,7 +26,7 @@ extension HTTP3ServerConnection {
         if !late.isEmpty {
             logger.info("reset requests whose header section did not arrive in time", metadata: ["streams": "\(late)"])
             for streamID in late { codec.cancel(streamID: streamID, code: .requestIncomplete) }
-            driver.afterInput()
+            driver.runPass()
         }
         armRequestHeaderTimer(now: now)
     }

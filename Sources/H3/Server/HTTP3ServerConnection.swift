@@ -42,7 +42,7 @@ final class HTTP3ServerConnection: @unchecked Sendable {
     private lazy var flowCredit = HTTP3FlowCredit(eventLoop: driver.eventLoop) { [weak self] credits in
         guard let self else { return }
         for (streamID, bytes) in credits { self.credit(bytes, readFrom: streamID) }
-        self.driver.afterInput()
+        self.driver.runPass()
     }
     @exclusivity(unchecked) private var isShuttingDown = false
     @exclusivity(unchecked) var onFinished: (() -> Void)?
@@ -82,7 +82,7 @@ final class HTTP3ServerConnection: @unchecked Sendable {
     /// the connection's (the core drops it once the connection is over). What runs on every
     /// pass and every response uses it: `core.applicationCodec` retains, checks the type and
     /// releases each time.
-    private func withCodec<Result>(_ body: (HTTP3Codec) -> Result) -> Result? {
+    private func withAttachedCodec<Result>(_ body: (HTTP3Codec) -> Result) -> Result? {
         guard let attachedCodec, let current = core.applicationCodecID,
               attachedCodec._withUnsafeGuaranteedRef({ ObjectIdentifier($0) == current })
         else { return nil }
@@ -90,7 +90,7 @@ final class HTTP3ServerConnection: @unchecked Sendable {
     }
 
     /// The codec, counted, for what runs now and then (shutdown, the request header timer).
-    var codec: HTTP3Codec? { withCodec { $0 } }
+    var codec: HTTP3Codec? { withAttachedCodec { $0 } }
 
     /// The driver keeps this connection alive through its hooks until the QUIC connection ends,
     /// and drops them then.
@@ -127,18 +127,18 @@ final class HTTP3ServerConnection: @unchecked Sendable {
         guard codec.isEstablished else {
             // No HTTP/3 yet (the handshake is still running or failed): nothing to announce.
             core.close(applicationErrorCode: HTTP3ErrorCode.noError.rawValue, reason: "", now: QUICConnectionDriver.now())
-            driver.afterInput()
+            driver.runPass()
             return
         }
         try? codec.submitShutdownNotice()
-        driver.afterInput()
+        driver.runPass()
         // RFC 9114 §5.2: allow at least a round trip for requests already in flight.
         let rtt = Int64(clamping: HTTP3Server.nanoseconds(core.pathStatistics.smoothedRTT))
         let delay = TimeAmount.nanoseconds(max(2 * rtt, 50_000_000))
         // Never cancelled: if the connection ends first, the task finds no codec.
         _ = driver.eventLoop.scheduleTask(in: delay) {
             try? self.codec?.shutdown()
-            self.driver.afterInput()
+            self.driver.runPass()
             self.closeIfIdle()
         }
     }
@@ -146,7 +146,7 @@ final class HTTP3ServerConnection: @unchecked Sendable {
     private func closeIfIdle() {
         guard isShuttingDown, (codec?.openRequestStreams ?? 0) == 0 else { return }
         core.close(applicationErrorCode: HTTP3ErrorCode.noError.rawValue, reason: "", now: QUICConnectionDriver.now())
-        driver.afterInput()
+        driver.runPass()
     }
 
     /// Runs in every pass of the driver, usually twice, and mostly finds nothing: the events
@@ -154,12 +154,12 @@ final class HTTP3ServerConnection: @unchecked Sendable {
     /// the handling made every call set up room for a request body's stream and continuation,
     /// about 240 instructions.
     private func drainCodec() -> Bool {
-        withCodec { codec in
+        withAttachedCodec { codec in
             if requestHeaderTimeout != nil, requestHeaderTimer == nil, codec.oldestAwaitingRequestHead != nil {
                 armRequestHeaderTimer(now: QUICConnectionDriver.now())
             }
             guard codec.hasEvents else { return false }
-            codec.handOverEvents(handle)
+            codec.drainEvents(handle)
             return true
         } ?? false
     }
@@ -243,7 +243,7 @@ final class HTTP3ServerConnection: @unchecked Sendable {
         guard let request = incoming.removeValue(forKey: streamID) else { return }
         request.body.finish()
         stoppedReading.insert(streamID)
-        withCodec { $0.stopReading(streamID: streamID, unreadBytes: request.unread) }
+        withAttachedCodec { $0.stopReading(streamID: streamID, unreadBytes: request.unread) }
     }
 
     /// The request body of `streamID` ends: complete (`error` nil) or cut short.
@@ -323,7 +323,7 @@ final class HTTP3ServerConnection: @unchecked Sendable {
     /// (RFC 9110 §9.3.2), whatever the handler gave: content there is a malformed response, and
     /// a client's nghttp3 closes the whole connection over it (RFC 9114 §4.1.2).
     private func respond(streamID: Int64, _ response: HTTP3ServerResponse, toHead: Bool = false) {
-        withCodec { codec in submit(response, on: streamID, to: codec, withContent: !toHead) }
+        withAttachedCodec { codec in submit(response, on: streamID, to: codec, withContent: !toHead) }
     }
 
     private func submit(_ response: HTTP3ServerResponse, on streamID: Int64, to codec: HTTP3Codec, withContent: Bool) {

@@ -50,7 +50,7 @@ final class HTTP3BodyPump: @unchecked Sendable {
                             self.stop(streamID)
                             whenComplete?()
                         }
-                        self.driver.afterInput()
+                        self.driver.runPass()
                     }
                     if chunk == nil { return }
                 }
@@ -60,7 +60,7 @@ final class HTTP3BodyPump: @unchecked Sendable {
                     self.stop(streamID)
                     self.logger.warning("body producer failed", metadata: ["stream": "\(streamID)", "error": "\(error)"])
                     self.codec?.cancel(streamID: streamID, code: .internalError)
-                    self.driver.afterInput()
+                    self.driver.runPass()
                 }
             }
         }

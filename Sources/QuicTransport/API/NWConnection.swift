@@ -399,7 +399,7 @@ public final class NWConnection: @unchecked Sendable {
                         core.stopSending(streamID: id, code: 0)
                     }
                 }
-                driver.afterInput()
+                driver.runPass()
             }
             self.failPending(.posix(.ECANCELED))
             self.setState(.cancelled)
@@ -417,7 +417,7 @@ public final class NWConnection: @unchecked Sendable {
         group.eventLoop.execute {
             guard let id = self.streamID, let driver = self.group.driver, driver.core.canSend(on: id) else { return }
             driver.core.resetStream(streamID: id, code: applicationError)
-            driver.afterInput()
+            driver.runPass()
         }
     }
 
@@ -427,7 +427,7 @@ public final class NWConnection: @unchecked Sendable {
         group.eventLoop.execute {
             guard let id = self.streamID, let driver = self.group.driver, driver.core.canReceive(on: id) else { return }
             driver.core.stopSending(streamID: id, code: applicationError)
-            driver.afterInput()
+            driver.runPass()
         }
     }
 
@@ -532,7 +532,7 @@ public final class NWConnection: @unchecked Sendable {
         do {
             let bytes = content ?? Data()
             try bytes.withUnsafeBytes { try driver.core.send(streamID: id, bytes: $0, fin: fin, token: token) }
-            driver.afterInput()
+            driver.runPass()
         } catch {
             if let token { sendCompletions[token] = nil }
             complete(completion, .quic(.invalid("\(error)")), delivery)
@@ -556,7 +556,7 @@ public final class NWConnection: @unchecked Sendable {
     func serviceReceives() {
         guard started, let id = streamID else { return }
         var creditedBytes = false
-        defer { if creditedBytes { group.driver?.afterInput() } }
+        defer { if creditedBytes { group.driver?.runPass() } }
         while let request = receives.first {
             if let failure {
                 receives.removeFirst()

@@ -250,7 +250,7 @@ public final class NWConnectionGroup: @unchecked Sendable {
             }
             do {
                 try driver.core.sendDatagram(bytes)
-                driver.afterInput()
+                driver.runPass()
                 complete(nil)
             } catch {
                 complete(.quic(.invalid("\(error)")))
@@ -344,14 +344,16 @@ public final class NWConnectionGroup: @unchecked Sendable {
     /// a server tunnel, before the handshake is confirmed).
     public func initiateKeyUpdate() async throws {
         try await eventLoop.flatSubmit { () -> EventLoopFuture<Void> in
-            if let connector = self.connector { return connector.initiateKeyUpdate() }
+            if let connector = self.connector {
+                return connector.initiateKeyUpdate().flatMapErrorThrowing { throw NWError.reported($0) }
+            }
             guard let driver = self.driver else { return self.eventLoop.makeFailedFuture(NWError.posix(.ENOTCONN)) }
             do {
                 try driver.core.initiateKeyUpdate(now: QUICConnectionDriver.now())
             } catch {
                 return self.eventLoop.makeFailedFuture(error)
             }
-            driver.afterInput()
+            driver.runPass()
             return self.eventLoop.makeSucceededVoidFuture()
         }.get()
     }
@@ -365,7 +367,7 @@ public final class NWConnectionGroup: @unchecked Sendable {
     public func migrate() async throws -> NWEndpoint {
         let path = try await eventLoop.flatSubmit { () -> EventLoopFuture<QUICPath> in
             guard let connector = self.connector else { return self.eventLoop.makeFailedFuture(NWError.posix(.EOPNOTSUPP)) }
-            return connector.migrate()
+            return connector.migrate().flatMapErrorThrowing { throw NWError.reported($0) }
         }.get()
         return NWEndpoint(address: path.local)
     }
@@ -664,7 +666,7 @@ public final class NWConnectionGroup: @unchecked Sendable {
                 case .localMaxStreams(let bidirectional, let limit):
                     driver.core.raisePeerStreamLimit(bidirectional: bidirectional, to: limit)
                 }
-                driver.afterInput()
+                driver.runPass()
                 self.refreshMetadata()
             }
         }
@@ -726,7 +728,7 @@ public final class NWConnectionGroup: @unchecked Sendable {
             streams[id] = next
             next.didOpen(streamID: id)
         }
-        driver.afterInput()
+        driver.runPass()
     }
 
     /// Drops a finished stream from the routing table.

@@ -28,6 +28,21 @@ public enum NWError: Error, Equatable, Sendable, CustomStringConvertible, Custom
     }
 
     public var debugDescription: String { description }
+
+    /// The POSIX code Network.framework reports for what the connector refused.
+    package init(_ error: QUICConnectorError) {
+        switch error {
+        case .notConnected: self = .posix(.ENOTCONN)
+        case .alreadyMigrating: self = .posix(.EALREADY)
+        }
+    }
+
+    /// `error` as the API reports it: a `QUICConnectorError` becomes its `NWError`; any
+    /// other error passes unchanged.
+    package static func reported(_ error: any Error) -> any Error {
+        guard let error = error as? QUICConnectorError else { return error }
+        return NWError(error)
+    }
 }
 
 /// A QUIC-level failure: the connection closed, a stream was reset, or the handshake failed.

@@ -120,7 +120,7 @@ extension QUICConnectionCore {
     /// only between calls into it, so it outlives each call. Counting cost a retain and a
     /// release per call, and ngtcp2 runs several such callbacks per request.
     @inline(__always)
-    func withCodec(_ body: (any QUICApplicationCodec) throws -> Void) -> Int32 {
+    func runCodecCallback(_ body: (any QUICApplicationCodec) throws -> Void) -> Int32 {
         lendingCodec { codec in
             do {
                 try body(codec)
@@ -133,7 +133,7 @@ extension QUICConnectionCore {
     }
 
     /// Lends the codec to `body` without a reference count; nil without a codec. The core
-    /// replaces or drops its codec only between calls into it (see `withCodec`).
+    /// replaces or drops its codec only between calls into it (see `runCodecCallback`).
     @inline(__always)
     private func lendingCodec<Result>(_ body: (any QUICApplicationCodec) -> Result) -> Result? {
         guard let holder = codecHolder.map(Unmanaged.passUnretained) else { return nil }

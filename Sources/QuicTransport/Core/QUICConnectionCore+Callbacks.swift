@@ -159,7 +159,7 @@ extension QUICConnectionCore {
         }
         callbacks.stream_open = { _, streamID, userData in
             QUICConnectionCore.withCore(userData) { core in
-                if core.hasApplicationCodec { return core.withCodec { $0.streamOpened(streamID: streamID) } }
+                if core.hasApplicationCodec { return core.runCodecCallback { $0.streamOpened(streamID: streamID) } }
                 core.rawStreams.table[streamID] = QUICStreamState(id: streamID)
                 core.events.append(.streamOpened(streamID: streamID))
                 return 0
@@ -168,7 +168,7 @@ extension QUICConnectionCore {
         callbacks.recv_stream_data = { _, flags, streamID, _, data, length, userData, _ in
             QUICConnectionCore.withCore(userData) { core in
                 if core.hasApplicationCodec {
-                    return core.withCodec { codec in
+                    return core.runCodecCallback { codec in
                         let consumed = try codec.receive(
                             streamID: streamID,
                             bytes: UnsafeRawBufferPointer(start: data, count: length),
@@ -188,7 +188,7 @@ extension QUICConnectionCore {
         callbacks.acked_stream_data_offset = { _, streamID, offset, length, userData, _ in
             QUICConnectionCore.withCore(userData) { core in
                 if core.hasApplicationCodec {
-                    return core.withCodec { try $0.acknowledged(streamID: streamID, bytes: UInt64(length)) }
+                    return core.runCodecCallback { try $0.acknowledged(streamID: streamID, bytes: UInt64(length)) }
                 }
                 core.withStream(streamID) { $0.send.didAcknowledge(upTo: offset + UInt64(length)) }
                 return 0
@@ -197,7 +197,7 @@ extension QUICConnectionCore {
         callbacks.stream_reset = { _, streamID, _, code, userData, _ in
             QUICConnectionCore.withCore(userData) { core in
                 if core.hasApplicationCodec {
-                    return core.withCodec { try $0.peerReset(streamID: streamID, code: code) }
+                    return core.runCodecCallback { try $0.peerReset(streamID: streamID, code: code) }
                 }
                 core.withStream(streamID) { $0.receive.resetCode = code }
                 core.signalReadable(streamID)
@@ -209,7 +209,7 @@ extension QUICConnectionCore {
                 let appCode = flags & UInt32(NGTCP2_STREAM_CLOSE_FLAG_APP_ERROR_CODE_SET) != 0 ? code : nil
                 if core.hasApplicationCodec {
                     core.replenishPeerStreamCredit(closed: streamID)
-                    return core.withCodec { try $0.streamClosed(streamID: streamID, code: appCode) }
+                    return core.runCodecCallback { try $0.streamClosed(streamID: streamID, code: appCode) }
                 }
                 core.didCloseStream(
                     streamID: streamID,
@@ -221,7 +221,7 @@ extension QUICConnectionCore {
         callbacks.extend_max_stream_data = { _, streamID, _, userData, _ in
             QUICConnectionCore.withCore(userData) { core in
                 if core.hasApplicationCodec {
-                    return core.withCodec { try $0.setBlocked(streamID: streamID, false) }
+                    return core.runCodecCallback { try $0.setBlocked(streamID: streamID, false) }
                 }
                 let hasUnwrittenData = core.withStream(streamID) { stream in
                     stream.isFlowControlBlocked = false
@@ -289,7 +289,7 @@ extension QUICConnectionCore {
     func startCodec() -> Int32 {
         guard !codecStarted else { return 0 }
         codecStarted = true
-        return withCodec { try $0.connectionEstablished(self) }
+        return runCodecCallback { try $0.connectionEstablished(self) }
     }
 
     /// A client attempting 0-RTT starts its codec before the handshake, so HTTP/3's control

@@ -115,7 +115,7 @@ extension QUICConnectionCore {
             var fin = false
             let hasCodec = hasApplicationCodec
             if hasCodec {
-                if ngtcp2_conn_get_max_data_left(conn) > 0, withCodec({ codec in
+                if ngtcp2_conn_get_max_data_left(conn) > 0, runCodecCallback({ codec in
                     if let next = try codec.nextStreamData(into: vectors) { (streamID, vectorCount, fin) = next }
                 }) != 0 {
                     return .failed(NGTCP2_ERR_CALLBACK_FAILURE)
@@ -133,7 +133,7 @@ extension QUICConnectionCore {
             )
             if streamID >= 0 && accepted >= 0 {
                 if hasCodec {
-                    if withCodec({ try $0.didWrite(streamID: streamID, bytes: accepted) }) != 0 { return .failed(NGTCP2_ERR_CALLBACK_FAILURE) }
+                    if runCodecCallback({ try $0.didWrite(streamID: streamID, bytes: accepted) }) != 0 { return .failed(NGTCP2_ERR_CALLBACK_FAILURE) }
                 } else {
                     let total = (0..<vectorCount).reduce(0) { $0 + vectors[$1].len }
                     didWrite(streamID: streamID, bytes: accepted, fin: fin && accepted == total)
@@ -148,7 +148,7 @@ extension QUICConnectionCore {
                 continue
             case NGTCP2_ERR_STREAM_DATA_BLOCKED:
                 if hasCodec {
-                    if withCodec({ try $0.setBlocked(streamID: streamID, true) }) != 0 { return .failed(NGTCP2_ERR_CALLBACK_FAILURE) }
+                    if runCodecCallback({ try $0.setBlocked(streamID: streamID, true) }) != 0 { return .failed(NGTCP2_ERR_CALLBACK_FAILURE) }
                 } else {
                     withStream(streamID) { $0.isFlowControlBlocked = true }
                     dequeueForWrite(streamID)
@@ -156,7 +156,7 @@ extension QUICConnectionCore {
                 continue
             case NGTCP2_ERR_STREAM_SHUT_WR, NGTCP2_ERR_STREAM_NOT_FOUND:
                 if hasCodec {
-                    if withCodec({ try $0.writeShutDown(streamID: streamID) }) != 0 { return .failed(NGTCP2_ERR_CALLBACK_FAILURE) }
+                    if runCodecCallback({ try $0.writeShutDown(streamID: streamID) }) != 0 { return .failed(NGTCP2_ERR_CALLBACK_FAILURE) }
                 } else {
                     abandonSend(streamID: streamID)
                 }

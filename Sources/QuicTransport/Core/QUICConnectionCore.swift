@@ -21,7 +21,7 @@ import Logging
 /// connection: `rawStreams`, `closing`, `packetWriter` (with a `QUICPacketBatch` per pass),
 /// `transfer`, `handshake` and `qlog`. What stays here is what every part and callback shares:
 /// the C handles and what made them, the state each call reads first (`state`, `path`,
-/// `latestTime`, `events`, `owner`), and the codec seam, whose holder is lent from this object
+/// `latestTime`, `events`), and the codec seam, whose holder is lent from this object
 /// without a reference count on every callback.
 package final class QUICConnectionCore {
     package enum Role: Sendable { case client, server }
@@ -72,17 +72,10 @@ package final class QUICConnectionCore {
         set { codecHolder = newValue.map(QUICApplicationCodecHolder.init) }
     }
     /// The codec's one owner on this side: the core holds the holder, the holder the codec.
-    /// `withCodec` lends it without a reference count.
+    /// `runCodecCallback` lends it without a reference count.
     @exclusivity(unchecked) var codecHolder: QUICApplicationCodecHolder?
     /// Whether a codec runs this connection's streams (read without touching the codec).
     var hasApplicationCodec: Bool { codecHolder != nil }
-    /// Whatever runs this connection's I/O (a server endpoint's driver), for the endpoint to find
-    /// it from a routed datagram without a table lookup. Not counted, since the driver holds this
-    /// core: the endpoint, which holds the driver for as long as it routes to this core, sets it
-    /// and clears it. Not weak either: a weak reference gives the driver a side table, and then
-    /// every retain and release of it takes the runtime's slow path. Nor `unowned(unsafe)`: that
-    /// is retained and released around each use, once per datagram.
-    @exclusivity(unchecked) package var owner: Unmanaged<AnyObject>?
     /// Makes the fresh codec that replaces `applicationCodec` when the server refuses 0-RTT.
     package var makeApplicationCodec: (() throws -> any QUICApplicationCodec)?
     /// What a codec threw inside a callback; closes the connection after the ngtcp2 call returns.

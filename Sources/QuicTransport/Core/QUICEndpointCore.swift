@@ -54,14 +54,17 @@ package final class QUICEndpointCore {
         }
     }
 
-    /// What became of one datagram.
+    /// What became of one datagram, for the I/O layer to act on (quinn-proto's `DatagramEvent`).
     package enum Disposition {
-        /// A connection consumed it; `isNew` when this datagram created it.
-        case delivered(QUICConnectionCore, isNew: Bool)
-        /// The endpoint answered statelessly (Version Negotiation, Retry, reset or refusal).
-        case answered(String)
-        /// The datagram belongs to a connection of another worker of the same address.
-        case handOver(toWorker: Int)
+        /// The connection `handle` names consumed it; `isNew` when this datagram created it.
+        case delivered(QUICConnectionCore, QUICConnectionHandle, isNew: Bool)
+        /// The endpoint answered statelessly (Version Negotiation, Retry, reset or refusal):
+        /// `reply`, possibly empty, goes back to the datagram's sender. It lies in the
+        /// endpoint's scratch area and stays valid until the next call to `receive`.
+        case answered(String, reply: UnsafeRawBufferPointer)
+        /// The datagram belongs to a connection of another worker of the same address: the
+        /// I/O layer forwards a copy to that worker, which receives it with `mayForward` false.
+        case forward(toWorker: Int)
         /// Nothing could use it.
         case dropped(String)
     }
@@ -72,15 +75,23 @@ package final class QUICEndpointCore {
     /// What this core shares with the other workers of its address.
     package let shared: QUICEndpointSharedState
     private let logger: Logger
-    @exclusivity(unchecked) private var routes: [QUICConnectionID: QUICConnectionCore] = [:]
+    @exclusivity(unchecked) private var routes: [QUICConnectionID: Route] = [:]
     /// The route the last datagram took. A batch read from the socket is mostly one peer's
     /// datagrams back to back, and comparing an ID costs a few instructions where hashing it
     /// (seeded, as a client picks the IDs of its first packets) costs a few hundred.
-    @exclusivity(unchecked) private var lastRoute: (id: QUICConnectionID, core: QUICConnectionCore)?
-    /// Each connection's routed IDs: a handful (the client's first DCID and the IDs we issued,
-    /// `active_connection_id_limit` at a time), so a list, which allocates once, not a set,
-    /// which rehashes as it grows.
-    private var routesByConnection: [ObjectIdentifier: [QUICConnectionID]] = [:]
+    @exclusivity(unchecked) private var lastRoute: (id: QUICConnectionID, route: Route)?
+    /// Each connection's handle and routed IDs: a handful (the client's first DCID and the IDs
+    /// we issued, `active_connection_id_limit` at a time), so a list, which allocates once, not
+    /// a set, which rehashes as it grows.
+    private var routesByConnection: [ObjectIdentifier: (handle: QUICConnectionHandle, ids: [QUICConnectionID])] = [:]
+    /// Handles of removed connections, for the next ones; `nextHandle` past every one in use.
+    private var freeHandles: [QUICConnectionHandle] = []
+    private var nextHandle = 0
+    /// Where stateless replies are written: `Disposition.answered` lends a slice of it until
+    /// the next datagram. Room for the largest reply (a Retry or a refusal fills an Initial's
+    /// 1200 bytes) and, past it, the Retry token or the reset's random bytes.
+    private let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: QUICEndpointCore.replySize + 256, alignment: 8)
+    private static let replySize = 1200
     /// This worker's connections, those in their closing or draining period included.
     package private(set) var connections: [ObjectIdentifier: QUICConnectionCore] = [:]
     /// Connections that are over and linger only for their closing or draining period (RFC 9000
@@ -88,7 +99,7 @@ package final class QUICEndpointCore {
     /// `maximumConnections`, a client's share or the Retry threshold, since they serve nothing.
     private var lingering: Set<ObjectIdentifier> = []
     /// Connections whose handshake is in progress, for the Retry threshold. Kept in step by
-    /// `takeEvents(of:)`, so that a new client costs no walk over every connection.
+    /// `handle(_:of:)`, so that a new client costs no walk over every connection.
     private var handshaking: Set<ObjectIdentifier> = []
     /// With a per-address limit: the client each connection counts against once proven, and
     /// those whose handshake has yet to prove their address.
@@ -113,18 +124,21 @@ package final class QUICEndpointCore {
         tlsPriority = try? TLSPriority(configuration.quic.gnutlsPriority)
     }
 
-    /// Routes or answers one datagram. `reply` sends a stateless packet back to `path.remote`.
+    deinit {
+        scratch.deallocate()
+    }
+
+    /// Routes or answers one datagram; what became of it says what the I/O layer does next.
     ///
     /// A datagram for an ID of another worker (its worker byte, `QUICConnectionIDFactory`) that
-    /// this worker does not route comes back as `.handOver` unless `mayHandOver` is false, as
-    /// it is for a datagram another worker handed over: it is then answered here.
+    /// this worker does not route comes back as `.forward` unless `mayForward` is false, as it
+    /// is for a datagram another worker forwarded: it is then answered here.
     package func receive(
         datagram: UnsafeRawBufferPointer,
         path: QUICPath,
         ecn: UInt32 = 0,
         now: UInt64,
-        mayHandOver: Bool = true,
-        reply: (UnsafeRawBufferPointer) -> Void
+        mayForward: Bool = true
     ) -> Disposition {
         guard let base = datagram.baseAddress?.assumingMemoryBound(to: UInt8.self), datagram.count > 0 else {
             return .dropped("empty datagram")
@@ -132,7 +146,7 @@ package final class QUICEndpointCore {
         var versionCID = ngtcp2_version_cid()
         let rv = ngtcp2_pkt_decode_version_cid(&versionCID, base, datagram.count, idFactory.idLength)
         if rv == NGTCP2_ERR_VERSION_NEGOTIATION {
-            return sendVersionNegotiation(versionCID, reply: reply)
+            return sendVersionNegotiation(versionCID)
         }
         guard rv == 0, let dcidPointer = versionCID.dcid else { return .dropped("undecodable header") }
         // RFC 8999 lets a long header of another version carry a connection ID of up to 255
@@ -142,29 +156,30 @@ package final class QUICEndpointCore {
             return .dropped("a connection ID of \(versionCID.dcidlen) bytes")
         }
         let dcid = QUICConnectionID(pointer: dcidPointer, length: versionCID.dcidlen)
-        if let core = route(dcid) {
+        if let route = route(dcid) {
+            let core = route.core
             core.receive(datagram: datagram, path: path, ecn: ecn, now: now)
             // A CONNECTION_CLOSE makes room before the next datagram of the same batch, which
-            // may be a new client's Initial; `.closed` reaches `takeEvents` only after the batch.
+            // may be a new client's Initial; `.closed` reaches `handle(_:of:)` only after the batch.
             if core.isOver { releaseLimits(of: core) }
             if !unprovenClients.isEmpty { countClientOnceProven(core, now: now) }
-            return .delivered(core, isNew: false)
+            return .delivered(core, route.handle, isNew: false)
         }
         let isLongHeader = base[0] & 0x80 != 0
         // The same rule as the kernel's steering program (QUICReuseportGroup): any packet whose
         // DCID has our length goes to the worker its worker byte names, if that is another one.
-        if mayHandOver, shared.workerCount > 1,
+        if mayForward, shared.workerCount > 1,
             let owner = dcid.withUnsafeBytes({ idFactory.worker(of: $0) }),
             owner != idFactory.worker, Int(owner) < shared.workerCount
         {
-            shared.countHandOver {
+            shared.countForwarded {
                 let form = isLongHeader ? "long header 0x\(String(base[0], radix: 16))" : "short header"
                 return "\(form), \(datagram.count) bytes, DCID \(dcid) from \(path.remote): worker \(idFactory.worker) -> \(owner)"
             }
-            return .handOver(toWorker: Int(owner))
+            return .forward(toWorker: Int(owner))
         }
         guard isLongHeader else {
-            return sendStatelessReset(to: dcid, datagramSize: datagram.count, reply: reply)
+            return sendStatelessReset(to: dcid, datagramSize: datagram.count)
         }
         var header = ngtcp2_pkt_hd()
         guard ngtcp2_accept(&header, base, datagram.count) == 0 else {
@@ -174,10 +189,10 @@ package final class QUICEndpointCore {
             return .dropped("0-RTT packet for an unknown connection")
         }
         if shared.refusesNewConnections {
-            return refuse(header, code: UInt64(NGTCP2_CONNECTION_REFUSED), why: "shutting down", reply: reply)
+            return refuse(header, code: UInt64(NGTCP2_CONNECTION_REFUSED), why: "shutting down")
         }
         guard shared.reserveConnection(limit: configuration.maximumConnections) else {
-            return refuse(header, code: UInt64(NGTCP2_CONNECTION_REFUSED), why: "connection limit reached", reply: reply)
+            return refuse(header, code: UInt64(NGTCP2_CONNECTION_REFUSED), why: "connection limit reached")
         }
         var reserved = true
         defer { if reserved { shared.releaseConnection() } }
@@ -189,7 +204,7 @@ package final class QUICEndpointCore {
         let client = perAddressLimit.map { _ in path.remote.client }
         let clientAtLimit = client.map { shared.connectionCount(of: $0) >= perAddressLimit! } ?? false
         if retryToken == nil, configuration.requiresRetry || clientAtLimit || handshaking.count >= configuration.retryThreshold {
-            return sendRetry(header, path: path, now: now, reply: reply)
+            return sendRetry(header, path: path, now: now)
         }
         // A Retry token is checked whatever the mode: the load may have fallen since the Retry.
         if let token = retryToken {
@@ -205,7 +220,7 @@ package final class QUICEndpointCore {
                 }
             }
             guard verified == 0 else {
-                return refuse(header, code: UInt64(NGTCP2_INVALID_TOKEN), why: "invalid Retry token", reply: reply)
+                return refuse(header, code: UInt64(NGTCP2_INVALID_TOKEN), why: "invalid Retry token")
             }
             originalDCID = QUICConnectionID(odcid)
             retrySCID = QUICConnectionID(header.dcid)
@@ -214,7 +229,7 @@ package final class QUICEndpointCore {
         var countsNow = false
         if let client, let perAddressLimit, retrySCID != nil {
             guard shared.admit(client, limit: perAddressLimit) else {
-                return refuse(header, code: UInt64(NGTCP2_CONNECTION_REFUSED), why: "too many connections from \(path.remote.host)", reply: reply)
+                return refuse(header, code: UInt64(NGTCP2_CONNECTION_REFUSED), why: "too many connections from \(path.remote.host)")
             }
             countsNow = true
         }
@@ -249,9 +264,12 @@ package final class QUICEndpointCore {
             if countsNow { countedClients[ObjectIdentifier(core)] = client } else { unprovenClients[ObjectIdentifier(core)] = client }
             countsNow = false
         }
+        let handle = freeHandles.popLast() ?? QUICConnectionHandle(index: nextHandle)
+        if handle.index == nextHandle { nextHandle += 1 }
+        routesByConnection[ObjectIdentifier(core)] = (handle, [])
         addRoute(dcid, to: core)
         core.receive(datagram: datagram, path: path, ecn: ecn, now: now)
-        return .delivered(core, isNew: true)
+        return .delivered(core, handle, isNew: true)
     }
 
     /// Counts a connection against its client once its handshake has proven the address, or
@@ -269,10 +287,10 @@ package final class QUICEndpointCore {
         }
     }
 
-    /// Hands over a core's events, keeping the routing table in step with its connection IDs
-    /// and the limits with its handshake and its end. A core's events must come through here.
-    package func takeEvents(of core: QUICConnectionCore) -> [QUICConnectionEvent] {
-        let events = core.takeEvents()
+    /// Keeps the routing table in step with a connection's IDs, and the limits with its
+    /// handshake and its end: the I/O layer passes here every event it takes from a core this
+    /// endpoint created (quinn-proto's `EndpointEvent`).
+    package func handle(_ events: [QUICConnectionEvent], of core: QUICConnectionCore) {
         for event in events {
             switch event {
             case .connectionIDIssued(let id): addRoute(id, to: core)
@@ -282,15 +300,16 @@ package final class QUICEndpointCore {
             default: break
             }
         }
-        return events
     }
 
     /// Forgets a connection whose closing or draining period is over.
     package func remove(_ core: QUICConnectionCore) {
         let key = ObjectIdentifier(core)
-        for id in routesByConnection[key] ?? [] { routes[id] = nil }
-        if lastRoute?.core === core { lastRoute = nil }
-        routesByConnection[key] = nil
+        if let removed = routesByConnection.removeValue(forKey: key) {
+            for id in removed.ids { routes[id] = nil }
+            freeHandles.append(removed.handle)
+        }
+        if lastRoute?.route.core === core { lastRoute = nil }
         releaseLimits(of: core)
         connections[key] = nil
         lingering.remove(key)
@@ -309,45 +328,56 @@ package final class QUICEndpointCore {
         unprovenClients[key] = nil
     }
 
+    /// A connection and its handle, as the routing table holds them.
+    private struct Route {
+        let core: QUICConnectionCore
+        let handle: QUICConnectionHandle
+    }
+
     /// The connection `id` routes to, if any.
-    private func route(_ id: QUICConnectionID) -> QUICConnectionCore? {
-        if let lastRoute, lastRoute.id == id { return lastRoute.core }
-        guard let core = routes[id] else { return nil }
-        lastRoute = (id, core)
-        return core
+    private func route(_ id: QUICConnectionID) -> Route? {
+        if let lastRoute, lastRoute.id == id { return lastRoute.route }
+        guard let route = routes[id] else { return nil }
+        lastRoute = (id, route)
+        return route
     }
 
     private func addRoute(_ id: QUICConnectionID, to core: QUICConnectionCore) {
-        routes[id] = core
+        let key = ObjectIdentifier(core)
+        guard let handle = routesByConnection[key]?.handle else { return }
+        routes[id] = Route(core: core, handle: handle)
         if lastRoute?.id == id { lastRoute = nil }
-        routesByConnection[ObjectIdentifier(core), default: []].append(id)
+        routesByConnection[key]?.ids.append(id)
     }
 
     private func removeRoute(_ id: QUICConnectionID) {
-        guard let core = routes.removeValue(forKey: id) else { return }
+        guard let route = routes.removeValue(forKey: id) else { return }
         if lastRoute?.id == id { lastRoute = nil }
-        routesByConnection[ObjectIdentifier(core)]?.removeAll { $0 == id }
+        routesByConnection[ObjectIdentifier(route.core)]?.ids.removeAll { $0 == id }
+    }
+
+    /// The first `count` bytes of the scratch area, as the reply of `.answered`.
+    private func reply(_ count: Int) -> UnsafeRawBufferPointer {
+        UnsafeRawBufferPointer(rebasing: scratch[..<count])
     }
 
     // MARK: Stateless answers
 
-    private func sendVersionNegotiation(_ versionCID: ngtcp2_version_cid, reply: (UnsafeRawBufferPointer) -> Void) -> Disposition {
-        // Room for the longest IDs RFC 8999 allows (255 bytes each) and the versions.
-        var buffer = [UInt8](repeating: 0, count: 600)
+    private func sendVersionNegotiation(_ versionCID: ngtcp2_version_cid) -> Disposition {
+        // The scratch area has room for the longest IDs RFC 8999 allows (255 bytes each) and the versions.
         let supported: [UInt32] = [NGTCP2_PROTO_VER_V1, NGTCP2_PROTO_VER_V2_DRAFT]
         var random: UInt8 = 0
         _ = gnutls_rnd(GNUTLS_RND_NONCE, &random, 1)
         // The reply swaps the IDs: its DCID is the client's SCID (RFC 9000 §17.2.1).
         let n = ngtcp2_pkt_write_version_negotiation(
-            &buffer, buffer.count, random, versionCID.scid, versionCID.scidlen, versionCID.dcid, versionCID.dcidlen,
-            supported, supported.count
+            scratch.baseAddress!.assumingMemoryBound(to: UInt8.self), Self.replySize, random,
+            versionCID.scid, versionCID.scidlen, versionCID.dcid, versionCID.dcidlen, supported, supported.count
         )
         guard n > 0 else { return .dropped("cannot write Version Negotiation") }
-        buffer.withUnsafeBytes { reply(UnsafeRawBufferPointer(rebasing: $0.prefix(n))) }
-        return .answered("version negotiation for 0x\(String(versionCID.version, radix: 16))")
+        return .answered("version negotiation for 0x\(String(versionCID.version, radix: 16))", reply: reply(n))
     }
 
-    private func sendStatelessReset(to dcid: QUICConnectionID, datagramSize: Int, reply: (UnsafeRawBufferPointer) -> Void) -> Disposition {
+    private func sendStatelessReset(to dcid: QUICConnectionID, datagramSize: Int) -> Disposition {
         // Only for IDs we issued, and always smaller than the trigger to prevent loops (RFC 9000 §10.3.3).
         let minimum = 1 + Int(NGTCP2_MIN_STATELESS_RESET_RANDLEN) + Int(NGTCP2_STATELESS_RESET_TOKENLEN)
         guard dcid.withUnsafeBytes({ idFactory.isIssuedHere($0) }) else {
@@ -355,46 +385,44 @@ package final class QUICEndpointCore {
         }
         guard datagramSize - 1 > minimum else { return .dropped("too small to answer with a stateless reset") }
         let size = min(datagramSize - 1, 43)
-        var random = [UInt8](repeating: 0, count: size - 1 - Int(NGTCP2_STATELESS_RESET_TOKENLEN))
-        _ = gnutls_rnd(GNUTLS_RND_NONCE, &random, random.count)
+        let packet = scratch.baseAddress!.assumingMemoryBound(to: UInt8.self)
+        let random = packet + Self.replySize
+        let randomCount = size - 1 - Int(NGTCP2_STATELESS_RESET_TOKENLEN)
+        _ = gnutls_rnd(GNUTLS_RND_NONCE, random, randomCount)
         let token = idFactory.statelessResetToken(for: dcid)
-        var buffer = [UInt8](repeating: 0, count: size)
-        let n = ngtcp2_pkt_write_stateless_reset(&buffer, buffer.count, token, random, random.count)
+        let n = ngtcp2_pkt_write_stateless_reset(packet, size, token, random, randomCount)
         guard n > 0 else { return .dropped("cannot write stateless reset") }
-        buffer.withUnsafeBytes { reply(UnsafeRawBufferPointer(rebasing: $0.prefix(n))) }
-        return .answered("stateless reset")
+        return .answered("stateless reset", reply: reply(n))
     }
 
-    private func sendRetry(_ header: ngtcp2_pkt_hd, path: QUICPath, now: UInt64, reply: (UnsafeRawBufferPointer) -> Void) -> Disposition {
+    private func sendRetry(_ header: ngtcp2_pkt_hd, path: QUICPath, now: UInt64) -> Disposition {
         var header = header
         var retrySCID = idFactory.makeConnectionID().ngtcp2
-        var token = [UInt8](repeating: 0, count: 256)
+        let packet = scratch.baseAddress!.assumingMemoryBound(to: UInt8.self)
+        let token = packet + Self.replySize
         let tokenLength = path.remote.withSockAddr { address, length in
             idFactory.secretBytes.withUnsafeBufferPointer { secret in
                 ngtcp2_crypto_generate_retry_token(
-                    &token, secret.baseAddress, secret.count, header.version, address, length, &retrySCID, &header.dcid, now
+                    token, secret.baseAddress, secret.count, header.version, address, length, &retrySCID, &header.dcid, now
                 )
             }
         }
         guard tokenLength > 0 else { return .dropped("cannot generate Retry token") }
-        var buffer = [UInt8](repeating: 0, count: 1200)
         let n = ngtcp2_crypto_write_retry(
-            &buffer, buffer.count, header.version, &header.scid, &retrySCID, &header.dcid, token, tokenLength
+            packet, Self.replySize, header.version, &header.scid, &retrySCID, &header.dcid, token, tokenLength
         )
         guard n > 0 else { return .dropped("cannot write Retry") }
-        buffer.withUnsafeBytes { reply(UnsafeRawBufferPointer(rebasing: $0.prefix(n))) }
-        return .answered("retry")
+        return .answered("retry", reply: reply(n))
     }
 
-    private func refuse(_ header: ngtcp2_pkt_hd, code: UInt64, why: String, reply: (UnsafeRawBufferPointer) -> Void) -> Disposition {
+    private func refuse(_ header: ngtcp2_pkt_hd, code: UInt64, why: String) -> Disposition {
         var header = header
-        var buffer = [UInt8](repeating: 0, count: 1200)
         // Initial keys come from the client's DCID, so it goes back as our SCID (RFC 9001 §5.2).
         let n = ngtcp2_crypto_write_connection_close(
-            &buffer, buffer.count, header.version, &header.scid, &header.dcid, code, nil, 0
+            scratch.baseAddress!.assumingMemoryBound(to: UInt8.self), Self.replySize, header.version,
+            &header.scid, &header.dcid, code, nil, 0
         )
-        if n > 0 { buffer.withUnsafeBytes { reply(UnsafeRawBufferPointer(rebasing: $0.prefix(n))) } }
         logger.info("refused a connection", metadata: ["why": "\(why)"])
-        return .answered(why)
+        return .answered(why, reply: reply(max(n, 0)))
     }
 }

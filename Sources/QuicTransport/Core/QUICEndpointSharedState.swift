@@ -9,7 +9,7 @@ import Synchronization
 /// - One 0-RTT anti-replay cache (RFC 8446 §8).
 /// - The connection count behind `maximumConnections`, the per-client counts behind
 ///   `maximumConnectionsPerAddress`, and the graceful-shutdown flag.
-/// - A count of datagrams one worker handed to another (`handOvers`): with the kernel's
+/// - A count of datagrams one worker handed to another (`forwardedDatagrams`): with the kernel's
 ///   steering program attached it stays at zero in steady state.
 package final class QUICEndpointSharedState: Sendable {
     /// How many workers serve the address; a worker byte at or above it names no worker.
@@ -18,9 +18,9 @@ package final class QUICEndpointSharedState: Sendable {
     let antiReplay: TLSAntiReplay?
     private let connections = Atomic<Int>(0)
     private let refusing = Atomic<Bool>(false)
-    private let handedOver = Atomic<Int>(0)
-    /// The first few datagrams handed over, described, for `handOverSamples`.
-    private let handOverDescriptions = Mutex<[String]>([])
+    private let forwarded = Atomic<Int>(0)
+    /// The first few datagrams forwarded, described, for `forwardedSamples`.
+    private let forwardedDescriptions = Mutex<[String]>([])
     /// Connections per client whose address is proven, for `maximumConnectionsPerAddress`.
     private let perClient = Mutex<[QUICClientAddress: Int]>([:])
 
@@ -75,16 +75,16 @@ package final class QUICEndpointSharedState: Sendable {
     }
 
     /// Datagrams a worker received for a connection of another worker and passed on.
-    package var handOvers: Int { handedOver.load(ordering: .relaxed) }
+    package var forwardedDatagrams: Int { forwarded.load(ordering: .relaxed) }
 
-    /// The first eight datagrams handed over, each as its header form, size, DCID, owner and the
+    /// The first eight datagrams forwarded, each as its header form, size, DCID, owner and the
     /// worker that received it: for finding out why the kernel delivered them elsewhere.
-    package var handOverSamples: [String] { handOverDescriptions.withLock { $0 } }
+    package var forwardedSamples: [String] { forwardedDescriptions.withLock { $0 } }
 
-    /// Counts a hand-over; the first eight are described by `describe`, run only for them.
-    func countHandOver(_ describe: () -> String) {
-        guard handedOver.add(1, ordering: .relaxed).newValue <= 8 else { return }
+    /// Counts a forwarded datagram; the first eight are described by `describe`, run only for them.
+    func countForwarded(_ describe: () -> String) {
+        guard forwarded.add(1, ordering: .relaxed).newValue <= 8 else { return }
         let description = describe()
-        handOverDescriptions.withLock { $0.append(description) }
+        forwardedDescriptions.withLock { $0.append(description) }
     }
 }

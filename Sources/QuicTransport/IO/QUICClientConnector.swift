@@ -183,7 +183,7 @@ package final class QUICClientConnector: @unchecked Sendable {
             }
             driver.receive(datagram, path: path, ecn: ecn)
         }
-        socket.onReadComplete = { driver.afterInput() }
+        socket.onReadComplete = { driver.runPass() }
         socket.onError = { error in
             if core.isHandshakeCompleted {
                 guard isViable, let code = (error as? IOError)?.errnoCode, Self.routeErrors.contains(code) else { return }
@@ -212,9 +212,9 @@ package final class QUICClientConnector: @unchecked Sendable {
         }
         driver.onFinished = { finished in
             for socket in finished.sockets { socket.detachAndClose() }
-            self.migration?.promise.fail(NWError.posix(.ENOTCONN))
+            self.migration?.promise.fail(QUICConnectorError.notConnected)
             self.migration = nil
-            self.didConfirmHandshake(failing: NWError.posix(.ENOTCONN))
+            self.didConfirmHandshake(failing: QUICConnectorError.notConnected)
             self.isConnecting = false
             self.onFinished?()
         }
@@ -227,7 +227,7 @@ package final class QUICClientConnector: @unchecked Sendable {
             }
         }
         onAttempt?(driver)
-        driver.afterInput()
+        driver.runPass()
     }
 
     /// The errors that say the route to the server is gone (for now): what the socket reports
@@ -245,9 +245,9 @@ package final class QUICClientConnector: @unchecked Sendable {
     package func migrate() -> EventLoopFuture<QUICPath> {
         eventLoop.assertInEventLoop()
         guard let driver, driver.core.closeReason == nil else {
-            return eventLoop.makeFailedFuture(NWError.posix(.ENOTCONN))
+            return eventLoop.makeFailedFuture(QUICConnectorError.notConnected)
         }
-        guard migration == nil else { return eventLoop.makeFailedFuture(NWError.posix(.EALREADY)) }
+        guard migration == nil else { return eventLoop.makeFailedFuture(QUICConnectorError.alreadyMigrating) }
         let promise = eventLoop.makePromise(of: QUICPath.self)
         whenHandshakeConfirmed().whenComplete { result in
             do {
@@ -266,7 +266,7 @@ package final class QUICClientConnector: @unchecked Sendable {
     private func startMigration(of driver: QUICConnectionDriver, to socket: QUICUDPSocket, promise: EventLoopPromise<QUICPath>) {
         guard self.driver === driver, migration == nil, driver.core.closeReason == nil else {
             socket.close()
-            promise.fail(NWError.posix(.ENOTCONN))
+            promise.fail(QUICConnectorError.notConnected)
             return
         }
         do {
@@ -278,11 +278,11 @@ package final class QUICClientConnector: @unchecked Sendable {
         }
         let path = QUICPath(local: socket.localAddress, remote: driver.core.path.remote)
         socket.onDatagram = { datagram, _, ecn in driver.receive(datagram, path: path, ecn: ecn) }
-        socket.onReadComplete = { driver.afterInput() }
+        socket.onReadComplete = { driver.runPass() }
         migration = (socket, promise)
         driver.addSocket(socket)
         logger.debug("migrating", metadata: ["from": "\(driver.core.path.local)", "to": "\(socket.localAddress)"])
-        driver.afterInput()
+        driver.runPass()
     }
 
     /// A path validation ended. Success on the new socket retires the old ones; failure (or a
@@ -323,12 +323,12 @@ package final class QUICClientConnector: @unchecked Sendable {
             .flatMap { updatesBefore in
                 let keepAlive = self.driver?.core.keepAliveMilliseconds ?? 0
                 self.driver?.core.setKeepAlive(milliseconds: 10)
-                self.driver?.afterInput()
+                self.driver?.runPass()
                 let completed = self.waitForKeyUpdate(after: updatesBefore, until: deadline)
                 completed.whenComplete { _ in
                     guard let driver = self.driver, driver.core.closeReason == nil else { return }
                     driver.core.setKeepAlive(milliseconds: keepAlive)
-                    driver.afterInput()
+                    driver.runPass()
                 }
                 return completed
             }
@@ -336,11 +336,11 @@ package final class QUICClientConnector: @unchecked Sendable {
 
     /// Starts the update; its result is the count of completed updates before it.
     private func tryKeyUpdate(until deadline: NIODeadline) -> EventLoopFuture<UInt64> {
-        guard let driver, driver.core.closeReason == nil else { return eventLoop.makeFailedFuture(NWError.posix(.ENOTCONN)) }
+        guard let driver, driver.core.closeReason == nil else { return eventLoop.makeFailedFuture(QUICConnectorError.notConnected) }
         do {
             let before = driver.core.counters.keyUpdates
             try driver.core.initiateKeyUpdate(now: QUICConnectionDriver.now())
-            driver.afterInput()
+            driver.runPass()
             return eventLoop.makeSucceededFuture(before)
         } catch {
             guard NIODeadline.now() < deadline else { return eventLoop.makeFailedFuture(error) }

@@ -22,12 +22,13 @@ package final class QUICConnectionDriver: @unchecked Sendable {
     /// A pass is queued on the loop (`schedulePass`), so another request for one is redundant.
     @exclusivity(unchecked) private var passScheduled = false
     @exclusivity(unchecked) private var finished = false
-    /// The server endpoint has queued this driver for a pass after its read (`touch`).
-    @exclusivity(unchecked) var isTouched = false
+    /// The server endpoint has queued this driver for a pass after its read (`queueAfterRead`).
+    @exclusivity(unchecked) var isQueuedAfterRead = false
     /// Receives the core's events after every input; set by the API layer.
     @exclusivity(unchecked) package var eventHandler: (([QUICConnectionEvent]) -> Void)?
-    /// Pulls events out of the core; the server's endpoint wraps this to keep its routing table current.
-    @exclusivity(unchecked) var takeEvents: (QUICConnectionCore) -> [QUICConnectionEvent] = { $0.takeEvents() }
+    /// The server endpoint that created the core, if any: every event taken from the core goes
+    /// to it too, so that it keeps its routes and limits in step (`QUICEndpointCore.handle`).
+    @exclusivity(unchecked) var endpoint: QUICEndpointCore?
     /// Runs once the core reaches `.closed` and may be freed; the driver drops its hooks first.
     @exclusivity(unchecked) package var onFinished: ((QUICConnectionDriver) -> Void)?
     /// Runs for an application codec's own events, in every pass in which the codec asks for
@@ -46,7 +47,7 @@ package final class QUICConnectionDriver: @unchecked Sendable {
         // The pass runs the core's timeout: every pass runs any that is due.
         timer = eventLoop.makeAlarm {
             self.timerDeadline = .max
-            self.afterInput()
+            self.runPass()
         }
     }
 
@@ -59,7 +60,8 @@ package final class QUICConnectionDriver: @unchecked Sendable {
         core.receive(datagram: datagram, path: path, ecn: ecn, now: Self.now())
     }
 
-    /// After any input: report events, write what is ready, re-arm the timer.
+    /// One pass, after input, a timer or a command: runs a due timeout, reports events, writes
+    /// what is ready, re-arms the timer.
     ///
     /// The events go first, so that what the application answers (an HTTP/3 response to the
     /// requests just read) leaves in the same packets as ngtcp2's ACK and flow-control frames.
@@ -68,7 +70,7 @@ package final class QUICConnectionDriver: @unchecked Sendable {
     ///
     /// Re-entrant calls (an event handler opening a stream, say) only ask the running pass to
     /// go round once more, so handlers never see events out of order.
-    package func afterInput() {
+    package func runPass() {
         eventLoop.assertInEventLoop()
         if servicing {
             serviceAgain = true
@@ -81,34 +83,34 @@ package final class QUICConnectionDriver: @unchecked Sendable {
         // otherwise keep pushing it on.
         core.handleTimeout(now: Self.now())
         // What the input raised first; whatever the application queues now goes out below.
-        _ = handOverEvents()
+        _ = deliverEvents()
         repeat {
             serviceAgain = false
             flush()
-            if handOverEvents() { serviceAgain = true }
+            if deliverEvents() { serviceAgain = true }
         } while serviceAgain
         servicing = false
         rearmTimer()
         checkFinished()
     }
 
-    /// Hands the core's events to the handler, then runs the codec's pass. True when either
+    /// Delivers the core's events to the endpoint and the handler, then runs the codec's pass. True when either
     /// had anything: handlers may have queued data or consumed some (which sends
     /// MAX_STREAM_DATA), so the pass writes again.
-    private func handOverEvents() -> Bool {
-        // Most passes record no connection event (a request or an ACK raises none): the hook,
-        // a closure call with its context retained and released, then has nothing to take.
-        let handsOver = core.hasEvents
-        if handsOver {
-            // Taken even without a handler: the endpoint's `takeEvents` keeps its routes in step.
-            let events = takeEvents(core)
+    private func deliverEvents() -> Bool {
+        // Most passes record no connection event (a request or an ACK raises none).
+        let hadEvents = core.hasEvents
+        if hadEvents {
+            // Taken even without a handler: the endpoint keeps its routes in step with them.
+            let events = core.takeEvents()
+            endpoint?.handle(events, of: core)
             eventHandler?(events)
         }
         // Asked first: most passes after a write find the codec with nothing new, and the
         // hook is a closure call with its context counted.
         var queued = false
         if core.applicationNeedsPass, let afterPass { queued = afterPass() }
-        return handsOver || queued
+        return hadEvents || queued
     }
 
     @exclusivity(unchecked) private var servicing = false
@@ -133,19 +135,19 @@ package final class QUICConnectionDriver: @unchecked Sendable {
         passScheduled = true
         eventLoop.execute {
             self.passScheduled = false
-            self.afterInput()
+            self.runPass()
         }
     }
 
-    /// Runs `body` against the core on the loop, then services it as after any input.
+    /// Runs `body` against the core on the loop, then runs a pass.
     package func perform(_ body: @escaping @Sendable (QUICConnectionCore) -> Void) {
         if eventLoop.inEventLoop {
             body(core)
-            afterInput()
+            runPass()
         } else {
             eventLoop.execute {
                 body(self.core)
-                self.afterInput()
+                self.runPass()
             }
         }
     }

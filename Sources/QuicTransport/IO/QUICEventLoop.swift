@@ -1,4 +1,4 @@
-import CQuicShims
+import CQuicLinux
 import Dispatch
 #if canImport(Glibc)
 import Glibc

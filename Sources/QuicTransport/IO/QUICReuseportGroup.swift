@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
+import CQuicLinux
 import CQuicShims
 import NIOCore
 

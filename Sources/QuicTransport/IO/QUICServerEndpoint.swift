@@ -1,4 +1,4 @@
-import CQuicShims
+import CQuicLinux
 import Logging
 import NIOCore
 
@@ -18,22 +18,31 @@ package final class QUICServerEndpoint {
     /// clients may move once their handshake is confirmed.
     let preferredSocket: QUICUDPSocket?
     package let core: QUICEndpointCore
-    @exclusivity(unchecked) private var drivers: [ObjectIdentifier: QUICConnectionDriver] = [:]
-    /// The drivers to serve after this read, in `touched[..<touchedCount]`. Each holds one
-    /// reference, taken in `touch` and given up once the driver is served: that keeps a driver
-    /// alive through its pass even if its connection ends in it, and the pass itself is called
-    /// without counting again. Entries past the count are stale plain pointers, so the list
-    /// empties by resetting the count: `removeAll` cost a generic call on every read.
-    @exclusivity(unchecked) private var touched: [Unmanaged<QUICConnectionDriver>] = []
-    @exclusivity(unchecked) private var touchedCount = 0
+    /// Each connection's driver, at the index of its `QUICConnectionHandle`.
+    ///
+    /// The endpoint core names the connection of each datagram by its handle, so the driver to
+    /// serve is one array access away, and the core holds nothing that points back up here. A
+    /// dictionary keyed by the core would hash once per datagram; a reference from the core to
+    /// its driver would make the core depend on what runs it.
+    @exclusivity(unchecked) private var drivers: [QUICConnectionDriver?] = []
+    @exclusivity(unchecked) package private(set) var connectionCount = 0
+    /// The drivers to run a pass for after this read, in `queuedAfterRead[..<queuedAfterReadCount]`.
+    /// Each holds one reference, taken in `queueAfterRead` and given up once its pass has run:
+    /// that keeps a driver alive through its pass even if its connection ends in it, and the pass
+    /// itself is called without counting again. Entries past the count are stale plain
+    /// pointers, so the list empties by resetting the count: `removeAll` cost a generic call on
+    /// every read.
+    @exclusivity(unchecked) private var queuedAfterRead: [Unmanaged<QUICConnectionDriver>] = []
+    @exclusivity(unchecked) private var queuedAfterReadCount = 0
     private let logger: Logger
     /// Called for each connection the endpoint accepts, before its first events.
     package var onNewConnection: ((QUICConnectionDriver) -> Void)?
     /// Datagrams this worker read from its sockets, and connections it accepted, since it began.
     @exclusivity(unchecked) private(set) var datagramsReceived = 0
     @exclusivity(unchecked) private(set) var connectionsAccepted = 0
-    /// Passes a datagram for another worker's connection to that worker; set by the group.
-    var handOver: ((_ worker: Int, _ datagram: ByteBuffer, _ path: QUICPath, _ ecn: UInt32) -> Void)?
+    /// Every worker of the address, this one included, indexed by worker number: where a
+    /// datagram for another worker's connection is forwarded. Set by the group.
+    var peers: [QUICServerWorkerGroup.Worker] = []
 
     private var listeningSockets: [QUICUDPSocket] { sockets + (preferredSocket.map { [$0] } ?? []) }
     /// The worker's event loop, which all its sockets share.
@@ -62,11 +71,9 @@ package final class QUICServerEndpoint {
         // The sockets keep the endpoint alive until `close()` breaks the cycle.
         for listening in listeningSockets {
             listening.onDatagram = { datagram, remote, ecn in self.receive(datagram, from: remote, ecn: ecn, on: listening) }
-            listening.onReadComplete = { self.serviceTouched() }
+            listening.onReadComplete = { self.runQueuedPasses() }
         }
     }
-
-    package var connectionCount: Int { drivers.count }
 
     /// Closes the socket once every connection has ended, or after `timeout` at the latest
     /// (connections still open then are closed). The group has already set the shared flag that
@@ -76,7 +83,7 @@ package final class QUICServerEndpoint {
         let closed = loop.makePromise(of: Void.self)
         let deadline = NIODeadline.now() + timeout
         func check() {
-            if drivers.isEmpty || NIODeadline.now() >= deadline {
+            if connectionCount == 0 || NIODeadline.now() >= deadline {
                 close()
                 // Let the last CONNECTION_CLOSE packets leave before reporting.
                 eventLoop.scheduleTask(in: .milliseconds(20)) { closed.succeed() }
@@ -90,13 +97,13 @@ package final class QUICServerEndpoint {
 
     /// Closes every connection with NO_ERROR (RFC 9000 §10.2), then the socket.
     package func close() {
-        for driver in drivers.values {
+        for case let driver? in drivers {
             driver.core.close(applicationErrorCode: 0, reason: "server shutting down", now: QUICConnectionDriver.now())
-            driver.afterInput()
+            driver.runPass()
         }
         for listening in listeningSockets { listening.detachAndClose() }
-        // The group's hand-over closure holds every worker of the address, this one included.
-        handOver = nil
+        // The peers are every worker of the address, this one included.
+        peers = []
         onNewConnection = nil
     }
 
@@ -137,54 +144,59 @@ package final class QUICServerEndpoint {
 
     private func receive(_ datagram: UnsafeRawBufferPointer, from remote: QUICSocketAddress, ecn: UInt32, on listening: QUICUDPSocket) {
         datagramsReceived += 1
-        receive(datagram, path: QUICPath(local: listening.localAddress, remote: remote), ecn: ecn, on: listening, mayHandOver: true)
+        receive(datagram, path: QUICPath(local: listening.localAddress, remote: remote), ecn: ecn, on: listening, mayForward: true)
     }
 
     /// Takes a datagram that another worker received for one of this worker's connections.
-    func receiveHandedOver(_ datagram: ByteBuffer, path: QUICPath, ecn: UInt32) {
+    func receiveForwarded(_ datagram: ByteBuffer, path: QUICPath, ecn: UInt32) {
         let listening = listeningSockets.first { $0.localAddress == path.local } ?? sockets[0]
-        datagram.withUnsafeReadableBytes { receive($0, path: path, ecn: ecn, on: listening, mayHandOver: false) }
-        serviceTouched()  // Each touched driver's pass flushes its sockets.
+        datagram.withUnsafeReadableBytes { receive($0, path: path, ecn: ecn, on: listening, mayForward: false) }
+        runQueuedPasses()  // Each queued driver's pass flushes its sockets.
     }
 
-    private func receive(_ datagram: UnsafeRawBufferPointer, path: QUICPath, ecn: UInt32, on listening: QUICUDPSocket, mayHandOver: Bool) {
-        // Unretained, as the caller holds the socket for the call: captured strongly, the
-        // socket was retained and released several times per datagram.
-        let replySocket = Unmanaged.passUnretained(listening)
-        let disposition = core.receive(datagram: datagram, path: path, ecn: ecn, now: QUICConnectionDriver.now(), mayHandOver: mayHandOver) { reply in
-            replySocket._withUnsafeGuaranteedRef { $0.sendNow(reply, to: path.remote) }
-        }
+    /// Acts on what the endpoint core made of a datagram: queues its connection's pass, starts
+    /// a driver for a new connection, sends a stateless reply, or forwards it to its worker.
+    private func receive(_ datagram: UnsafeRawBufferPointer, path: QUICPath, ecn: UInt32, on listening: QUICUDPSocket, mayForward: Bool) {
+        let disposition = core.receive(datagram: datagram, path: path, ecn: ecn, now: QUICConnectionDriver.now(), mayForward: mayForward)
         switch consume disposition {
-        case .delivered(let connection, let isNew):
+        case .delivered(let connection, let handle, let isNew):
             guard isNew else {
-                // Only this endpoint sets a server core's owner, always to a driver.
-                guard let owner = connection.owner else { return }
-                Unmanaged<QUICConnectionDriver>.fromOpaque(owner.toOpaque())._withUnsafeGuaranteedRef { touch($0) }
+                // Every connection the core routes to was created by it and given a driver here.
+                guard handle.index < drivers.count, let driver = drivers[handle.index] else { return }
+                queueAfterRead(driver)
                 return
             }
             let driver = QUICConnectionDriver(core: connection, socket: listening, eventLoop: loop)
             if let preferredSocket, preferredSocket !== listening { driver.addSocket(preferredSocket) }
-            // The endpoint's core, held strongly: it holds cores, not drivers, so no cycle,
-            // and a pass then loads no weak reference (12 per connection).
-            driver.takeEvents = { [core] in core.takeEvents(of: $0) }
+            // The endpoint's core, held strongly: it holds cores, not drivers, so no cycle.
+            driver.endpoint = core
             // Holds the endpoint until the connection is over, when the driver drops it.
             driver.onFinished = { [self] finished in
-                finished.core.owner = nil
                 core.remove(finished.core)
-                drivers[ObjectIdentifier(finished.core)] = nil
+                drivers[handle.index] = nil
+                connectionCount -= 1
                 lastConnectionChange = NIODeadline.now()
                 scheduleMemoryTrim()
             }
-            drivers[ObjectIdentifier(connection)] = driver
-            connection.owner = Unmanaged.passUnretained(driver)
+            if handle.index < drivers.count {
+                drivers[handle.index] = driver
+            } else {
+                drivers.append(contentsOf: repeatElement(nil, count: handle.index - drivers.count))
+                drivers.append(driver)
+            }
+            connectionCount += 1
             connectionsAccepted += 1
             lastConnectionChange = NIODeadline.now()
             onNewConnection?(driver)
-            touch(driver)
-        case .handOver(let worker):
+            queueAfterRead(driver)
+        case .forward(let worker):
             // The read area is reused after this call: the other worker gets a copy.
-            handOver?(worker, ByteBuffer(bytes: datagram), path, ecn)
-        case .answered(let what):
+            guard worker < peers.count else { return }
+            let peer = peers[worker]
+            let copy = ByteBuffer(bytes: datagram)
+            peer.eventLoop.execute { peer.endpoint.value.receiveForwarded(copy, path: path, ecn: ecn) }
+        case .answered(let what, let reply):
+            if reply.count > 0 { listening.send(reply, to: path.remote) }
             logger.debug("answered statelessly", metadata: ["what": "\(what)", "peer": "\(path.remote)"])
         case .dropped(let why):
             logger.trace("dropped datagram", metadata: ["why": "\(why)", "peer": "\(path.remote)"])
@@ -193,30 +205,31 @@ package final class QUICServerEndpoint {
 
     /// Queues a driver for one pass after this read, however many of the read's datagrams are
     /// its connection's.
-    private func touch(_ driver: QUICConnectionDriver) {
-        guard !driver.isTouched else { return }
-        driver.isTouched = true
-        if touchedCount < touched.count {
-            touched[touchedCount] = .passRetained(driver)
+    private func queueAfterRead(_ driver: QUICConnectionDriver) {
+        guard !driver.isQueuedAfterRead else { return }
+        driver.isQueuedAfterRead = true
+        if queuedAfterReadCount < queuedAfterRead.count {
+            queuedAfterRead[queuedAfterReadCount] = .passRetained(driver)
         } else {
-            touched.append(.passRetained(driver))
+            queuedAfterRead.append(.passRetained(driver))
         }
-        touchedCount += 1
+        queuedAfterReadCount += 1
     }
 
-    private func serviceTouched() {
+    /// Runs the pass of every driver queued since the last call.
+    private func runQueuedPasses() {
         // By index, so the array keeps its capacity (a copy taken to loop over would make
-        // clearing it allocate anew every pass); a driver touched meanwhile is served too,
-        // even one served already.
+        // clearing it allocate anew every pass); a driver queued meanwhile gets its pass too,
+        // even one whose pass ran already.
         var index = 0
-        while index < touchedCount {
-            touched[index]._withUnsafeGuaranteedRef { driver in
-                driver.isTouched = false
-                driver.afterInput()
+        while index < queuedAfterReadCount {
+            queuedAfterRead[index]._withUnsafeGuaranteedRef { driver in
+                driver.isQueuedAfterRead = false
+                driver.runPass()
             }
             index += 1
         }
-        for index in 0..<touchedCount { touched[index].release() }
-        touchedCount = 0
+        for index in 0..<queuedAfterReadCount { queuedAfterRead[index].release() }
+        queuedAfterReadCount = 0
     }
 }

@@ -12,7 +12,8 @@ import NIOCore
 /// With more than one worker the sockets form a `SO_REUSEPORT` group and the kernel steers
 /// each packet to the worker that owns its connection (`QUICReuseportGroup`). A packet that
 /// still reaches the wrong worker (the program could not be attached, or the group changed) is
-/// handed to its owner's event loop, as Envoy, HAProxy and h2o do; `handOvers` counts those.
+/// forwarded to its owner's event loop, as Envoy, HAProxy and h2o do; `forwardedDatagrams`
+/// counts those.
 /// A client's first Initials carry its own DCID and go by the kernel's 4-tuple hash; the worker
 /// that takes the first one owns the connection for its lifetime. One worker binds a plain
 /// socket.
@@ -24,7 +25,7 @@ package final class QUICServerWorkerGroup: Sendable {
     }
 
     let workers: [Worker]
-    /// What the workers share: limits, keys, the hand-over count.
+    /// What the workers share: limits, keys, the count of forwarded datagrams.
     package let shared: QUICEndpointSharedState
     /// The bound port, the same for every worker and every address.
     package let port: UInt16
@@ -32,7 +33,7 @@ package final class QUICServerWorkerGroup: Sendable {
     package let localAddresses: [QUICSocketAddress]
     /// The address advertised as `preferred_address`, when there is one.
     package let preferredAddress: QUICSocketAddress?
-    /// Whether the kernel steers packets by connection ID; without it only hand-overs do.
+    /// Whether the kernel steers packets by connection ID; without it only forwarding does.
     package let isSteeredByKernel: Bool
 
     private init(
@@ -45,14 +46,8 @@ package final class QUICServerWorkerGroup: Sendable {
         self.localAddresses = localAddresses
         self.preferredAddress = preferredAddress
         self.isSteeredByKernel = isSteeredByKernel
-        let loops = workers.map(\.eventLoop)
-        let endpoints = workers.map(\.endpoint)
-        for (loop, endpoint) in zip(loops, endpoints) {
-            loop.execute {
-                endpoint.value.handOver = { target, datagram, path, ecn in
-                    loops[target].execute { endpoints[target].value.receiveHandedOver(datagram, path: path, ecn: ecn) }
-                }
-            }
+        for worker in workers {
+            worker.eventLoop.execute { worker.endpoint.value.peers = workers }
         }
     }
 
@@ -64,7 +59,7 @@ package final class QUICServerWorkerGroup: Sendable {
     ///
     /// `host` may name several addresses (`QUICHostResolver.listeningAddresses`): each worker then has a socket
     /// at each, all on one port, and every address is a reuseport group of its own.
-    /// `kernelSteering: false` leaves the steering program out, so only hand-overs steer (for
+    /// `kernelSteering: false` leaves the steering program out, so only forwarding steers (for
     /// tests, and for kernels that refuse the program).
     package static func bind(
         host: String,
@@ -93,7 +88,7 @@ package final class QUICServerWorkerGroup: Sendable {
                 do {
                     try QUICReuseportGroup.attach(program, to: descriptors[0])
                 } catch {
-                    logger.warning("the kernel refused the steering program; workers hand packets over instead", metadata: ["error": "\(error)"])
+                    logger.warning("the kernel refused the steering program; workers forward packets instead", metadata: ["error": "\(error)"])
                     steered = false
                 }
             }
@@ -217,11 +212,11 @@ package final class QUICServerWorkerGroup: Sendable {
         preconditionFailure("the last attempt returns or throws")
     }
 
-    /// Datagrams handed from one worker to another so far.
-    package var handOvers: Int { shared.handOvers }
+    /// Datagrams forwarded from one worker to another so far.
+    package var forwardedDatagrams: Int { shared.forwardedDatagrams }
 
-    /// The first datagrams handed over, described (`QUICEndpointSharedState.handOverSamples`).
-    package var handOverSamples: [String] { shared.handOverSamples }
+    /// The first datagrams forwarded, described (`QUICEndpointSharedState.forwardedSamples`).
+    package var forwardedSamples: [String] { shared.forwardedSamples }
 
     /// Connections of every worker, handshakes and closing or draining periods included.
     package func connectionCount() async -> Int {
@@ -265,7 +260,7 @@ package final class QUICServerWorkerGroup: Sendable {
 
 /// One worker's counters since it began.
 public struct QUICServerWorkerStatistics: Sendable, Equatable {
-    /// Datagrams read from the worker's own sockets (hand-overs from other workers not included).
+    /// Datagrams read from the worker's own sockets (datagrams forwarded by other workers not included).
     public var datagramsReceived: Int
     /// Connections whose first Initial this worker took.
     public var connectionsAccepted: Int

@@ -1,3 +1,4 @@
+import CQuicLinux
 import CQuicShims
 #if canImport(Glibc)
 import Glibc
@@ -241,18 +242,18 @@ package final class QUICUDPSocket: QUICEventLoopSource {
     package func send(_ bytes: UnsafeRawBufferPointer, segmentSize: Int, to remote: QUICSocketAddress, ecn: UInt32) {
         guard !isClosed else { return }
         guard backlog.isEmpty else {
-            keep(bytes, segmentSize: segmentSize, to: remote, ecn: ecn)
+            appendToBacklog(bytes, segmentSize: segmentSize, to: remote, ecn: ecn)
             return
         }
         let done = transmit(bytes, segmentSize: segmentSize, to: remote, ecn: ecn)
         if done < bytes.count {
-            keep(UnsafeRawBufferPointer(rebasing: bytes[done...]), segmentSize: segmentSize, to: remote, ecn: ecn)
+            appendToBacklog(UnsafeRawBufferPointer(rebasing: bytes[done...]), segmentSize: segmentSize, to: remote, ecn: ecn)
             loop.setWritable(descriptor, interested: true)
         }
     }
 
     /// Sends one stateless packet (Version Negotiation, Retry, reset).
-    func sendNow(_ bytes: UnsafeRawBufferPointer, to remote: QUICSocketAddress) {
+    func send(_ bytes: UnsafeRawBufferPointer, to remote: QUICSocketAddress) {
         send(bytes, segmentSize: bytes.count, to: remote, ecn: 0)
     }
 
@@ -271,7 +272,7 @@ package final class QUICUDPSocket: QUICEventLoopSource {
     }
 
     /// Copies a batch into the backlog, or drops it when the backlog is full.
-    private func keep(_ bytes: UnsafeRawBufferPointer, segmentSize: Int, to remote: QUICSocketAddress, ecn: UInt32) {
+    private func appendToBacklog(_ bytes: UnsafeRawBufferPointer, segmentSize: Int, to remote: QUICSocketAddress, ecn: UInt32) {
         guard backlogBytes + bytes.count <= Self.backlogLimit else {
             sendErrors += 1
             logger.debug("UDP send buffer and backlog full; batch dropped", metadata: ["bytes": "\(bytes.count)"])

@@ -3,6 +3,7 @@ import FoundationEssentials
 #else
 import Foundation
 #endif
+import CQuicLinux
 import CQuicShims
 import Glibc
 import Logging

@@ -6,7 +6,7 @@ import Foundation
 #if canImport(Glibc)
 import Glibc
 #endif
-import CQuicShims
+import CQuicLinux
 import HTTPTypes
 import NIOConcurrencyHelpers
 import NIOCore
