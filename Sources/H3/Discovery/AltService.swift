@@ -1,3 +1,5 @@
+import QuicTransport
+
 /// One alternative service from an `Alt-Svc` field (RFC 7838 §3): where else, and by which
 /// protocol, the same origin can be reached.
 public struct AltService: Hashable, Sendable, CustomStringConvertible {
