@@ -298,9 +298,9 @@ class Bench:
         return [self.py, os.path.join(AIOQUIC, "h3_requests.py"), self.url(server, "1k.bin", "127.0.0.1"),
                 "--cacert", self.cert, "--requests", str(count), "--in-flight", str(in_flight)]
 
-    def aioquic_churn(self, server: Server, count: int) -> list[str]:
+    def aioquic_churn(self, server: Server, count: int, timeout: float = 10) -> list[str]:
         return [self.py, os.path.join(AIOQUIC, "h3_churn.py"), self.url(server, "1k.bin", "127.0.0.1"),
-                "--cacert", self.cert, "--connections", str(count)]
+                "--cacert", self.cert, "--connections", str(count), "--timeout", str(timeout)]
 
     def h3load(self, server: Server, requests: int, clients: int, streams: int) -> list[str]:
         return [os.path.join(self.bin, "h3load"), "-n", str(requests), "-c", str(clients), "-m", str(streams),
@@ -528,7 +528,7 @@ class Bench:
             run(self.aioquic_requests(server, 50), timeout=300)
             per_request = self.count_instructions(server, out, self.aioquic_requests(server, requests)) / requests
             per_sequential = self.count_instructions(server, out, self.aioquic_requests(server, sequential, in_flight=1)) / sequential
-            per_handshake = self.count_instructions(server, out, self.aioquic_churn(server, handshakes)) / handshakes
+            per_handshake = self.count_instructions(server, out, self.aioquic_churn(server, handshakes, timeout=120)) / handshakes
             bulk = os.path.join(self.dl, "bulk.bin")
             per_kib = self.count_instructions(server, out, self.h3get_bulk_command(server, bulk)) / (self.bulk_bytes >> 10)
             self.check_size(bulk)
