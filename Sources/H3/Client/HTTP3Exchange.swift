@@ -15,7 +15,7 @@ import Synchronization
 ///
 /// The body is handed over here rather than through an `AsyncThrowingStream`: the stream's
 /// generic storage, instantiated at run time for every request, looked up its type metadata
-/// on every operation, about a tenth of a small request's instructions on the client.
+/// on every operation, a large part of a small request's cost on the client.
 final class HTTP3Exchange: Sendable {
     /// How the body ended, as the reader sees it.
     private enum BodyEnd {

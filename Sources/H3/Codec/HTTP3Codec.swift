@@ -10,8 +10,8 @@ import CQuicShims
 /// Request and response bodies given to it are kept until the peer acknowledges them, because
 /// nghttp3, like ngtcp2, sends straight from the application's memory.
 ///
-/// Its state is `@exclusivity(unchecked)`: Swift's run-time check costs about 5% of a small
-/// request's instructions here, and it guards nothing. The codec lives on one loop, and no
+/// Its state is `@exclusivity(unchecked)`: Swift's run-time check is a visible part of a small
+/// request's cost here, and it guards nothing. The codec lives on one loop, and no
 /// access to a property spans a call that can reach another: nghttp3 calls back only from
 /// inside `nghttp3_conn_*` calls, and none is made while a property is being modified.
 package final class HTTP3Codec: QUICApplicationCodec {

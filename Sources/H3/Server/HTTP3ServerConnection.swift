@@ -151,8 +151,7 @@ final class HTTP3ServerConnection: @unchecked Sendable {
 
     /// Runs in every pass of the driver, usually twice, and mostly finds nothing: the events
     /// are handled out of line, so a pass without any pays no more than these checks. Inlined,
-    /// the handling made every call set up room for a request body's stream and continuation,
-    /// about 240 instructions.
+    /// the handling made every call set up room for a request body's stream and continuation.
     private func drainCodec() -> Bool {
         withAttachedCodec { codec in
             if requestHeaderTimeout != nil, requestHeaderTimer == nil, codec.oldestAwaitingRequestHead != nil {

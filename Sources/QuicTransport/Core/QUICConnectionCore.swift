@@ -444,7 +444,7 @@ package final class QUICConnectionCore {
     /// `pacingOverhead` at once anyway, so a deadline nearer than that to the last pass is put
     /// off to it: it then joins the pass of the next datagram to arrive instead of waking the
     /// loop on its own for nothing, as libev's millisecond timeouts make ngtcp2's example server
-    /// do (under aioquic's requests, 8% of h3serve's wake-ups had been such). Any other timer is
+    /// do (under aioquic's requests, many of h3serve's wake-ups had been such). Any other timer is
     /// late by at most that millisecond.
     package var nextDeadline: UInt64 {
         switch state {

@@ -489,7 +489,7 @@ private final class LoopTimer: @unchecked Sendable {
 ///
 /// The keys sit in the heap's own entries, so a sift compares contiguous memory instead of
 /// reading a timer object per comparison: with a timer for each of a thousand connections,
-/// those reads were cache misses that made sifting 1% of a server's time under churn. Entries
+/// those reads were cache misses that made sifting show in a server's profile under churn. Entries
 /// move into a hole rather than by swaps, so each moved timer's index is written once.
 ///
 /// The heap holds one reference to each timer in it, taken when the timer goes in and given up
