@@ -60,11 +60,6 @@ public struct ServerTrustOptions: ParsableArguments, Sendable {
         }
     }
 
-    /// The verification the flags ask for; the system trust store when none is given.
-    public func certificateVerification() throws(ServerTrustError) -> CertificateVerification {
-        try certificate.certificateVerification()
-    }
-
     /// Where to send packets instead of the URL's host and port (`--connect-to` wins over `--resolve`).
     public var connectTarget: (host: String, port: UInt16)? {
         if let connectTo {

@@ -220,7 +220,7 @@ struct H3Get: AsyncParsableCommand {
             configuration.httpsRecordResolver = HTTPSRecordResolver(server: server)
         }
         if let qlogDirectory { configuration.http3.qlogDirectory = qlogDirectory }
-        do { configuration.certificateVerification = try trust.certificateVerification() } catch { throw die("\(error)", .tlsError) }
+        do { configuration.certificateVerification = try trust.certificate.certificateVerification() } catch { throw die("\(error)", .tlsError) }
         configuration.connectTo = trust.connectTarget
         let body = try loadBody()
         let client = HTTPSession(configuration: configuration)

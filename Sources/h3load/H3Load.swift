@@ -97,7 +97,7 @@ struct H3Load: AsyncParsableCommand {
         logToStandardError(level: verbose ? .info : .critical)
         var configuration = HTTP3Client.Configuration()
         do {
-            configuration.certificateVerification = try trust.certificateVerification()
+            configuration.certificateVerification = try trust.certificate.certificateVerification()
         } catch {
             throw ValidationError("\(error)")
         }

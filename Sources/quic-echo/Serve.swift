@@ -49,7 +49,7 @@ struct Serve: AsyncParsableCommand {
         options.loadBalancer = try loadBalancer.configuration()
         options.disablesActiveMigration = loadBalancer.disablesActiveMigration
         let parameters = NWParameters(quic: options)
-        let port = NWEndpoint.Port(rawValue: listen.port)!
+        let port = NWEndpoint.Port(integerLiteral: listen.port)
         parameters.requiredLocalEndpoint = .hostPort(host: .init(listen.host), port: port)
 
         let listener: NWListener
