@@ -45,18 +45,27 @@ struct EarlyDataTests {
 
     /// The server's trace of a connection: both sides name theirs after the original destination
     /// connection ID (`<odcid>_server.sqlog`).
-    static func serverTrace(in directory: String, of fetch: Fetch) throws -> [QLogEvent] {
-        try QLogEvent.read(directory + "/" + fetch.odcid + "_server.sqlog")
+    static func serverTracePath(in directory: String, of fetch: Fetch) -> String {
+        directory + "/" + fetch.odcid + "_server.sqlog"
     }
 
-    /// Waits until h3serve has logged the expected number of `GET path` lines, then checks that
-    /// no path was served more often: a replayed or re-submitted request would log twice.
-    static func expectRequestsServed(by server: ChildProcess, _ expected: [String: Int]) async throws {
+    static func serverTrace(in directory: String, of fetch: Fetch) throws -> [QLogEvent] {
+        try QLogEvent.read(serverTracePath(in: directory, of: fetch))
+    }
+
+    /// Waits until h3serve has logged the expected number of `GET path` lines and has closed the
+    /// connection whose server trace is `trace`, then checks that no path was served more often:
+    /// a replayed or re-submitted request would log twice, and once the server has handled the
+    /// client's CONNECTION_CLOSE, nothing the client sent before it is still on its way.
+    static func expectRequestsServed(by server: ChildProcess, closing trace: String, _ expected: [String: Int]) async throws {
         func served(_ path: String) -> Int {
             server.standardError.split(separator: "\n").filter { $0.contains("\"GET \(path) HTTP/3\" 200 ") }.count
         }
         _ = await eventually(within: 10) { !expected.contains { served($0.key) < $0.value } }
-        try await Task.sleep(for: .milliseconds(200))  // A duplicate, if any, has time to show.
+        let closed = await eventually(within: 10) {
+            (try? QLogEvent.read(trace))?.contains { $0.name == "connectivity:connection_closed" } == true
+        }
+        #expect(closed, "h3serve's trace \(trace) never recorded the connection's close")
         for (path, count) in expected {
             #expect(served(path) == count, "h3serve served \(path) \(served(path)) times, not \(count): \(server.standardError)")
         }
@@ -91,7 +100,9 @@ struct EarlyDataTests {
         // ngtcp2 may send accepted 0-RTT data again in 1-RTT (declared lost, or the early keys
         // dropped before the ACK came), and the server discards the copy by offset. What must hold
         // is that the server ran each request exactly once, whichever packets carried it.
-        try await Self.expectRequestsServed(by: server.process, ["/a.bin": 2, "/b.bin": 1])
+        try await Self.expectRequestsServed(
+            by: server.process, closing: Self.serverTracePath(in: serverQLog, of: second), ["/a.bin": 2, "/b.bin": 1]
+        )
         if serverAccepts {
             let serverTrace = try Self.serverTrace(in: serverQLog, of: second)
             let read = Self.streams(in: serverTrace, packetType: "0RTT", event: "transport:packet_received")

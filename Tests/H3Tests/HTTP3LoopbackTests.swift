@@ -726,9 +726,10 @@ struct HTTP3LoopbackTests {
         let response = try await client.execute(request)
         var iterator = response.body.makeAsyncIterator()
         var received = try await iterator.next()?.count ?? 0
-        try await Task.sleep(for: .milliseconds(500))
-        // Unread data keeps the stream window shut, so the producer stalls far short of 64 MB:
-        // at most the flow-control window plus the server's send buffer.
+        // While the reader waits, the producer fills the stream window and the server's send
+        // buffer, and no more: `HTTP3BackpressureTests` proves the bound on the virtual clock.
+        let filled = await eventually { produced.total >= 4 << 20 }
+        #expect(filled, "the producer stopped at \(produced.total) bytes, short of the stream window")
         #expect(produced.total < 24 << 20, "produced \(produced.total) bytes for a reader that took \(received)")
         while let next = try await iterator.next() { received += next.count }
         #expect(received == total)
@@ -915,7 +916,9 @@ struct HTTP3LoopbackTests {
         let (server, port, identity) = try await Self.startServer { request in
             var iterator = request.body.makeAsyncIterator()
             var received = try await iterator.next()?.count ?? 0
-            try await Task.sleep(for: .milliseconds(500))
+            // The client fills the stream window while the handler waits, and no more
+            // (`HTTP3BackpressureTests` proves the bound on the virtual clock).
+            _ = await eventually { produced.total >= 4 << 20 }
             observed.add(produced.total)
             while let chunk = try await iterator.next() { received += chunk.count }
             return HTTP3ServerResponse(status: .ok, body: Array("\(received)".utf8))
@@ -935,6 +938,7 @@ struct HTTP3LoopbackTests {
         #expect(String(decoding: try await response.body.collect(), as: UTF8.self) == "\(total)")
         // While the handler paused, the client could only get the flow-control window plus its
         // own 4 MiB send buffer ahead, not the whole 64 MB.
+        #expect(observed.total >= 4 << 20, "the upload stopped at \(observed.total) bytes, short of its send buffer")
         #expect(observed.total < 24 << 20, "the upload ran \(observed.total) bytes ahead of the handler")
     }
 

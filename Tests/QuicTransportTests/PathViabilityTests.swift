@@ -100,12 +100,19 @@ struct PathViabilityTests {
     @Test func aRouteThatFailsCostsOnlyItsOwnConnection() async throws {
         try Self.addTestAddress()
         defer { Self.removeTestAddress() }
-        // The server answers "slow" after a while, so that its reply meets the broken route.
+        // The server answers "slow" only once the route is broken, so that its reply meets it.
+        let (slowArrived, arrival) = AsyncStream<Void>.makeStream()
+        let (routeBroken, breakage) = AsyncStream<Void>.makeStream()
+        let (slowAnswered, answer) = AsyncStream<Void>.makeStream()
         let (serving, port, pin) = try await NetworkConnectionTests.runListener(host: "0.0.0.0", Self.stack) { connection in
             try await connection.inboundStreams { stream in
                 let request = try await NetworkConnectionTests.readAll(stream)
-                if request == Data("slow".utf8) { try await Task.sleep(for: .milliseconds(300)) }
+                if request == Data("slow".utf8) {
+                    arrival.yield()
+                    for await _ in routeBroken { break }
+                }
                 try await stream.send(request, endOfStream: true)
+                if request == Data("slow".utf8) { answer.yield() }
             }
         }
         defer { serving.cancel() }
@@ -120,12 +127,15 @@ struct PathViabilityTests {
                 let slow = try await cut.openStream()
                 async let slowReply = NetworkConnectionTests.readAll(slow)
                 try await slow.send(Data("slow".utf8), endOfStream: true)
-                try await Task.sleep(for: .milliseconds(50))
+                for await _ in slowArrived { break }
                 try Self.ip(["route", "replace", "prohibit", "\(Self.address)/32", "table", "local"])
                 var restored = false
                 defer { if !restored { try? Self.ip(["route", "replace", "local", Self.address, "dev", "lo", "table", "local"]) } }
-                // The reply to `cut` fails in the kernel meanwhile; `healthy` is served throughout.
-                try await Task.sleep(for: .milliseconds(500))
+                breakage.yield()
+                // The reply to `cut` is queued on the shared socket ahead of these rounds, and
+                // fails in the kernel, then again at each retransmission; `healthy` is served
+                // throughout.
+                for await _ in slowAnswered { break }
                 for round in 0..<3 {
                     let stream = try await healthy.openStream()
                     try await stream.send(Data("round \(round)".utf8), endOfStream: true)
