@@ -2,6 +2,7 @@ import Foundation
 import H3
 import HTTPTypes
 import NIOConcurrencyHelpers
+import NIOCore
 import QuicTestSupport
 import QuicTransport
 import Testing
@@ -101,6 +102,27 @@ struct HTTP3LoopbackTests {
         } catch {
             Issue.record("expected a reset with H3_INTERNAL_ERROR, got \(error)")
         }
+    }
+
+    /// A handler learns both ends of its connection and runs on the connection's event loop,
+    /// which frameworks built on NIO need (Vapor's `Request`, a Hummingbird request context).
+    @Test func aRequestKnowsItsAddressesAndRunsOnItsConnectionsLoop() async throws {
+        let (server, port, identity) = try await Self.startServer { request in
+            let loop = try #require(request.eventLoop)
+            let facts = [
+                request.remoteSocketAddress?.ipAddress ?? "-", "\(request.remoteSocketAddress?.port ?? 0)",
+                request.localSocketAddress?.ipAddress ?? "-", "\(request.localSocketAddress?.port ?? 0)",
+                "\(loop.inEventLoop)",
+            ]
+            return HTTP3ServerResponse(status: .ok, body: Array(facts.joined(separator: " ").utf8))
+        }
+        defer { server.shutdown() }
+        let client = Self.client(trusting: identity)
+        defer { client.shutdown() }
+        let response = try await client.execute(HTTPRequest(method: .get, scheme: "https", authority: "127.0.0.1:\(port)", path: "/"))
+        let facts = String(decoding: try await response.body.collect(), as: UTF8.self).split(separator: " ").map(String.init)
+        let clientPort = try #require(response.connection.establishment?.localPort)
+        #expect(facts == ["127.0.0.1", "\(clientPort)", "127.0.0.1", "\(port)", "true"])
     }
 
     @Test func postWithABodyIsEchoed() async throws {

@@ -1,15 +1,20 @@
 @testable import H3
 import HTTPTypes
+import NIOCore
+import NIOEmbedded
 import Testing
 
 @Suite("HTTPAccessLogLine")
 struct HTTPAccessLogLineTests {
-    @Test func aRequestIsOneCombinedLogFormatLineWithTimeAndPriority() {
+    @Test func aRequestIsOneCombinedLogFormatLineWithTimeAndPriority() throws {
         var head = HTTPRequest(method: .get, scheme: "https", authority: "h", path: "/a.html?q=1")
         head.headerFields[.userAgent] = "curl/8.5 \"quoted\""
         head.headerFields[.priority] = "u=0, i"
         let request = HTTP3ServerRequest(
-            head: head, body: [], trailers: nil, origin: HTTPServerRequestOrigin(protocolVersion: "HTTP/2.0", remoteAddress: "::1")
+            head: head, body: [], trailers: nil, origin: HTTPServerRequestOrigin(
+                protocolVersion: "HTTP/2.0", remote: try SocketAddress(ipAddress: "::1", port: 50_000), local: nil,
+                eventLoop: EmbeddedEventLoop()
+            )
         )
         let response = HTTP3ServerResponse(status: .ok, body: Array("hello".utf8))
         let line = HTTPAccessLogLine.make(request: request, response: response, elapsed: .microseconds(123), time: 784_111_777)

@@ -72,7 +72,13 @@ final class HTTP3ServerConnection: @unchecked Sendable {
         self.handler = handler
         self.requestHeaderTimeout = requestHeaderTimeout
         self.logger = logger
-        self.origin = HTTPServerRequestOrigin(protocolVersion: HTTPServerRequestOrigin.http3, remoteAddress: driver.core.path.remote.host)
+        let path = driver.core.path
+        self.origin = HTTPServerRequestOrigin(
+            protocolVersion: HTTPServerRequestOrigin.http3,
+            remote: try? SocketAddress(ipAddress: path.remote.host, port: Int(path.remote.port)),
+            local: try? SocketAddress(ipAddress: path.local.host, port: Int(path.local.port)),
+            eventLoop: driver.eventLoop
+        )
     }
 
     /// The codec as `attach` found it, unretained: the core owns it.

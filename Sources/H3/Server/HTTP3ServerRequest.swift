@@ -31,6 +31,15 @@ public struct HTTP3ServerRequest: Sendable {
     /// The client's IP address, without its port, as the connection first came from; nil
     /// when unknown (a request made with the public initializer).
     public var remoteAddress: String? { origin?.remoteAddress }
+    /// The client's address and port, as NIO gives a channel's `remoteAddress`: for frameworks
+    /// built on NIO (Vapor's `Request.remoteAddress`, Hummingbird's request context). nil when
+    /// unknown.
+    public var remoteSocketAddress: SocketAddress? { origin?.remoteSocketAddress }
+    /// The server's address and port that the request came to; nil when unknown.
+    public var localSocketAddress: SocketAddress? { origin?.localSocketAddress }
+    /// The event loop of the connection that carried the request, where its handler runs
+    /// (Vapor's `Request.eventLoop`); nil for a request made with the public initializer.
+    public var eventLoop: (any EventLoop)? { origin?.eventLoop }
 
     /// The request method (RFC 9110 §9), read without building ``head``.
     public var method: HTTPRequest.Method { source.method }

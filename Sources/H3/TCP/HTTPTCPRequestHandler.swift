@@ -43,7 +43,9 @@ final class HTTPTCPRequestHandler: ChannelInboundHandler, RemovableChannelHandle
         requests = continuation
         let channel = context.channel
         // An HTTP/2 stream's channel answers with its connection's address.
-        origin = HTTPServerRequestOrigin(protocolVersion: version, remoteAddress: channel.remoteAddress?.ipAddress)
+        origin = HTTPServerRequestOrigin(
+            protocolVersion: version, remote: channel.remoteAddress, local: channel.localAddress, eventLoop: channel.eventLoop
+        )
         let handler = self.handler
         let logger = self.logger
         Task {
