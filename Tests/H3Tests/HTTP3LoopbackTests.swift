@@ -781,6 +781,31 @@ struct HTTP3LoopbackTests {
         #expect(trailers[HTTPField.Name("x-saw-request-trailer")!] == "yes")
     }
 
+    /// A streamed body's trailers, known only once it has ended (a checksum of what was sent),
+    /// follow it; they replace any given with the head.
+    @Test func trailersKnownAtTheEndOfAStreamedBodyFollowIt() async throws {
+        let (server, port, identity) = try await Self.startServer { _ in
+            let sent = NIOLockedValueBox(0)
+            var response = HTTP3ServerResponse(status: .ok)
+            response.trailers = [HTTPField.Name("x-sent")!: "unknown"]
+            response.bodyStream = AsyncThrowingStream(unfolding: {
+                sent.withLockedValue { sent -> [UInt8]? in
+                    guard sent < 3 << 20 else { return nil }
+                    sent += 1 << 20
+                    return [UInt8](repeating: 0x74, count: 1 << 20)
+                }
+            })
+            response.trailersAfterBodyStream = { [HTTPField.Name("x-sent")!: "\(sent.withLockedValue { $0 })"] }
+            return response
+        }
+        defer { server.shutdown() }
+        let client = Self.client(trusting: identity)
+        defer { client.shutdown() }
+        let response = try await client.execute(HTTPRequest(method: .get, scheme: "https", authority: "localhost:\(port)", path: "/t"))
+        #expect(try await response.body.collect().count == 3 << 20)
+        #expect(response.body.trailers?[HTTPField.Name("x-sent")!] == "\(3 << 20)")
+    }
+
     @Test func cancellingARequestSendsH3RequestCancelled() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("h3-cancel-\(UUID())").path
         let identity = try SelfSignedCertificate.generate()

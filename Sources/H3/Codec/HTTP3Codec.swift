@@ -208,10 +208,12 @@ package final class HTTP3Codec: QUICApplicationCodec {
         }
     }
 
-    /// Adds to a streaming body, and ends it with `finished`.
-    package func appendBody(streamID: Int64, _ bytes: [UInt8], finished: Bool) {
+    /// Adds to a streaming body, and ends it with `finished`; `trailers` given with the end
+    /// are sent after the body (RFC 9114 §4.1), in place of any given with the head.
+    package func appendBody(streamID: Int64, _ bytes: [UInt8], finished: Bool, trailers: [(name: String, value: String)]? = nil) {
         guard let conn, case .queued(let body)? = bodies[streamID] else { return }
         body.append(bytes)
+        if let trailers { body.trailers = trailers }
         if finished { body.finish() }
         _ = nghttp3_conn_resume_stream(conn, streamID)
     }

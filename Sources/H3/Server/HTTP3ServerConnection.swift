@@ -363,7 +363,9 @@ final class HTTP3ServerConnection: @unchecked Sendable {
         guard let stream = response.bodyStream else { return }
         // The handler may read the request body while its response streams: only a complete
         // response stops the request.
-        bodyPump().pump(streamID: streamID, from: stream) { self.stopReadingRequest(streamID) }
+        bodyPump().pump(streamID: streamID, from: stream, trailersAtEnd: response.trailersAfterBodyStream) {
+            self.stopReadingRequest(streamID)
+        }
     }
 
     /// A response nghttp3 would not take: logged, and its stream reset with

@@ -59,6 +59,13 @@ public struct HTTP3ServerResponse: Sendable {
         get { storage.trailers }
         set { uniqueStorage().trailers = newValue }
     }
+    /// Trailers known only once `bodyStream` has ended, as a framework's body writer gives them
+    /// at its end: called right after the stream's last piece, and when it returns fields, they
+    /// are sent after the body in place of `trailers`.
+    public var trailersAfterBodyStream: (@Sendable () -> HTTPFields?)? {
+        get { storage.trailersAfterBodyStream }
+        set { uniqueStorage().trailersAfterBodyStream = newValue }
+    }
     /// A file region sent as the body instead of `body` and `bodyStream` (`HTTP3FileHandler`
     /// sets it): HTTP/3 reads it as the client acknowledges, with no copy through the handler.
     package var file: HTTP3FileRegion? {
@@ -89,6 +96,7 @@ public struct HTTP3ServerResponse: Sendable {
         @exclusivity(unchecked) var hasBodyStream = false
         @exclusivity(unchecked) var priority: HTTPPriority?
         @exclusivity(unchecked) var trailers: HTTPFields?
+        @exclusivity(unchecked) var trailersAfterBodyStream: (@Sendable () -> HTTPFields?)?
         @exclusivity(unchecked) var file: HTTP3FileRegion?
 
         init(head: HTTP3ResponseHead, body: [UInt8], file: HTTP3FileRegion?) {
@@ -103,6 +111,7 @@ public struct HTTP3ServerResponse: Sendable {
             copy.hasBodyStream = hasBodyStream
             copy.priority = priority
             copy.trailers = trailers
+            copy.trailersAfterBodyStream = trailersAfterBodyStream
             return copy
         }
     }

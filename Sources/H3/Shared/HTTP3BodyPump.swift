@@ -1,3 +1,4 @@
+import HTTPTypes
 import Logging
 import NIOCore
 import QuicTransport
@@ -33,9 +34,13 @@ final class HTTP3BodyPump: @unchecked Sendable {
     private var codec: HTTP3Codec? { driver.core.applicationCodec as? HTTP3Codec }
 
     /// Starts pulling `stream` into the body of `streamID`, which was submitted as streaming;
-    /// `whenComplete` runs on the loop once the whole body is handed to the codec.
+    /// `whenComplete` runs on the loop once the whole body is handed to the codec. When the
+    /// stream ends, `trailersAtEnd` gives the trailers to send after it, if any.
     func pump(
-        streamID: Int64, from stream: AsyncThrowingStream<[UInt8], any Error>, whenComplete: (@Sendable () -> Void)? = nil
+        streamID: Int64,
+        from stream: AsyncThrowingStream<[UInt8], any Error>,
+        trailersAtEnd: (@Sendable () -> HTTPFields?)? = nil,
+        whenComplete: (@Sendable () -> Void)? = nil
     ) {
         producers[streamID] = .some(nil)
         tasks[streamID] = Task {
@@ -43,9 +48,10 @@ final class HTTP3BodyPump: @unchecked Sendable {
             do {
                 while await self.waitForRoom(streamID) {
                     let chunk = try await iterator.next()
+                    let trailers = chunk == nil ? trailersAtEnd?()?.pairs : nil
                     self.driver.eventLoop.execute {
                         guard self.producers[streamID] != nil else { return }
-                        self.codec?.appendBody(streamID: streamID, chunk ?? [], finished: chunk == nil)
+                        self.codec?.appendBody(streamID: streamID, chunk ?? [], finished: chunk == nil, trailers: trailers)
                         if chunk == nil {
                             self.stop(streamID)
                             whenComplete?()
