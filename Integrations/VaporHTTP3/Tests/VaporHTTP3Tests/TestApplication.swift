@@ -78,6 +78,8 @@ struct TestServer {
     let app: Application
     let identity: SelfSignedCertificate
     let gate = Gate()
+    /// Bytes the `/download` route has written so far.
+    let writes = NIOLockedValueBox(0)
 
     var tcpPort: Int { app.http.server.shared.localAddress!.port! }
     var http3Port: UInt16 { app.http3.port! }
@@ -145,7 +147,22 @@ struct TestServer {
             guard let body = req.body.data else { throw Abort(.badRequest) }
             return UploadDigest(size: body.readableBytes, sha256: hex(SHA256.hash(data: body.readableBytesView)))
         }
+        // Paced by QUIC over HTTP/3; `writes` counts the pieces the route has handed over.
+        let writes = self.writes
         app.get("download") { req -> Response in
+            let total = try req.query.get(Int.self, at: "bytes")
+            return Response(status: .ok, streamingBody: { writer in
+                var offset = 0
+                while offset < total {
+                    let count = min(64 * 1024, total - offset)
+                    try await writer.writeBuffer(ByteBuffer(bytes: patternBytes(offset: offset, count: count)))
+                    writes.withLockedValue { $0 += count }
+                    offset += count
+                }
+            })
+        }
+        // Vapor's own stream body, which the bridge collects before sending.
+        app.get("collected-download") { req -> Response in
             let total = try req.query.get(Int.self, at: "bytes")
             return Response(status: .ok, body: .init(asyncStream: { writer in
                 var offset = 0
