@@ -12,8 +12,13 @@ public final class HTTP3RequestContext: Sendable {
     public let clientPriority: HTTPPriority
     /// The QUIC stream that carries the request (RFC 9114 §4.1).
     public let streamID: Int64
-    /// Trailer fields the client sent after the body (RFC 9114 §4.1), nil when none.
-    public let requestTrailers: HTTPFields?
+    /// The body as QUIC delivers it, for a route that streams it; nil when the bridge
+    /// collected it into `req.body`.
+    let streamedBody: HTTP3RequestBody?
+    /// Trailer fields the client sent after the body (RFC 9114 §4.1), nil when none; known
+    /// once the body has ended.
+    public var requestTrailers: HTTPFields? { trailersSource?.trailers }
+    private let trailersSource: HTTP3RequestBody?
     private let state = NIOLockedValueBox(State())
 
     private struct State {
@@ -21,10 +26,11 @@ public final class HTTP3RequestContext: Sendable {
         var responseTrailers: HTTPFields?
     }
 
-    init(clientPriority: HTTPPriority, streamID: Int64, requestTrailers: HTTPFields?) {
+    init(clientPriority: HTTPPriority, streamID: Int64, body: HTTP3RequestBody, streamsBody: Bool) {
         self.clientPriority = clientPriority
         self.streamID = streamID
-        self.requestTrailers = requestTrailers
+        self.trailersSource = body
+        self.streamedBody = streamsBody ? body : nil
     }
 
     /// The priority the response is sent with: the client's, until a handler sets another,

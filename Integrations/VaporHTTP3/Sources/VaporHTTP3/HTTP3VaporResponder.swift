@@ -16,6 +16,14 @@ struct HTTP3VaporResponder: Sendable {
     /// The application's responder, made once when the server starts, as Vapor's HTTP server
     /// makes it once (`app.responder.current` builds the router anew at each call).
     let responder: any Responder
+    /// The routes marked to take their body streamed.
+    let streamedBodyRoutes: HTTP3StreamedBodyRoutes
+
+    init(application: Application, responder: any Responder) {
+        self.application = application
+        self.responder = responder
+        self.streamedBodyRoutes = HTTP3StreamedBodyRoutes(routes: application.routes)
+    }
 
     /// The HTTP version Vapor's request says: 3.0 (RFC 9114).
     static let version = HTTPVersion(major: 3, minor: 0)
@@ -41,13 +49,21 @@ struct HTTP3VaporResponder: Sendable {
         if let authority = head.authority, !headers.contains(name: .host) {
             headers.add(name: .host, value: authority)
         }
-        let maximumBodySize = (application.http3.configuration.maximumBodySize ?? application.routes.defaultMaxBodySize).value
-        let body = try await Self.collect(h3Request.body, limit: maximumBodySize, declaredLength: head.headerFields[.contentLength].flatMap { Int($0) })
+        let method = HTTPMethod(rawValue: head.method.rawValue)
+        let path = head.path ?? "/"
+        let streamsBody = streamedBodyRoutes.streamsBody(method: method, path: URI(path: path).path)
+        let body: ByteBuffer?
+        if streamsBody {
+            body = ByteBuffer()
+        } else {
+            let maximumBodySize = (application.http3.configuration.maximumBodySize ?? application.routes.defaultMaxBodySize).value
+            body = try await Self.collect(h3Request.body, limit: maximumBodySize, declaredLength: head.headerFields[.contentLength].flatMap { Int($0) })
+        }
 
         let request = Request(
             application: application,
-            method: HTTPMethod(rawValue: head.method.rawValue),
-            url: URI(path: head.path ?? "/"),
+            method: method,
+            url: URI(path: path),
             version: Self.version,
             headersNoUpdate: headers,
             collectedBody: body.flatMap { $0.readableBytes > 0 ? $0 : nil },
@@ -57,7 +73,7 @@ struct HTTP3VaporResponder: Sendable {
             on: eventLoop
         )
         let context = HTTP3RequestContext(
-            clientPriority: h3Request.priority, streamID: h3Request.streamID, requestTrailers: h3Request.body.trailers)
+            clientPriority: h3Request.priority, streamID: h3Request.streamID, body: h3Request.body, streamsBody: streamsBody)
         request.http3 = context
 
         let response: Response

@@ -80,6 +80,10 @@ struct TestServer {
     let gate = Gate()
     /// Bytes the `/download` route has written so far.
     let writes = NIOLockedValueBox(0)
+    /// Bytes the test's upload has handed to the client so far, and what that was when the
+    /// streaming upload route got its first chunk.
+    let uploadSent = NIOLockedValueBox(0)
+    let uploadSentAtFirstChunk = NIOLockedValueBox<Int?>(nil)
 
     var tcpPort: Int { app.http.server.shared.localAddress!.port! }
     var http3Port: UInt16 { app.http3.port! }
@@ -147,6 +151,18 @@ struct TestServer {
             guard let body = req.body.data else { throw Abort(.badRequest) }
             return UploadDigest(size: body.readableBytes, sha256: hex(SHA256.hash(data: body.readableBytesView)))
         }
+        let uploadSent = self.uploadSent
+        let uploadSentAtFirstChunk = self.uploadSentAtFirstChunk
+        app.on(.POST, "upload-streamed", body: .stream) { req -> UploadDigest in
+            var hasher = SHA256()
+            var size = 0
+            for try await chunk in req.streamedBody {
+                if size == 0 { uploadSentAtFirstChunk.withLockedValue { $0 = uploadSent.withLockedValue { $0 } } }
+                hasher.update(data: chunk.readableBytesView)
+                size += chunk.readableBytes
+            }
+            return UploadDigest(size: size, sha256: hex(hasher.finalize()))
+        }.streamsHTTP3RequestBody()
         // Paced by QUIC over HTTP/3; `writes` counts the pieces the route has handed over.
         let writes = self.writes
         app.get("download") { req -> Response in

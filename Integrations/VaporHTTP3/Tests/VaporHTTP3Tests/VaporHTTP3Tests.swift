@@ -96,15 +96,17 @@ struct VaporHTTP3Tests {
         try await server.stop()
     }
 
-    /// 50 MB up and 50 MB down over HTTP/3, byte for byte (SHA-256); the download is written as
-    /// QUIC flow control lets it go.
+    /// 50 MB up and 50 MB down over HTTP/3, byte for byte (SHA-256), both paced by QUIC flow
+    /// control: the route reads the upload as it arrives and writes the download as it leaves.
     @Test func fiftyMegabytesGoUpAndComeDownExactly() async throws {
         let total = 50_000_000
         let server = try await TestServer.start()
         let client = server.http3Client()
         let expected = patternDigest(total: total)
 
-        let offset = NIOLockedValueBox(0)
+        // Streamed to a route marked `streamsHTTP3RequestBody()`: it reads the first chunk long
+        // before the client has offered the whole body (a collected body would all be sent first).
+        let offset = server.uploadSent
         let upload = AsyncThrowingStream<[UInt8], any Error>(unfolding: {
             offset.withLockedValue { offset -> [UInt8]? in
                 guard offset < total else { return nil }
@@ -113,12 +115,20 @@ struct VaporHTTP3Tests {
                 return patternBytes(offset: offset, count: count)
             }
         })
-        var request = server.http3Request(.post, "/upload", contentType: "application/octet-stream")
+        var request = server.http3Request(.post, "/upload-streamed", contentType: "application/octet-stream")
         request.headerFields[.contentLength] = "\(total)"
         let uploaded = try await client.execute(request, bodyStream: upload)
         #expect(uploaded.head.status == .ok)
         let digest = try JSONDecoder().decode(UploadDigest.self, from: Data(try await uploaded.body.collect()))
         #expect(digest == UploadDigest(size: total, sha256: expected))
+        let sentAtFirstChunk = try #require(server.uploadSentAtFirstChunk.withLockedValue { $0 })
+        #expect(sentAtFirstChunk < 24 << 20, "the client had offered \(sentAtFirstChunk) bytes before the route read any")
+
+        // A collecting route gets it whole, within the configured limit.
+        let smaller = patternBytes(offset: 0, count: 5_000_000)
+        let collected = try await client.execute(server.http3Request(.post, "/upload", contentType: "application/octet-stream"), body: smaller)
+        #expect(collected.head.status == .ok)
+        #expect(try JSONDecoder().decode(UploadDigest.self, from: Data(try await collected.body.collect())) == UploadDigest(size: smaller.count, sha256: hex(SHA256.hash(data: smaller))))
 
         let downloaded = try await client.execute(server.http3Request(.get, "/download?bytes=\(total)"))
         #expect(downloaded.head.status == .ok)
@@ -137,8 +147,8 @@ struct VaporHTTP3Tests {
         #expect(largestLead < 24 << 20, "the route ran \(largestLead) bytes ahead of the client")
 
         // Vapor's own stream body arrives whole too, collected by the bridge first.
-        let collected = try await client.execute(server.http3Request(.get, "/collected-download?bytes=3000000"))
-        #expect(try await collected.body.collect() == patternBytes(offset: 0, count: 3_000_000))
+        let collectedDownload = try await client.execute(server.http3Request(.get, "/collected-download?bytes=3000000"))
+        #expect(try await collectedDownload.body.collect() == patternBytes(offset: 0, count: 3_000_000))
         client.shutdown()
         try await server.stop()
     }
@@ -205,6 +215,7 @@ struct VaporHTTP3Tests {
         defer { client.shutdown() }
         let request = server.http3Request(.get, "/slow")
         let late = server.http3Request(.get, "/todos")
+        let tcpPort = server.tcpPort
         let inflight = Task { () throws -> (Int, String) in
             let response = try await client.execute(request)
             return (response.head.status.code, String(decoding: try await response.body.collect(), as: UTF8.self))
@@ -217,7 +228,7 @@ struct VaporHTTP3Tests {
         var tcpRefused = false
         while !tcpRefused && ContinuousClock.now < deadline {
             do {
-                let response = try await tcpClient.execute(HTTPClientRequest(url: "http://127.0.0.1:\(server.tcpPort)/todos"), timeout: .seconds(5))
+                let response = try await tcpClient.execute(HTTPClientRequest(url: "http://127.0.0.1:\(tcpPort)/todos"), timeout: .seconds(5))
                 _ = try await response.body.collect(upTo: 1 << 20)
                 try await Task.sleep(for: .milliseconds(20))
             } catch {
