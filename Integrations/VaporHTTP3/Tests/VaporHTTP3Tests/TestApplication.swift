@@ -147,6 +147,10 @@ struct TestServer {
         app.get("missing") { _ -> String in
             throw Abort(.notFound)
         }
+        app.get("boom") { _ -> String in
+            struct Boom: Error {}
+            throw Boom()
+        }
         app.on(.POST, "upload", body: .collect(maxSize: "64mb")) { req -> UploadDigest in
             guard let body = req.body.data else { throw Abort(.badRequest) }
             return UploadDigest(size: body.readableBytes, sha256: hex(SHA256.hash(data: body.readableBytesView)))
@@ -195,6 +199,11 @@ struct TestServer {
             let asked = http3.priority
             http3.priority = HTTPPriority(urgency: 0)
             return "u=\(asked.urgency) i=\(asked.incremental) now=\(http3.priority.fieldValue)"
+        }
+        app.post("trailers") { req -> String in
+            let asked = req.http3?.requestTrailers?[HTTPField.Name("x-request-note")!] ?? "none"
+            req.http3?.responseTrailers = [HTTPField.Name("x-response-note")!: "echo \(asked)"]
+            return "\(req.body.data?.readableBytes ?? 0) bytes"
         }
         app.get("remote") { req -> String in
             "\(req.remoteAddress?.ipAddress ?? "none") \(req.remoteAddress?.port ?? -1) \(req.version.major) \(req.eventLoop.inEventLoop)"

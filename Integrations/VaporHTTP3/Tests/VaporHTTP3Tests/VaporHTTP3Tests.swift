@@ -165,8 +165,8 @@ struct VaporHTTP3Tests {
         try await server.stop()
     }
 
-    /// A thrown `Abort(.notFound)` is a 404 from ErrorMiddleware; the connection stays, and the
-    /// next request on it succeeds.
+    /// A thrown `Abort(.notFound)` is a 404 from ErrorMiddleware, any other error its 500; the
+    /// connection stays, and the next request on it succeeds.
     @Test func aThrownAbortIsA404AndTheConnectionGoesOn() async throws {
         let server = try await TestServer.start()
         let client = server.http3Client()
@@ -174,6 +174,9 @@ struct VaporHTTP3Tests {
         #expect(missing.head.status == .notFound)
         let body = String(decoding: try await missing.body.collect(), as: UTF8.self)
         #expect(try Exchange(status: 404, body: Array(body.utf8)).body == #"{"error":true,"reason":"Not Found"}"#)
+        let boom = try await client.execute(server.http3Request(.get, "/boom"))
+        #expect(boom.head.status == .internalServerError, "any other error is ErrorMiddleware's 500")
+        _ = try await boom.body.collect()
         let next = try await client.execute(server.http3Request(.get, "/todos"))
         #expect(next.head.status == .ok)
         _ = try await next.body.collect()
@@ -191,6 +194,19 @@ struct VaporHTTP3Tests {
         #expect(String(decoding: try await response.body.collect(), as: UTF8.self) == "u=1 i=true now=u=0")
         let unmarked = try await client.execute(server.http3Request(.get, "/priority"))
         #expect(String(decoding: try await unmarked.body.collect(), as: UTF8.self) == "u=3 i=false now=u=0")
+        client.shutdown()
+        try await server.stop()
+    }
+
+    /// Trailers go both ways: the route reads the client's and sets its own, which Vapor's
+    /// `Response` has no place for.
+    @Test func trailersCrossBothWays() async throws {
+        let server = try await TestServer.start()
+        let client = server.http3Client()
+        let response = try await client.execute(
+            server.http3Request(.post, "/trailers"), body: Array("hello".utf8), trailers: [HTTPField.Name("x-request-note")!: "sent last"])
+        #expect(String(decoding: try await response.body.collect(), as: UTF8.self) == "5 bytes")
+        #expect(response.body.trailers?[HTTPField.Name("x-response-note")!] == "echo sent last")
         client.shutdown()
         try await server.stop()
     }
