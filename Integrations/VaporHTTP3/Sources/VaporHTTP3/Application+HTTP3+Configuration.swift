@@ -28,9 +28,13 @@ extension Application.HTTP3 {
 
         /// The largest request body the bridge collects for a route. nil takes
         /// `app.routes.defaultMaxBodySize`, Vapor's limit for `.collect` routes; a larger body
-        /// is answered 413 as Vapor answers it over TCP. Raise it for routes declared with
-        /// `body: .collect(maxSize:)` or `.stream`: Vapor 4 keeps a request's streamed body
-        /// internal to its module, so the bridge hands the route the body whole.
+        /// is answered 413 as Vapor answers it over TCP.
+        ///
+        /// Vapor 4 records no route's `body:` strategy and lets no other module build a
+        /// request with a streamed body, so over HTTP/3 every route gets its body collected
+        /// under this one limit: raise it for routes declared `body: .collect(maxSize:)`, and
+        /// mark `body: .stream` routes ``Vapor/Route/streamsHTTP3RequestBody()`` so that they
+        /// read the body as it arrives, with no limit, through `req.streamedBody`.
         public var maximumBodySize: ByteCount?
 
         /// How long a graceful shutdown waits for requests in flight after GOAWAY

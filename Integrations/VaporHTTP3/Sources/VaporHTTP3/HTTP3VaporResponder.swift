@@ -11,6 +11,10 @@ import Vapor
 ///
 /// A handler's error therefore becomes whatever the application's `ErrorMiddleware` makes of it,
 /// and only that request's stream carries it: the connection and its other requests go on.
+///
+/// The body reaches the route collected, up to the configured limit (413 beyond it, as Vapor
+/// answers a `.collect` route over TCP), except for routes marked
+/// ``Vapor/Route/streamsHTTP3RequestBody()``, which read it as it arrives.
 struct HTTP3VaporResponder: Sendable {
     let application: Application
     /// The application's responder, made once when the server starts, as Vapor's HTTP server
@@ -18,11 +22,14 @@ struct HTTP3VaporResponder: Sendable {
     let responder: any Responder
     /// The routes marked to take their body streamed.
     let streamedBodyRoutes: HTTP3StreamedBodyRoutes
+    /// The largest body collected for the other routes.
+    let maximumBodySize: Int
 
     init(application: Application, responder: any Responder) {
         self.application = application
         self.responder = responder
         self.streamedBodyRoutes = HTTP3StreamedBodyRoutes(routes: application.routes)
+        self.maximumBodySize = (application.http3.configuration.maximumBodySize ?? application.routes.defaultMaxBodySize).value
     }
 
     /// The HTTP version Vapor's request says: 3.0 (RFC 9114).
@@ -50,20 +57,20 @@ struct HTTP3VaporResponder: Sendable {
             headers.add(name: .host, value: authority)
         }
         let method = HTTPMethod(rawValue: head.method.rawValue)
-        let path = head.path ?? "/"
-        let streamsBody = streamedBodyRoutes.streamsBody(method: method, path: URI(path: path).path)
+        // The request target as Vapor's HTTP/1.1 decoder takes it: path and query, unparsed.
+        let url = URI(path: head.path ?? "/")
+        let streamsBody = streamedBodyRoutes.streamsBody(method: method, path: url.path)
         let body: ByteBuffer?
         if streamsBody {
             body = ByteBuffer()
         } else {
-            let maximumBodySize = (application.http3.configuration.maximumBodySize ?? application.routes.defaultMaxBodySize).value
             body = try await Self.collect(h3Request.body, limit: maximumBodySize, declaredLength: head.headerFields[.contentLength].flatMap { Int($0) })
         }
 
         let request = Request(
             application: application,
             method: method,
-            url: URI(path: path),
+            url: url,
             version: Self.version,
             headersNoUpdate: headers,
             collectedBody: body.flatMap { $0.readableBytes > 0 ? $0 : nil },
