@@ -1,0 +1,24 @@
+import H3
+import HTTPTypes
+import Vapor
+
+/// Adds `Alt-Svc: h3=":PORT"; ma=…` (RFC 7838 §3, RFC 9114 §3.1.1) to every response that went
+/// over TCP while the application's HTTP/3 server runs, so a browser that first came over TCP
+/// tries HTTP/3 next. `.http3()` puts it first in `app.middleware`, outside `ErrorMiddleware`,
+/// so error responses carry it too. Responses over HTTP/3 go without: the client is there.
+public struct HTTP3AltSvcMiddleware: AsyncMiddleware {
+    public init() {}
+
+    public func respond(to request: Request, chainingTo next: any AsyncResponder) async throws -> Response {
+        let response = try await next.respond(to: request)
+        guard request.http3 == nil else { return response }
+        let http3 = request.application.http3
+        let configuration = http3.configuration
+        guard configuration.advertisesAlternativeService, let port = http3.port,
+              !response.headers.contains(name: HTTPField.Name.altSvc.canonicalName)
+        else { return response }
+        let service = AltService(protocolID: "h3", port: port, maxAge: configuration.alternativeServiceMaxAge)
+        response.headers.add(name: HTTPField.Name.altSvc.canonicalName, value: service.description)
+        return response
+    }
+}

@@ -1,0 +1,64 @@
+import H3
+import HTTPTypes
+import NIOConcurrencyHelpers
+import Vapor
+
+/// What HTTP/3 adds to a Vapor request: its priority (RFC 9218), which a handler may override
+/// for the response, its QUIC stream, and trailers both ways. `req.http3` is nil for requests
+/// that came over TCP.
+public final class HTTP3RequestContext: Sendable {
+    /// The priority the client asked for in its `priority` field (RFC 9218 §5), or the default
+    /// (urgency 3, not incremental).
+    public let clientPriority: HTTPPriority
+    /// The QUIC stream that carries the request (RFC 9114 §4.1).
+    public let streamID: Int64
+    /// The body as QUIC delivers it, for a route that streams it; nil when the bridge
+    /// collected it into `req.body`.
+    let streamedBody: HTTP3RequestBody?
+    /// Trailer fields the client sent after the body (RFC 9114 §4.1), nil when none; known
+    /// once the body has ended.
+    public var requestTrailers: HTTPFields? { trailersSource?.trailers }
+    private let trailersSource: HTTP3RequestBody?
+    private let state = NIOLockedValueBox(State())
+
+    private struct State {
+        var priorityOverride: HTTPPriority?
+        var responseTrailers: HTTPFields?
+    }
+
+    init(clientPriority: HTTPPriority, streamID: Int64, body: HTTP3RequestBody, streamsBody: Bool) {
+        self.clientPriority = clientPriority
+        self.streamID = streamID
+        self.trailersSource = body
+        self.streamedBody = streamsBody ? body : nil
+    }
+
+    /// The priority the response is sent with: the client's, until a handler sets another,
+    /// which the server then uses instead (RFC 9218 §8: the server decides).
+    public var priority: HTTPPriority {
+        get { state.withLockedValue { $0.priorityOverride } ?? clientPriority }
+        set { state.withLockedValue { $0.priorityOverride = newValue } }
+    }
+
+    /// The priority a handler set, if any.
+    var priorityOverride: HTTPPriority? { state.withLockedValue { $0.priorityOverride } }
+
+    /// Trailer fields to send after the response body (RFC 9114 §4.1); Vapor's `Response` has
+    /// no place for them.
+    public var responseTrailers: HTTPFields? {
+        get { state.withLockedValue { $0.responseTrailers } }
+        set { state.withLockedValue { $0.responseTrailers = newValue } }
+    }
+}
+
+extension Request {
+    /// The HTTP/3 side of this request, nil when it came over TCP.
+    public var http3: HTTP3RequestContext? {
+        get { storage[HTTP3RequestContextKey.self] }
+        set { storage[HTTP3RequestContextKey.self] = newValue }
+    }
+}
+
+struct HTTP3RequestContextKey: StorageKey {
+    typealias Value = HTTP3RequestContext
+}

@@ -1,0 +1,87 @@
+import H3
+import NIOConcurrencyHelpers
+import NIOCore
+import Vapor
+
+/// Vapor's HTTP server and an HTTP/3 server run as one `Server`: started, and stopped, by
+/// whatever starts and stops `app.server` (the `serve` command, `app.asyncShutdown()`).
+///
+/// The TCP side is `app.http.server.shared`, configured as ever through
+/// `app.http.server.configuration`; the HTTP/3 side takes `app.http3.configuration` and
+/// answers every request with the application's responder (routes, middleware, errors) through
+/// ``HTTP3VaporResponder``.
+public final class VaporHTTP3Server: Vapor.Server, Sendable {
+    private let application: Application
+    private let http3 = NIOLockedValueBox<HTTP3Server?>(nil)
+    private let boundPort = NIOLockedValueBox<UInt16?>(nil)
+
+    init(application: Application) {
+        self.application = application
+    }
+
+    /// Vapor's HTTP server, the TCP half.
+    public var tcp: HTTPServer { application.http.server.shared }
+
+    /// The UDP port HTTP/3 is served on while running.
+    public var http3Port: UInt16? { boundPort.withLockedValue { $0 } }
+
+    /// Completes when Vapor's HTTP server has shut down.
+    public var onShutdown: EventLoopFuture<Void> { tcp.onShutdown }
+
+    /// Starts Vapor's HTTP server on `address` (or its configured one), then the HTTP/3 server
+    /// on the configured UDP port, by default the port number TCP bound.
+    public func start(address: BindAddress?) async throws {
+        let tcp = self.tcp
+        try await tcp.start(address: address)
+        let configuration = application.http3.configuration
+        var serverConfiguration = configuration.server
+        let tcpAddress = tcp.localAddress
+        serverConfiguration.host = configuration.hostname ?? tcpAddress?.ipAddress ?? tcp.configuration.hostname
+        guard let port = configuration.port ?? tcpAddress?.port.map({ UInt16($0) }) else {
+            await tcp.shutdown()
+            throw Abort(.internalServerError, reason: "HTTP/3 needs a UDP port: set app.http3.configuration.port when Vapor listens on a Unix domain socket")
+        }
+        serverConfiguration.port = port
+        let responder = HTTP3VaporResponder(application: application, responder: application.responder.current)
+        do {
+            let server = try HTTP3Server(configuration: serverConfiguration, handler: responder.respond)
+            let bound = try await server.start()
+            http3.withLockedValue { $0 = server }
+            boundPort.withLockedValue { $0 = bound }
+            application.logger.notice("HTTP/3 server started on \(serverConfiguration.host):\(bound) (UDP)")
+        } catch {
+            await tcp.shutdown()
+            throw error
+        }
+    }
+
+    /// Shuts both servers down at once: HTTP/3 sends GOAWAY (RFC 9114 §5.2) and lets the
+    /// requests it already received finish, for up to `shutdownGracePeriod`; Vapor's server
+    /// stops accepting and lets its connections finish, for up to its `shutdownTimeout`.
+    public func shutdown() async {
+        let server = http3.withLockedValue { server in defer { server = nil }; return server }
+        let gracePeriod = application.http3.configuration.shutdownGracePeriod
+        async let http3Stopped: Void = { await server?.shutdownGracefully(gracePeriod: gracePeriod) }()
+        await tcp.shutdown()
+        await http3Stopped
+        boundPort.withLockedValue { $0 = nil }
+    }
+
+    /// For Vapor's synchronous callers; blocks the calling thread, never call it on an event loop.
+    @available(*, noasync, message: "Use the async start(address:) method instead.")
+    public func start(address: BindAddress?) throws {
+        try blocking { try await self.start(address: address) }
+    }
+
+    /// For Vapor's synchronous callers; blocks the calling thread, never call it on an event loop.
+    @available(*, noasync, message: "Use the async shutdown() method instead.")
+    public func shutdown() {
+        try? blocking { await self.shutdown() }
+    }
+
+    private func blocking(_ body: @escaping @Sendable () async throws -> Void) throws {
+        let promise = application.eventLoopGroup.any().makePromise(of: Void.self)
+        promise.completeWithTask(body)
+        try promise.futureResult.wait()
+    }
+}
