@@ -35,6 +35,18 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
+        // The benchmark's baseline: the same 1 KiB answer from a bare HTTP3Server handler.
+        .executableTarget(
+            name: "todos-bare",
+            dependencies: [
+                "TodosApp",
+                .product(name: "H3", package: "swift-quic-transport"),
+                .product(name: "QuicTransport", package: "swift-quic-transport"),
+                .product(name: "HummingbirdHTTP3", package: "HummingbirdHTTP3"),
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
         .testTarget(
             name: "TodosAppTests",
             dependencies: [

@@ -1,9 +1,29 @@
 import ArgumentParser
+import Dispatch
 import Hummingbird
 import TodosApp
 
-/// `swift run HummingbirdTodos`: the todo application over HTTPS and HTTP/3 on localhost.
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The entry point: the command on a blocked main thread instead of one parked in
+/// `dispatch_main`, where Valgrind 3.19 (Debian 12's) crashes in dispatch's `sigsuspend`; so
+/// `scripts/bench-frameworks` can count the application's instructions under callgrind.
 @main
+enum HummingbirdTodosMain {
+    static func main() {
+        let finished = DispatchSemaphore(value: 0)
+        // Detached: a task made here would inherit the main actor, whose thread waits below.
+        Task.detached {
+            await HummingbirdTodos.main()
+            finished.signal()
+        }
+        finished.wait()
+    }
+}
+
+/// `swift run HummingbirdTodos`: the todo application over HTTPS and HTTP/3 on localhost.
 struct HummingbirdTodos: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "A Hummingbird application served over HTTP/1.1 (TLS) and HTTP/3 at once."
@@ -36,6 +56,7 @@ struct HummingbirdTodos: AsyncParsableCommand {
             if let generated = identity.generated {
                 print("self-signed certificate, SHA-256 \(generated.sha256FingerprintHex): h3get --pin-sha256 \(generated.sha256FingerprintHex) https://localhost:\(listening.http3Port)/todos")
             }
+            fflush(nil)  // also into a pipe, where stdout is fully buffered
         }
         try await app.runService()
     }

@@ -31,9 +31,10 @@ public enum TodosRouter {
             guard await store.remove(id: id) else { throw HTTPError(.notFound, message: "no todo \(id)") }
             return .noContent
         }
-        // `bytes` of the pattern, produced as the client takes them.
+        // `bytes` of the pattern, produced as the client takes them; `?trailer` adds a trailer.
         router.get("/stream") { request, _ -> Response in
             let total = request.uri.queryParameters.get("bytes", as: Int.self) ?? 1 << 20
+            let sendsTrailer = request.uri.queryParameters["trailer"] != nil
             guard total >= 0 else { throw HTTPError(.badRequest, message: "bytes must not be negative") }
             return Response(status: .ok, headers: [.contentType: "application/octet-stream"], body: ResponseBody(contentLength: total) { writer in
                 let piece = 64 << 10
@@ -43,7 +44,9 @@ public enum TodosRouter {
                     try await writer.write(ByteBuffer(bytes: (offset..<offset + count).lazy.map(patternByte)))
                     offset += count
                 }
-                try await writer.finish(nil)
+                // A trailer (RFC 9110 §6.5), known only now: what was sent.
+                // With `?trailer`, a trailer (RFC 9110 §6.5) known only now: what was sent.
+                try await writer.finish(sendsTrailer ? [.init("x-bytes-sent")!: "\(offset)"] : nil)
             })
         }
         // Reads the body as it arrives, however large, and answers with its size and SHA-256.
@@ -55,6 +58,11 @@ public enum TodosRouter {
                 bytes += buffer.readableBytes
             }
             return UploadReceipt(bytes: bytes, sha256: hash.finalize().map { String(format: "%02x", $0) }.joined())
+        }
+        // 1 KiB, for the benchmark (scripts/bench-frameworks), beside todos-bare's same answer.
+        let kib = ByteBuffer(bytes: TodosKiB.body)
+        router.get("/kib") { _, _ in
+            Response(status: .ok, headers: [.contentType: "application/octet-stream"], body: .init(byteBuffer: kib))
         }
         // What the server knows of the request: for the tests, and for curious users.
         router.get("/whoami") { request, context -> Whoami in
@@ -75,6 +83,11 @@ public enum TodosRouter {
         }
         return Array(try Data(contentsOf: url))
     }
+}
+
+/// The benchmark route's body: 1 KiB.
+public enum TodosKiB {
+    public static let body = [UInt8](repeating: 0x61, count: 1024)
 }
 
 /// `/upload`'s answer.

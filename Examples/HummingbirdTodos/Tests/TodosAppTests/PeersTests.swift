@@ -2,8 +2,9 @@ import Foundation
 import TodosApp
 import Testing
 
-/// Clients nobody here wrote fetch from the Hummingbird application over HTTP/3: curl
-/// (libcurl 8 on ngtcp2 1.x, through the pinned pycurl wheel) and aioquic.
+/// Clients fetch from the Hummingbird application over HTTP/3: the project's h3get, and two
+/// that nobody here wrote, curl (libcurl 8 on ngtcp2 1.x, through the pinned pycurl wheel) and
+/// aioquic.
 @Suite("Hummingbird over HTTP/3 with curl and aioquic", .serialized)
 struct PeersTests {
     static let repositoryRoot = URL(fileURLWithPath: #filePath)
@@ -59,6 +60,34 @@ struct PeersTests {
             throw SetupError("\(arguments[0]) exited with \(process.terminationStatus): \(complaints)")
         }
         return lines
+    }
+
+    /// h3get as `scripts/test` built it (`H3GET`), or the repository's debug build.
+    static func h3get() throws -> String {
+        let path = ProcessInfo.processInfo.environment["H3GET"] ?? repositoryRoot.appendingPathComponent(".build/debug/h3get").path
+        guard FileManager.default.isExecutableFile(atPath: path) else {
+            throw SetupError("no h3get at \(path): run `swift build --product h3get` in the repository root, or set H3GET")
+        }
+        return path
+    }
+
+    @Test func h3getFetchesTheAPIOverHTTP3() async throws {
+        let todos = try await RunningTodos.start()
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: try Self.h3get())
+        process.arguments = [
+            "--http3-only", "--pin-sha256", todos.identity.sha256FingerprintHex, "-i", "https://127.0.0.1:\(todos.http3Port)/todos",
+        ]
+        let output = Pipe()
+        process.standardOutput = output
+        try process.run()
+        let printed = await Task.detached { output.fileHandleForReading.readDataToEndOfFile() }.value
+        process.waitUntilExit()
+        await todos.stop()
+        let text = String(decoding: printed, as: UTF8.self)
+        #expect(process.terminationStatus == 0)
+        #expect(text.hasPrefix("HTTP/3 200"), "h3get printed: \(text)")
+        #expect(text.contains("Serve HTTP\\/3 from Hummingbird"), "h3get printed: \(text)")
     }
 
     @Test func curlFetchesTheAPIAndALargeBodyOverHTTP3() async throws {

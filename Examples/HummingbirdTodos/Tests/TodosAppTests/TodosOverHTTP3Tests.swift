@@ -105,7 +105,7 @@ struct TodosOverHTTP3Tests {
         let total = 50_000_000
         let expected = sha256Hex((0..<total).lazy.map(TodosRouter.patternByte))
 
-        let download = try await client.execute(todos.request(.get, "/stream?bytes=\(total)"))
+        let download = try await client.execute(todos.request(.get, "/stream?bytes=\(total)&trailer"))
         #expect(download.status == .ok)
         var received = 0
         var hash = IncrementalSHA256()
@@ -115,6 +115,7 @@ struct TodosOverHTTP3Tests {
         }
         #expect(received == total)
         #expect(hash.hex == expected)
+        #expect(download.body.trailers?[HTTPField.Name("x-bytes-sent")!] == "\(total)", "the trailer the route's writer gave at its end")
 
         let sent = Offset()
         let upload = AsyncThrowingStream<[UInt8], any Error>(unfolding: {
@@ -146,11 +147,25 @@ struct TodosOverHTTP3Tests {
     }
 
     @Test func gracefulShutdownLetsARequestInFlightFinish() async throws {
-        let todos = try await RunningTodos.start(gracePeriod: .seconds(30))
+        try await Self.expectDownloadFinishesAcrossShutdown(path: "/stream?bytes=20000000", gracePeriod: .seconds(30))
+    }
+
+    /// Known bug, found here and not yet understood: a streamed Hummingbird response whose
+    /// writer gives trailers does not end while the server shuts down gracefully, and the
+    /// connection closes when the grace period runs out. `HTTP3LoopbackTests` shows trailers
+    /// after a bare handler's stream across a shutdown working.
+    @Test func aDownloadWithATrailerFinishesAcrossShutdown() async throws {
+        await withKnownIssue("a streamed response with trailers hangs across a graceful shutdown (issue 53 note)", isIntermittent: true) {
+            try await Self.expectDownloadFinishesAcrossShutdown(path: "/stream?bytes=20000000&trailer", gracePeriod: .seconds(5))
+        }
+    }
+
+    static func expectDownloadFinishesAcrossShutdown(path: String, gracePeriod: Duration) async throws {
+        let todos = try await RunningTodos.start(gracePeriod: gracePeriod)
         let client = todos.http3Client()
         defer { client.shutdown() }
         let total = 20_000_000
-        let response = try await client.execute(todos.request(.get, "/stream?bytes=\(total)"))
+        let response = try await client.execute(todos.request(.get, path))
         var iterator = response.body.makeAsyncIterator()
         var received = try await iterator.next()?.count ?? 0
         let stopping = Task { await todos.stop() }

@@ -2,12 +2,13 @@ import AsyncAlgorithms
 import H3
 import HTTPTypes
 import Hummingbird
+import NIOConcurrencyHelpers
 import NIOCore
 
 /// Turns a Hummingbird `Response` into the `HTTP3ServerResponse` that `HTTP3Server` sends.
 enum HTTP3ResponseBody {
-    /// Bodies of a known length up to this size are collected and sent in one piece, trailers
-    /// included; longer or open-ended ones stream.
+    /// Bodies of a known length up to this size are collected and sent in one piece; longer or
+    /// open-ended ones stream. Both send the trailers the body's writer gives at its end.
     static let collectedLimit = 256 << 10
 
     /// The HTTP/3 response for `response`. `ended` runs once the body has been written out
@@ -25,7 +26,9 @@ enum HTTP3ResponseBody {
             http3.trailers = collected.trailers
             return http3
         }
-        http3.bodyStream = stream(response.body, ended: ended)
+        let trailers = NIOLockedValueBox<HTTPFields?>(nil)
+        http3.bodyStream = stream(response.body, trailers: trailers, ended: ended)
+        http3.trailersAfterBodyStream = { trailers.withLockedValue { $0 } }
         return http3
     }
 
@@ -34,12 +37,16 @@ enum HTTP3ResponseBody {
     /// less than its send buffer waits for acknowledgement: QUIC flow control reaches back to
     /// the handler. If the server stops pulling (the client reset the stream), the writer task
     /// is cancelled.
-    static func stream(_ body: ResponseBody, ended: @escaping @Sendable () -> Void) -> AsyncThrowingStream<[UInt8], any Error> {
+    static func stream(
+        _ body: ResponseBody,
+        trailers: NIOLockedValueBox<HTTPFields?>,
+        ended: @escaping @Sendable () -> Void
+    ) -> AsyncThrowingStream<[UInt8], any Error> {
         let pieces = AsyncThrowingChannel<ByteBuffer, any Error>()
         let writing = Task {
             defer { ended() }
             do {
-                try await body.write(HandingOverWriter(pieces: pieces))
+                try await body.write(HandingOverWriter(pieces: pieces, trailers: trailers))
             } catch {
                 pieces.fail(error)
             }
@@ -61,15 +68,17 @@ enum HTTP3ResponseBody {
 
         func next() async throws -> [UInt8]? {
             guard let buffer = try await iterator.next() else { return nil }
-            return Array(buffer.readableBytesView)
+            return buffer.withUnsafeReadableBytes { Array($0) }
         }
 
         deinit { writing.cancel() }
     }
 
-    /// Hands each piece to the server's puller, waiting until it is taken.
+    /// Hands each piece to the server's puller, waiting until it is taken; keeps the trailers
+    /// for the server, which reads them once the pieces have ended.
     private struct HandingOverWriter: ResponseBodyWriter {
         let pieces: AsyncThrowingChannel<ByteBuffer, any Error>
+        let trailers: NIOLockedValueBox<HTTPFields?>
 
         mutating func write(_ buffer: ByteBuffer) async throws {
             await pieces.send(buffer)
@@ -77,8 +86,7 @@ enum HTTP3ResponseBody {
         }
 
         consuming func finish(_ trailingHeaders: HTTPFields?) async throws {
-            // HTTP3ServerResponse takes trailers with its head; a streamed body's trailers,
-            // known only now, are not sent (see the article's "Trailers").
+            trailers.withLockedValue { $0 = trailingHeaders }
             pieces.finish()
         }
     }
@@ -94,7 +102,8 @@ enum HTTP3ResponseBody {
         let storage: Storage
 
         mutating func write(_ buffer: ByteBuffer) async throws {
-            storage.bytes.append(contentsOf: buffer.readableBytesView)
+            // One copy of the bytes: appending the buffer's view went a byte at a time.
+            buffer.withUnsafeReadableBytes { storage.bytes.append(contentsOf: $0) }
         }
 
         consuming func finish(_ trailingHeaders: HTTPFields?) async throws {
