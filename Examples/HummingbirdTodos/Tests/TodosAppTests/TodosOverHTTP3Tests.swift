@@ -147,24 +147,31 @@ struct TodosOverHTTP3Tests {
     }
 
     @Test func gracefulShutdownLetsARequestInFlightFinish() async throws {
-        try await Self.expectDownloadFinishesAcrossShutdown(path: "/stream?bytes=20000000", gracePeriod: .seconds(30))
+        try await Self.expectDownloadFinishesAcrossShutdown(gracePeriod: .seconds(30))
     }
 
     /// Known bug, found here and not yet understood: a streamed Hummingbird response whose
     /// writer gives trailers does not end while the server shuts down gracefully, and the
     /// connection closes when the grace period runs out. `HTTP3LoopbackTests` shows trailers
     /// after a bare handler's stream across a shutdown working.
+    /// Without the trailer, the same 4 MB finishes in well under a second here; with it, the
+    /// connection is closed when the 20 s grace period ends. When this is fixed, the known
+    /// issue is no longer recorded and the test fails: then drop `withKnownIssue`.
     @Test func aDownloadWithATrailerFinishesAcrossShutdown() async throws {
-        await withKnownIssue("a streamed response with trailers hangs across a graceful shutdown (issue 53 note)", isIntermittent: true) {
-            try await Self.expectDownloadFinishesAcrossShutdown(path: "/stream?bytes=20000000&trailer", gracePeriod: .seconds(5))
+        await withKnownIssue("a streamed response with trailers hangs across a graceful shutdown (issue 53 note)") {
+            try await Self.expectDownloadFinishesAcrossShutdown(total: 4_000_000, trailer: true, gracePeriod: .seconds(20))
         }
     }
 
-    static func expectDownloadFinishesAcrossShutdown(path: String, gracePeriod: Duration) async throws {
+    @Test func aShortDownloadWithoutATrailerFinishesAcrossShutdown() async throws {
+        try await Self.expectDownloadFinishesAcrossShutdown(total: 4_000_000, trailer: false, gracePeriod: .seconds(20))
+    }
+
+    static func expectDownloadFinishesAcrossShutdown(total: Int = 20_000_000, trailer: Bool = false, gracePeriod: Duration) async throws {
         let todos = try await RunningTodos.start(gracePeriod: gracePeriod)
         let client = todos.http3Client()
         defer { client.shutdown() }
-        let total = 20_000_000
+        let path = "/stream?bytes=\(total)" + (trailer ? "&trailer" : "")
         let response = try await client.execute(todos.request(.get, path))
         var iterator = response.body.makeAsyncIterator()
         var received = try await iterator.next()?.count ?? 0
