@@ -40,8 +40,11 @@ struct GtlsServerInteropTests {
             var started: (ChildProcess, Int)?
             for _ in 0..<10 {
                 let port = Int.random(in: 20_000...60_000)
+                // A port another test's server already holds would look "bound" at once, and
+                // our client would reach that server (seen in CI: a certificate from another CA).
+                guard !udpPortIsBound(port) else { continue }
                 let process = try ChildProcess(gtlsserver, ["-q", "-d", directory.path, "127.0.0.1", "\(port)", key, cert])
-                // Ready once its socket is bound; a port someone else holds makes it exit.
+                // Ready once its socket is bound; a port someone else took meanwhile makes it exit.
                 _ = await eventually(within: 10) { !process.isRunning || udpPortIsBound(port) }
                 if process.isRunning && udpPortIsBound(port) {
                     started = (process, port)
