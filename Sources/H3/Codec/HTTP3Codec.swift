@@ -458,17 +458,24 @@ package final class HTTP3Codec: QUICApplicationCodec {
 
     package func nextStreamData(into vectors: UnsafeMutableBufferPointer<ngtcp2_vec>) throws -> (streamID: Int64, count: Int, fin: Bool)? {
         guard let conn else { return nil }
-        var streamID: Int64 = -1
-        var fin: Int32 = 0
-        // nghttp3_vec and ngtcp2_vec are the same { uint8_t *base; size_t len } layout.
-        let count = vectors.withMemoryRebound(to: nghttp3_vec.self) { nghttpVectors in
-            nghttp3_conn_writev_stream(conn, &streamID, &fin, nghttpVectors.baseAddress, nghttpVectors.count)
+        while true {
+            var streamID: Int64 = -1
+            var fin: Int32 = 0
+            // nghttp3_vec and ngtcp2_vec are the same { uint8_t *base; size_t len } layout.
+            let count = vectors.withMemoryRebound(to: nghttp3_vec.self) { nghttpVectors in
+                nghttp3_conn_writev_stream(conn, &streamID, &fin, nghttpVectors.baseAddress, nghttpVectors.count)
+            }
+            guard count >= 0 else { throw applicationError(Int32(count), "nghttp3_conn_writev_stream") }
+            let actedAfterWrite = !dueAfterWrite.isEmpty
+            try runDueAfterWrite()
+            // A body that ended with no bytes left gives nghttp3 nothing to write in this call,
+            // and its trailers are submitted only after it: ask again, or they wait for a pass
+            // that nothing may cause (every byte already acknowledged).
+            if streamID < 0, actedAfterWrite { continue }
+            guard streamID >= 0 else { return nil }
+            if writesQLog { offered = (streamID, Array(vectors.prefix(count))) }
+            return (streamID, count, fin != 0)
         }
-        guard count >= 0 else { throw applicationError(Int32(count), "nghttp3_conn_writev_stream") }
-        try runDueAfterWrite()
-        guard streamID >= 0 else { return nil }
-        if writesQLog { offered = (streamID, Array(vectors.prefix(count))) }
-        return (streamID, count, fin != 0)
     }
 
     package func didWrite(streamID: Int64, bytes: Int) throws {
