@@ -758,6 +758,35 @@ struct HTTP3LoopbackTests {
         #expect(produced.total == total)
     }
 
+    /// A body written by pushing, as frameworks write theirs (`HTTP3BodyWriter`), is paced by
+    /// the client like a pulled one, and the trailers given with its end follow it.
+    @Test func aWrittenBodyIsPacedByTheReaderAndEndsWithItsTrailers() async throws {
+        let total = 64 << 20
+        let piece = 256 << 10
+        let taken = Meter()
+        let (server, port, identity) = try await Self.startServer { _ in
+            HTTP3ServerResponse(head: HTTPResponse(status: .ok)) { writer in
+                while taken.total < total {
+                    try await writer.write([UInt8](repeating: 0x77, count: piece))
+                    taken.add(piece)
+                }
+                writer.finish(trailers: [HTTPField.Name("x-written")!: "\(taken.total)"])
+            }
+        }
+        defer { server.shutdown() }
+        let client = Self.client(trusting: identity)
+        defer { client.shutdown() }
+        let response = try await client.execute(HTTPRequest(method: .get, scheme: "https", authority: "localhost:\(port)", path: "/written"))
+        var iterator = response.body.makeAsyncIterator()
+        var received = try await iterator.next()?.count ?? 0
+        let filled = await eventually { taken.total >= 4 << 20 }
+        #expect(filled, "the writer stopped at \(taken.total) bytes, short of the stream window")
+        #expect(taken.total < 24 << 20, "the writer got \(taken.total) bytes ahead of a reader that took \(received)")
+        while let next = try await iterator.next() { received += next.count }
+        #expect(received == total)
+        #expect(response.body.trailers?[HTTPField.Name("x-written")!] == "\(total)")
+    }
+
     @Test func trailersTravelBothWays() async throws {
         let (server, port, identity) = try await Self.startServer { request in
             var response = HTTP3ServerResponse(status: .ok, body: Array("body".utf8))
