@@ -4,13 +4,13 @@ import Glibc
 
 /// Dates as HTTP and its logs write them, in UTC from whole seconds since 1970, by hand: these
 /// run once per opened file or logged request, where a formatter would cost far more.
-package enum HTTPDate {
+public enum HTTPDate {
     private static let weekdays = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"]
     private static let months = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
 
     /// The IMF-fixdate of RFC 9110 §5.6.7, `Sun, 06 Nov 1994 08:49:37 GMT`, as `Last-Modified`
     /// (§8.8.2) carries it.
-    package static func imfFixdate(_ seconds: Int) -> String {
+    public static func imfFixdate(_ seconds: Int) -> String {
         let fields = utc(seconds)
         return weekdays[Int(fields.tm_wday)] + ", " + digits(fields.tm_mday, 2) + " " + months[Int(fields.tm_mon)] + " "
             + digits(fields.tm_year + 1900, 4) + " " + clock(fields) + " GMT"
