@@ -61,6 +61,26 @@ def run(cmd: list[str], timeout: float = 600) -> subprocess.CompletedProcess:
     return done
 
 
+def count_instructions(pid: int, out: str, load: list[str]) -> float:
+    """The instructions the process `pid`, run under `valgrind --tool=callgrind
+    --callgrind-out-file=out`, executes while `load` runs: counters zeroed before, dumped after."""
+    directory, name = os.path.dirname(out), os.path.basename(out) + "."
+    for stale in [p for p in os.listdir(directory) if p.startswith(name)]:
+        os.remove(os.path.join(directory, stale))
+    run(["callgrind_control", "-z", str(pid)])
+    run(load, timeout=600)
+    run(["callgrind_control", "-d", str(pid)])
+    for _ in range(100):
+        dumps = [p for p in os.listdir(directory) if p.startswith(name)]
+        if dumps:
+            with open(os.path.join(directory, dumps[0])) as f:
+                for line in f:
+                    if line.startswith("totals:"):
+                        return float(line.split()[1])
+        time.sleep(0.1)
+    raise SystemExit("bench: callgrind wrote no dump")
+
+
 def child_cpu_seconds(cmd: list[str]) -> float:
     """Runs cmd and returns its own CPU time (utime+stime), from wait4's rusage."""
     with tempfile.TemporaryFile(mode="w+") as errors:
@@ -542,20 +562,7 @@ class Bench:
         self.add(Row(group, f"per KiB served, bulk {self.bulk_bytes >> 20} MiB to h3get", "instr", our_kib, c_kib, "h3serve", "gtlsserver"))
 
     def count_instructions(self, server: Server, out: str, load: list[str]) -> float:
-        for stale in [p for p in os.listdir(self.work) if p.startswith(os.path.basename(out) + ".")]:
-            os.remove(os.path.join(self.work, stale))
-        run(["callgrind_control", "-z", str(server.pid)])
-        run(load, timeout=600)
-        run(["callgrind_control", "-d", str(server.pid)])
-        for _ in range(100):
-            dumps = [p for p in os.listdir(self.work) if p.startswith(os.path.basename(out) + ".")]
-            if dumps:
-                with open(os.path.join(self.work, dumps[0])) as f:
-                    for line in f:
-                        if line.startswith("totals:"):
-                            return float(line.split()[1])
-            time.sleep(0.1)
-        raise SystemExit("bench: callgrind wrote no dump")
+        return count_instructions(server.pid, out, load)
 
     # -- output -------------------------------------------------------------------
 

@@ -19,11 +19,11 @@ import sys
 import tempfile
 import time
 
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+from bench import count_instructions, free_udp_port, stat_cpu_seconds
 
 
-def free_port(kind: int) -> int:
-    with socket.socket(socket.AF_INET, kind) as s:
+def free_tcp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
@@ -54,10 +54,8 @@ class Server:
         return self.process.pid
 
     def cpu_seconds(self) -> float:
-        """utime + stime of the server process (and its threads), from /proc/PID/stat."""
-        with open(f"/proc/{self.pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+        """utime + stime of the server process (and its threads)."""
+        return stat_cpu_seconds(f"/proc/{self.pid}/stat")
 
     def stop(self) -> None:
         try:
@@ -67,34 +65,16 @@ class Server:
         self.process.wait()
 
 
-def h3load(args, port: int, pin: str, requests: int) -> None:
-    subprocess.run([args.h3load, "-c", "1", "-m", "50", "-n", str(requests), "--pin-sha256", pin,
-                    f"https://127.0.0.1:{port}/kib"], check=True, stdout=subprocess.DEVNULL, timeout=900)
-
-
-def callgrind_total(out: str) -> float:
-    for _ in range(200):
-        dumps = [p for p in os.listdir(os.path.dirname(out)) if p.startswith(os.path.basename(out) + ".")]
-        if dumps:
-            with open(os.path.join(os.path.dirname(out), dumps[0])) as f:
-                for line in f:
-                    if line.startswith("totals:"):
-                        for dump in dumps:
-                            os.remove(os.path.join(os.path.dirname(out), dump))
-                        return float(line.split()[1])
-        time.sleep(0.1)
-    raise SystemExit("bench-frameworks: callgrind wrote no dump")
+def h3load(args, port: int, pin: str, requests: int) -> list[str]:
+    return [args.h3load, "-c", "1", "-m", "50", "-n", str(requests), "--pin-sha256", pin, f"https://127.0.0.1:{port}/kib"]
 
 
 def instructions_per_request(args, command: list[str], port: int, work: str, name: str) -> float:
     out = os.path.join(work, f"callgrind.{name}")
     server = Server(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"] + command, "HTTP/3 https://")
     try:
-        h3load(args, port, server.pin, 200)  # warm-up: first-use paths, caches, pools
-        subprocess.run(["callgrind_control", "-z", str(server.pid)], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        h3load(args, port, server.pin, args.callgrind_requests)
-        subprocess.run(["callgrind_control", "-d", str(server.pid)], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        return callgrind_total(out) / args.callgrind_requests
+        subprocess.run(h3load(args, port, server.pin, 200), check=True, stdout=subprocess.DEVNULL)  # warm-up
+        return count_instructions(server.pid, out, h3load(args, port, server.pin, args.callgrind_requests)) / args.callgrind_requests
     finally:
         server.stop()
 
@@ -102,9 +82,9 @@ def instructions_per_request(args, command: list[str], port: int, work: str, nam
 def cpu_per_request(args, command: list[str], port: int) -> float:
     server = Server(command, "HTTP/3 https://", timeout=60)
     try:
-        h3load(args, port, server.pin, 2000)
+        subprocess.run(h3load(args, port, server.pin, 2000), check=True, stdout=subprocess.DEVNULL)
         before = server.cpu_seconds()
-        h3load(args, port, server.pin, args.requests)
+        subprocess.run(h3load(args, port, server.pin, args.requests), check=True, stdout=subprocess.DEVNULL)
         return (server.cpu_seconds() - before) / args.requests * 1e6
     finally:
         server.stop()
@@ -114,7 +94,7 @@ def wrk_per_request(app: str, work: str) -> tuple[float, float] | None:
     """Requests per second and server CPU µs per request of the framework's TCP server."""
     if shutil.which("wrk") is None:
         return None
-    tcp, udp = free_port(socket.SOCK_STREAM), free_port(socket.SOCK_DGRAM)
+    tcp, udp = free_tcp_port(), free_udp_port()
     server = Server([app, "--host", "127.0.0.1", "--port", str(tcp), "--http3-port", str(udp)], "HTTP/3 https://", timeout=60)
     try:
         before = server.cpu_seconds()
@@ -149,8 +129,8 @@ def main() -> int:
                 stripped[binary] = os.path.join(work, f"{name}.{binary}")
                 shutil.copy(os.path.join(bin_dir, binary), stripped[binary])
                 subprocess.run(["objcopy", "--strip-debug", stripped[binary]], check=True)
-            udp = free_port(socket.SOCK_DGRAM)
-            app = [stripped[name], "--host", "127.0.0.1", "--port", str(free_port(socket.SOCK_STREAM)), "--http3-port", str(udp)]
+            udp = free_udp_port()
+            app = [stripped[name], "--host", "127.0.0.1", "--port", str(free_tcp_port()), "--http3-port", str(udp)]
             bare = [stripped["todos-bare"], str(udp)]
             adapter_only = bare + ["--through-adapter"]
             app_ir = instructions_per_request(args, app, udp, work, name)
