@@ -13,7 +13,8 @@ final class HTTPServerRequestOrigin: Sendable {
     static let http1 = "HTTP/1.1"
 
     let protocolVersion: String
-    /// The client's IP address without its port, as access logs write it.
+    /// The client's IP address without its port, as access logs write it: formatted once here,
+    /// not from `remoteSocketAddress` for each request the log writes.
     let remoteAddress: String?
     let remoteSocketAddress: SocketAddress?
     let localSocketAddress: SocketAddress?
