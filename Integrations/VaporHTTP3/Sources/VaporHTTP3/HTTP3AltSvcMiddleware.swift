@@ -17,7 +17,7 @@ public struct HTTP3AltSvcMiddleware: AsyncMiddleware {
         guard configuration.advertisesAlternativeService, let port = http3.port,
               !response.headers.contains(name: HTTPField.Name.altSvc.canonicalName)
         else { return response }
-        let service = AltService(protocolID: "h3", port: port, maxAge: configuration.alternativeServiceMaxAge)
+        let service = AltService(protocolID: HTTP3.alpn, port: port, maxAge: configuration.alternativeServiceMaxAge)
         response.headers.add(name: HTTPField.Name.altSvc.canonicalName, value: service.description)
         return response
     }

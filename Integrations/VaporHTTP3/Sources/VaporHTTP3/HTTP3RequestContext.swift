@@ -14,11 +14,12 @@ public final class HTTP3RequestContext: Sendable {
     public let streamID: Int64
     /// The body as QUIC delivers it, for a route that streams it; nil when the bridge
     /// collected it into `req.body`.
-    let streamedBody: HTTP3RequestBody?
+    var streamedBody: HTTP3RequestBody? { streamsBody ? body : nil }
     /// Trailer fields the client sent after the body (RFC 9114 §4.1), nil when none; known
     /// once the body has ended.
-    public var requestTrailers: HTTPFields? { trailersSource?.trailers }
-    private let trailersSource: HTTP3RequestBody?
+    public var requestTrailers: HTTPFields? { body.trailers }
+    private let body: HTTP3RequestBody
+    private let streamsBody: Bool
     private let state = NIOLockedValueBox(State())
 
     private struct State {
@@ -29,8 +30,8 @@ public final class HTTP3RequestContext: Sendable {
     init(clientPriority: HTTPPriority, streamID: Int64, body: HTTP3RequestBody, streamsBody: Bool) {
         self.clientPriority = clientPriority
         self.streamID = streamID
-        self.trailersSource = body
-        self.streamedBody = streamsBody ? body : nil
+        self.body = body
+        self.streamsBody = streamsBody
     }
 
     /// The priority the response is sent with: the client's, until a handler sets another,

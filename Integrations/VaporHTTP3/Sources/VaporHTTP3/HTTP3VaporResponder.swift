@@ -117,20 +117,14 @@ struct HTTP3VaporResponder: Sendable {
             guard !connectionSpecificFields.contains(name.lowercased()), let fieldName = HTTPField.Name(name) else { continue }
             fields.append(HTTPField(name: fieldName, value: value))
         }
-        var http3Response = HTTP3ServerResponse(status: HTTPResponse.Status(code: Int(response.status.code), reasonPhrase: response.status.reasonPhrase), headerFields: fields)
+        let head = HTTPResponse(status: HTTPResponse.Status(code: Int(response.status.code), reasonPhrase: response.status.reasonPhrase), headerFields: fields)
+        var http3Response = HTTP3ServerResponse(head: head)
         if request.method == .HEAD {
             // No content (RFC 9110 §9.3.2).
         } else if response.body.count == -1, let streaming = response.storage[HTTP3StreamingBodyKey.self] {
             // Written as QUIC takes it; a middleware that replaced the body made it no stream.
-            let handoff = HTTP3BodyHandoff()
-            http3Response.bodyStream = handoff.stream
-            Task {
-                do {
-                    try await streaming.write(handoff)
-                    handoff.end(.success(()))
-                } catch {
-                    handoff.end(.failure(error))
-                }
+            http3Response = HTTP3ServerResponse(head: head) { writer in
+                try await streaming.write(HTTP3VaporBodyWriter(writer: writer))
             }
         } else if let buffer = try await response.body.collect(on: eventLoop).get(), buffer.readableBytes > 0 {
             if buffer.readableBytes <= singlePieceLimit {
