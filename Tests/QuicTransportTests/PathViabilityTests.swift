@@ -21,11 +21,14 @@ struct PathViabilityTests {
     /// Runs `ip` with `arguments`; throws its output when it fails.
     static func ip(_ arguments: [String]) throws { try run("/usr/sbin/ip", arguments) }
 
-    /// Runs `nft` (Debian's `nftables`) with `arguments`; throws its output when it fails.
-    static func nft(_ arguments: [String]) throws { try run("/usr/sbin/nft", arguments) }
+    /// Runs `nft` (Debian's `nftables`) with `arguments` and returns its output; throws it when it fails.
+    @discardableResult
+    static func nft(_ arguments: [String]) throws -> String { try run("/usr/sbin/nft", arguments) }
 
-    /// Runs the network tool at `path`; throws its output, and what the test needs, when it fails.
-    static func run(_ path: String, _ arguments: [String]) throws {
+    /// Runs the network tool at `path` and returns its output; throws it, and what the test
+    /// needs, when the tool fails.
+    @discardableResult
+    static func run(_ path: String, _ arguments: [String]) throws -> String {
         guard FileManager.default.isExecutableFile(atPath: path) else {
             throw TestFailure("\(path) is missing: install iproute2 and nftables (bash scripts/setup does)")
         }
@@ -36,11 +39,12 @@ struct PathViabilityTests {
         process.standardOutput = output
         process.standardError = output
         try process.run()
+        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         process.waitUntilExit()
         guard process.terminationStatus == 0 else {
-            let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
             throw TestFailure("\(path) \(arguments.joined(separator: " ")) failed (this test needs root, or CAP_NET_ADMIN, to change lo's addresses, routes and firewall): \(text)")
         }
+        return text
     }
 
     /// Puts the test address on `lo` (after clearing what an interrupted run left).
@@ -132,9 +136,19 @@ struct PathViabilityTests {
                 try PathViabilityTests.nft(["add", "chain", "inet", Self.table, "output", "{ type filter hook output priority 0; }"])
                 try PathViabilityTests.nft([
                     "add", "rule", "inet", Self.table, "output",
-                    "ip", "daddr", PathViabilityTests.address, "udp", "sport", "\(port)", "drop",
+                    "ip", "daddr", PathViabilityTests.address, "udp", "sport", "\(port)", "counter", "drop",
                 ])
             }
+        }
+
+        /// How many of the server's packets the firewall rule has dropped; nil for a route,
+        /// which counts nothing.
+        func refusedPackets() throws -> Int? {
+            guard self == .firewallDrop else { return nil }
+            // The rule lists as "... counter packets N bytes M drop".
+            let words = try PathViabilityTests.nft(["list", "table", "inet", Self.table]).split(whereSeparator: \.isWhitespace)
+            guard let index = words.firstIndex(of: "packets"), index + 1 < words.count else { return nil }
+            return Int(words[index + 1])
         }
 
         /// Lets the server's packets through again.
@@ -198,6 +212,10 @@ struct PathViabilityTests {
                     let stream = try await healthy.openStream()
                     try await stream.send(Data("round \(round)".utf8), endOfStream: true)
                     #expect(try await NetworkConnectionTests.readAll(stream) == Data("round \(round)".utf8))
+                }
+                if refusal == .firewallDrop {
+                    let refused = try refusal.refusedPackets()
+                    #expect((refused ?? 0) > 0, "the firewall rule dropped none of the server's packets (\(String(describing: refused)))")
                 }
                 try refusal.restore()
                 restored = true
