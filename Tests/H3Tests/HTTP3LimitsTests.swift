@@ -63,6 +63,23 @@ struct HTTP3LimitsTests {
         #expect(try await slow.body.collect() == Array("ok\n".utf8))
     }
 
+    /// h3serve's `--request-header-timeout` reaches its server: aioquic's request whose header
+    /// section stops halfway is reset with H3_REQUEST_INCOMPLETE once the half second has passed
+    /// (RFC 9114 §4.1.2), and the same connection's next GET is answered.
+    @Test func h3serveResetsAHeaderSectionThatNeverCompletesAfterItsFlag() async throws {
+        let served = try makeServedRoot("slowloris", file: "small.bin", size: 1000, multiplier: 7)
+        defer { try? FileManager.default.removeItem(at: served.root) }
+        let (server, port) = try await startH3serve(root: served.root, ["--no-tcp", "--workers", "1", "--request-header-timeout", "0.5"])
+        defer { server.stop() }
+
+        let slow = try await Self.abuse("slowloris", port: port)
+        #expect(slow["outcome"] as? String == "stream-reset" && slow["error_code"] as? Int == 0x010d, "\(slow)")
+        let waited = try #require(slow["seconds"] as? Double, "\(slow)")
+        #expect(waited >= 0.5, "reset after \(waited) s, before the 0.5 s timeout")
+        #expect(slow["then_status"] as? Int == 200, "the connection must serve on after the reset: \(slow)")
+        #expect(server.isRunning, "h3serve stopped: \(server.standardError.suffix(1500))")
+    }
+
     /// `maximumConnections` counts connections served, not the ones that linger for their
     /// closing or draining period (RFC 9000 §10.2): a server at its limit takes new clients as
     /// soon as the old ones have closed. Before, they were refused with CONNECTION_REFUSED for

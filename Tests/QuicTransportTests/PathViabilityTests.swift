@@ -19,19 +19,32 @@ struct PathViabilityTests {
     static var stack: QUIC { QUIC(alpn: ["test"]).idleTimeout(Int(TestEnvironment.scaled(120)) * 1000) }
 
     /// Runs `ip` with `arguments`; throws its output when it fails.
-    static func ip(_ arguments: [String]) throws {
+    static func ip(_ arguments: [String]) throws { try run("/usr/sbin/ip", arguments) }
+
+    /// Runs `nft` (Debian's `nftables`) with `arguments` and returns its output; throws it when it fails.
+    @discardableResult
+    static func nft(_ arguments: [String]) throws -> String { try run("/usr/sbin/nft", arguments) }
+
+    /// Runs the network tool at `path` and returns its output; throws it, and what the test
+    /// needs, when the tool fails.
+    @discardableResult
+    static func run(_ path: String, _ arguments: [String]) throws -> String {
+        guard FileManager.default.isExecutableFile(atPath: path) else {
+            throw TestFailure("\(path) is missing: install iproute2 and nftables (bash scripts/setup does)")
+        }
         let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/sbin/ip")
+        process.executableURL = URL(fileURLWithPath: path)
         process.arguments = arguments
         let output = Pipe()
         process.standardOutput = output
         process.standardError = output
         try process.run()
+        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         process.waitUntilExit()
         guard process.terminationStatus == 0 else {
-            let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-            throw TestFailure("ip \(arguments.joined(separator: " ")) failed (this test needs root, or CAP_NET_ADMIN, to add an address to lo): \(text)")
+            throw TestFailure("\(path) \(arguments.joined(separator: " ")) failed (this test needs root, or CAP_NET_ADMIN, to change lo's addresses, routes and firewall): \(text)")
         }
+        return text
     }
 
     /// Puts the test address on `lo` (after clearing what an interrupted run left).
@@ -99,13 +112,64 @@ struct PathViabilityTests {
         }
     }
 
+    /// How a test refuses the server's replies to the test address.
+    enum Refusal: String, CaseIterable, Sendable, CustomTestStringConvertible {
+        /// A `prohibit` route: the kernel fails the send with EACCES, as an administrative block does.
+        case prohibitRoute = "prohibit route (EACCES)"
+        /// An nftables rule that drops the server's packets on output: the send fails with EPERM,
+        /// as a host firewall makes it.
+        case firewallDrop = "firewall drop (EPERM)"
+
+        var testDescription: String { rawValue }
+
+        /// The nftables table the firewall case adds, and deletes again.
+        static let table = "quic_path_viability_test"
+
+        /// Starts refusing what the server at `port` sends to the test address.
+        func refuse(serverPort port: UInt16) throws {
+            switch self {
+            case .prohibitRoute:
+                try PathViabilityTests.ip(["route", "replace", "prohibit", "\(PathViabilityTests.address)/32", "table", "local"])
+            case .firewallDrop:
+                try? PathViabilityTests.nft(["delete", "table", "inet", Self.table])
+                try PathViabilityTests.nft(["add", "table", "inet", Self.table])
+                try PathViabilityTests.nft(["add", "chain", "inet", Self.table, "output", "{ type filter hook output priority 0; }"])
+                try PathViabilityTests.nft([
+                    "add", "rule", "inet", Self.table, "output",
+                    "ip", "daddr", PathViabilityTests.address, "udp", "sport", "\(port)", "counter", "drop",
+                ])
+            }
+        }
+
+        /// How many of the server's packets the firewall rule has dropped; nil for a route,
+        /// which counts nothing.
+        func refusedPackets() throws -> Int? {
+            guard self == .firewallDrop else { return nil }
+            // The rule lists as "... counter packets N bytes M drop".
+            let words = try PathViabilityTests.nft(["list", "table", "inet", Self.table]).split(whereSeparator: \.isWhitespace)
+            guard let index = words.firstIndex(of: "packets"), index + 1 < words.count else { return nil }
+            return Int(words[index + 1])
+        }
+
+        /// Lets the server's packets through again.
+        func restore() throws {
+            switch self {
+            case .prohibitRoute:
+                try PathViabilityTests.ip(["route", "replace", "local", PathViabilityTests.address, "dev", "lo", "table", "local"])
+            case .firewallDrop:
+                try PathViabilityTests.nft(["delete", "table", "inet", Self.table])
+            }
+        }
+    }
+
     /// RFC 9000 leaves a lost path to loss recovery; it must not cost the server anything else.
-    /// A server whose replies to one client are refused by the kernel (a `prohibit` route:
-    /// EACCES, as an administrative block gives) keeps serving its other clients on the same
-    /// socket, and the first client's reply goes out once its route is back. NIO's datagram
-    /// channel, which the server used before, closed the socket on that error, and every
-    /// connection of the worker with it: this test failed there.
-    @Test func aRouteThatFailsCostsOnlyItsOwnConnection() async throws {
+    /// A server whose replies to one client are refused by the kernel (EACCES from a `prohibit`
+    /// route, EPERM from a firewall) keeps serving its other clients on the same socket, and the
+    /// first client's reply goes out once its path is back. NIO's datagram channel, which the
+    /// server used before, closed the socket on those errors, and every connection of the worker
+    /// with it: this test failed there.
+    @Test(arguments: Refusal.allCases)
+    func aRouteThatFailsCostsOnlyItsOwnConnection(refusal: Refusal) async throws {
         try Self.addTestAddress()
         defer { Self.removeTestAddress() }
         // The server answers "slow" only once the route is broken, so that its reply meets it.
@@ -136,9 +200,9 @@ struct PathViabilityTests {
                 async let slowReply = NetworkConnectionTests.readAll(slow)
                 try await slow.send(Data("slow".utf8), endOfStream: true)
                 for await _ in slowArrived { break }
-                try Self.ip(["route", "replace", "prohibit", "\(Self.address)/32", "table", "local"])
+                try refusal.refuse(serverPort: port.rawValue)
                 var restored = false
-                defer { if !restored { try? Self.ip(["route", "replace", "local", Self.address, "dev", "lo", "table", "local"]) } }
+                defer { if !restored { try? refusal.restore() } }
                 breakage.yield()
                 // The reply to `cut` is queued on the shared socket ahead of these rounds, and
                 // fails in the kernel, then again at each retransmission; `healthy` is served
@@ -149,7 +213,11 @@ struct PathViabilityTests {
                     try await stream.send(Data("round \(round)".utf8), endOfStream: true)
                     #expect(try await NetworkConnectionTests.readAll(stream) == Data("round \(round)".utf8))
                 }
-                try Self.ip(["route", "replace", "local", Self.address, "dev", "lo", "table", "local"])
+                if refusal == .firewallDrop {
+                    let refused = try refusal.refusedPackets()
+                    #expect((refused ?? 0) > 0, "the firewall rule dropped none of the server's packets (\(String(describing: refused)))")
+                }
+                try refusal.restore()
                 restored = true
                 #expect(try await slowReply == Data("slow".utf8))
             }

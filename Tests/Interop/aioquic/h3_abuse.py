@@ -14,6 +14,9 @@ Attacks:
                     --size bytes each (100,000 by default); past its SETTINGS_MAX_FIELD_SECTION_SIZE
                     the server may answer 431 or reset the stream (RFC 9114 §4.2.2), and the
                     connection should live on.
+    slowloris       sends the first half of a GET's HEADERS frame and nothing more; the server
+                    should reset the stream with H3_REQUEST_INCOMPLETE, 0x10d, once its
+                    request-header timeout has passed (RFC 9114 §4.1.2, §10.5), and serve on.
 
 Prints one JSON line with what the server did, e.g. {"attack": "stream-limit", "outcome":
 "connection-closed", "error_code": 4, "reason": "..."} or {"outcome": "response", "status": 431}
@@ -141,7 +144,15 @@ def big_headers(proto: AbuseProtocol, authority: str, path: str, size: int, coun
     proto._quic.send_stream_data(stream_id, literal_headers_frame(fields), end_stream=True)
 
 
-ATTACKS = {"stream-limit": stream_limit, "qpack-capacity": qpack_capacity, "big-headers": big_headers}
+def slowloris(proto: AbuseProtocol, authority: str, path: str, size: int, count: int) -> None:
+    stream_id = proto._quic.get_next_available_stream_id()
+    frame = literal_headers_frame([(b":method", b"GET"), (b":scheme", b"https"), (b":authority", authority.encode()),
+                                   (b":path", path.encode())])
+    proto._quic.send_stream_data(stream_id, frame[: len(frame) // 2], end_stream=False)
+
+
+ATTACKS = {"stream-limit": stream_limit, "qpack-capacity": qpack_capacity, "big-headers": big_headers,
+           "slowloris": slowloris}
 
 
 async def run(args: argparse.Namespace) -> dict:
