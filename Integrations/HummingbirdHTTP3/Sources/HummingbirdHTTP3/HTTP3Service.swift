@@ -114,6 +114,6 @@ where Responder.Context: InitializableFromSource<ApplicationRequestContextSource
             response = Response(status: .internalServerError)
         }
         response.headers[.date] = dates.current
-        return try await HTTP3ResponseBody.make(response, ended: channel.requestEnded)
+        return try await HTTP3ResponseBody.make(response, for: channel)
     }
 }
