@@ -50,9 +50,12 @@ enum HTTP3ResponseBody {
 
     /// Collects a short body, and its trailers, in memory.
     private struct CollectingWriter: ResponseBodyWriter {
+        /// Written by one writer and read after it has finished, never at once: its properties
+        /// skip Swift's run-time exclusivity check, which cost a call into the runtime and a
+        /// lookup of the thread's access set at each write and read.
         final class Storage {
-            var bytes: [UInt8] = []
-            var trailers: HTTPFields?
+            @exclusivity(unchecked) var bytes: [UInt8] = []
+            @exclusivity(unchecked) var trailers: HTTPFields?
             init(capacity: Int) { bytes.reserveCapacity(capacity) }
         }
 
