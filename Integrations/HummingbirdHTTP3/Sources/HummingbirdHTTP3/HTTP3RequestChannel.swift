@@ -1,6 +1,6 @@
 import H3
-import NIOConcurrencyHelpers
 import NIOCore
+import Synchronization
 
 /// The NIO `Channel` a Hummingbird request context sees for a request that came over HTTP/3.
 ///
@@ -14,14 +14,16 @@ import NIOCore
 /// `ChannelError.operationUnsupported`. With it, an application's own context type serves both
 /// transports unchanged.
 final class HTTP3RequestChannel: Channel, ChannelCore, @unchecked Sendable {
-    // @unchecked Sendable: the stored properties are constants, and `state` is behind its lock.
+    // @unchecked Sendable: the stored properties are constants, and `state` is behind its lock,
+    // a `Mutex` held inline: one is made per request, and a lock box of its own was a second
+    // allocation and a pthread mutex.
     let eventLoop: any EventLoop
     let localAddress: SocketAddress?
     let remoteAddress: SocketAddress?
     let allocator = ByteBufferAllocator()
     let parent: (any Channel)? = nil
     let isWritable = true
-    private let state = NIOLockedValueBox(State())
+    private let state = Mutex(State())
 
     private struct State {
         var isClosed = false
@@ -35,12 +37,12 @@ final class HTTP3RequestChannel: Channel, ChannelCore, @unchecked Sendable {
         self.remoteAddress = request.remoteSocketAddress
     }
 
-    var isActive: Bool { state.withLockedValue { !$0.isClosed } }
+    var isActive: Bool { state.withLock { !$0.isClosed } }
 
     /// Succeeds once the request's response has been written, as a TCP channel's does when the
     /// connection closes. Made only for a caller that asks.
     var closeFuture: EventLoopFuture<Void> {
-        state.withLockedValue { state in
+        state.withLock { state in
             if state.isClosed { return eventLoop.makeSucceededVoidFuture() }
             if let promise = state.closePromise { return promise.futureResult }
             let promise = eventLoop.makePromise(of: Void.self)
@@ -51,7 +53,7 @@ final class HTTP3RequestChannel: Channel, ChannelCore, @unchecked Sendable {
 
     /// Made only for a caller that asks: handlers do not talk to an HTTP/3 request's channel.
     var pipeline: ChannelPipeline {
-        state.withLockedValue { state in
+        state.withLock { state in
             if let pipeline = state.pipeline { return pipeline }
             let pipeline = ChannelPipeline(channel: self)
             state.pipeline = pipeline
@@ -63,7 +65,7 @@ final class HTTP3RequestChannel: Channel, ChannelCore, @unchecked Sendable {
 
     /// Marks the request done: the channel turns inactive and its close future succeeds.
     func requestEnded() {
-        let promise = state.withLockedValue { state -> EventLoopPromise<Void>? in
+        let promise = state.withLock { state -> EventLoopPromise<Void>? in
             state.isClosed = true
             defer { state.closePromise = nil }
             return state.closePromise

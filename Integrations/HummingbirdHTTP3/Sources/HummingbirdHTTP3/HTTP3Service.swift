@@ -94,6 +94,11 @@ where Responder.Context: InitializableFromSource<ApplicationRequestContextSource
     /// Answers one request as Hummingbird's `Application` does on TCP: a context from the
     /// context type's `init(source:)`, the responder's response (500 when the responder throws
     /// what no router turned into a response), and a `Date` field.
+    ///
+    /// Inlined into the server's handler, as `HTTP3ResponseBody.make` is into it: each async
+    /// call a nonisolated function returns from is a switch back to its executor, which under
+    /// the connection's task-executor preference looks that preference up under a lock.
+    @inline(__always)
     static func respond(
         to request: HTTP3ServerRequest,
         with responder: Responder,
@@ -114,6 +119,6 @@ where Responder.Context: InitializableFromSource<ApplicationRequestContextSource
             response = Response(status: .internalServerError)
         }
         response.headers[.date] = dates.current
-        return try await HTTP3ResponseBody.make(response, ended: channel.requestEnded)
+        return try await HTTP3ResponseBody.make(response, for: channel)
     }
 }
