@@ -1,4 +1,4 @@
-// swift-tools-version:6.0
+// swift-tools-version:6.2
 import PackageDescription
 
 // A to-do API in Vapor, served over HTTP/1.1 and HTTP/3 at once: `swift run` from this folder.

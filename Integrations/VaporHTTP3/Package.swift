@@ -1,4 +1,4 @@
-// swift-tools-version:6.0
+// swift-tools-version:6.2
 import PackageDescription
 
 // VaporHTTP3: a Vapor 4 application serves every route over HTTP/3 as well as TCP,

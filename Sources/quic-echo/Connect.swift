@@ -45,7 +45,7 @@ struct Connect: AsyncParsableCommand {
     @Option(name: .customLong("reset-code"), help: "Also reset one bidirectional and one unidirectional stream with this code, and expect the server to answer with the same code.")
     var resetCode: UInt64?
 
-    @Option(help: "Send this many QUIC datagrams and expect each echoed.")
+    @Option(help: "Send this many QUIC datagrams and expect each echoed; the server must offer them (quic-echo serve does unless --no-datagrams).")
     var datagrams = 0
 
     @OptionGroup var trust: CertificateTrustOptions
@@ -121,11 +121,13 @@ struct Connect: AsyncParsableCommand {
         }
 
         var errors: [String] = []
+        // Failures already written on stderr as they happened.
+        var reported: [String] = []
         var bytes = 0
         let transferStart = ContinuousClock.now
         do {
-            bytes = try await withDeadline(seconds: timeout) {
-                try await withThrowingTaskGroup(of: Int.self) { tasks in
+            (bytes, reported) = try await withDeadline(seconds: timeout) {
+                try await withThrowingTaskGroup(of: CheckOutcome.self) { tasks in
                     // Bidirectional streams go through at most `bidirectionalWorkers` at once,
                     // each worker taking the next stream number when its stream is done: a task
                     // per stream cost its creation and its allocator's slabs again each time, and
@@ -141,18 +143,24 @@ struct Connect: AsyncParsableCommand {
                                     echoed += try await echoBidirectional(group, payload: payload, index: index)
                                 }
                             }
-                            return echoed
+                            return .echoed(echoed)
                         }
                     }
                     for index in 0..<uni {
-                        tasks.addTask { try await echoUnidirectional(group, collector: collector, payload: payload, index: index) }
+                        tasks.addTask { .echoed(try await echoUnidirectional(group, collector: collector, payload: payload, index: index)) }
                     }
                     if let resetCode {
-                        tasks.addTask { try await resetBidirectional(group, code: resetCode) }
-                        tasks.addTask { try await resetUnidirectional(group, collector: collector, code: resetCode) }
+                        tasks.addTask { .echoed(try await resetBidirectional(group, code: resetCode)) }
+                        tasks.addTask { .echoed(try await resetUnidirectional(group, collector: collector, code: resetCode)) }
                     }
                     if datagrams > 0 {
-                        tasks.addTask { try await echoDatagrams(group, received: datagramsReceived, count: datagrams) }
+                        tasks.addTask {
+                            do {
+                                return .echoed(try await echoDatagrams(group, received: datagramsReceived, count: datagrams))
+                            } catch let error as DatagramsNotOffered {
+                                return .failedAlone(error.description)
+                            }
+                        }
                     }
                     if migrate {
                         tasks.addTask {
@@ -161,12 +169,23 @@ struct Connect: AsyncParsableCommand {
                             } catch {
                                 throw EchoError("migration failed: \(error)")
                             }
-                            return 0
+                            return .echoed(0)
                         }
                     }
+                    // The first error thrown ends the run: leaving the group cancels the other
+                    // checks, and each cancels its stream, so none waits out --timeout.
                     var total = 0
-                    for try await count in tasks { total += count }
-                    return total
+                    var failures: [String] = []
+                    for try await outcome in tasks {
+                        switch outcome {
+                        case .echoed(let count):
+                            total += count
+                        case .failedAlone(let message):
+                            writeToStandardError("error: \(message)\n")
+                            failures.append(message)
+                        }
+                    }
+                    return (total, failures)
                 }
             }
         } catch {
@@ -204,7 +223,7 @@ struct Connect: AsyncParsableCommand {
             echoed \(bytes) bytes in \(format(transfer)) (\(throughput(bytes: bytes, in: transfer))), smoothed RTT \(rtt)
             qlog: \(qlog ?? "(off; use --qlog-dir or QLOGDIR)")
             """)
-        if !errors.isEmpty {
+        if !errors.isEmpty || !reported.isEmpty {
             for error in errors { writeToStandardError("error: \(error)\n") }
             throw ExitCode(1)
         }
@@ -345,6 +364,12 @@ struct LabelledPayload {
 private func echoGenerated(_ group: NWConnectionGroup, size: Int, seed: UInt64, index: Int) async throws -> Int {
     let stream = try openStream(in: group)
     stream.start(queue: tunnelQueue(of: group))
+    return try await cancellingOnTaskCancellation(stream) {
+        try await echoGenerated(on: stream, size: size, seed: seed, index: index)
+    }
+}
+
+private func echoGenerated(on stream: NWConnection, size: Int, seed: UInt64, index: Int) async throws -> Int {
     let label = "bidi-\(index):"
     var expected = LabelledPayload(label: label, seed: seed)
     let total = expected.labelCount + size
@@ -416,6 +441,31 @@ struct EchoError: Error, CustomStringConvertible {
     init(_ description: String) { self.description = description }
 }
 
+/// How one of the run's checks ended, when it did not throw.
+private enum CheckOutcome: Sendable {
+    /// Done; the bytes it echoed.
+    case echoed(Int)
+    /// Failed in a way that leaves the others to run on (the datagrams a server did not offer):
+    /// said at once, and the run ends non-zero after them.
+    case failedAlone(String)
+}
+
+/// The server offered no datagrams: its transport parameters hold no `max_datagram_frame_size`,
+/// or 0 (RFC 9221 §3), so no datagram may be sent to it.
+struct DatagramsNotOffered: Error, CustomStringConvertible {
+    var description: String {
+        "the server did not offer QUIC datagrams (max_datagram_frame_size, RFC 9221 §3): "
+            + "quic-echo serve offers them unless started with --no-datagrams; or connect without --datagrams"
+    }
+}
+
+/// Runs `body`, cancelling `stream` if the task is cancelled. NWConnection's async methods wait
+/// for the tunnel, not for the task, as Network.framework's do: without this, a failed check,
+/// which cancels the others, would wait for them until --timeout and print only the timeout.
+private func cancellingOnTaskCancellation<T>(_ stream: NWConnection, _ body: () async throws -> T) async throws -> T {
+    try await withTaskCancellationHandler(operation: body, onCancel: { stream.cancel() })
+}
+
 /// A new outbound stream; the tunnel must be ready (or, with 0-RTT, started).
 private func openStream(in group: NWConnectionGroup, using options: NWProtocolQUIC.Options? = nil) throws -> NWConnection {
     guard let stream = NWConnection(from: group, using: options) else {
@@ -436,14 +486,16 @@ private func streamPayload(_ payload: Data, prefix: String) -> Data { Data(prefi
 private func echoBidirectional(_ group: NWConnectionGroup, payload: Data, index: Int) async throws -> Int {
     let stream = try openStream(in: group)
     stream.start(queue: tunnelQueue(of: group))
-    let sent = streamPayload(payload, prefix: "bidi-\(index):")
-    async let sending: Void = stream.send(content: sent, isComplete: true)
-    let echoed = try await stream.receiveMessage()
-    try await sending
-    guard echoed == sent else {
-        throw EchoError("bidirectional stream \(index): echo differs (sent \(sent.count) bytes, got \(echoed.count))")
+    return try await cancellingOnTaskCancellation(stream) {
+        let sent = streamPayload(payload, prefix: "bidi-\(index):")
+        async let sending: Void = stream.send(content: sent, isComplete: true)
+        let echoed = try await stream.receiveMessage()
+        try await sending
+        guard echoed == sent else {
+            throw EchoError("bidirectional stream \(index): echo differs (sent \(sent.count) bytes, got \(echoed.count))")
+        }
+        return echoed.count
     }
-    return echoed.count
 }
 
 /// Hands out the numbers 0..<count once each, to whichever worker asks first.
@@ -466,7 +518,7 @@ private func echoUnidirectional(_ group: NWConnectionGroup, collector: Unidirect
     let stream = try openStream(in: group, using: options)
     stream.start(queue: tunnelQueue(of: group))
     let sent = streamPayload(payload, prefix: "uni-\(index):")
-    try await stream.send(content: sent, isComplete: true)
+    try await cancellingOnTaskCancellation(stream) { try await stream.send(content: sent, isComplete: true) }
     let echoed = try await collector.message(withPrefix: "uni-\(index):")
     guard echoed == sent else {
         throw EchoError("unidirectional stream \(index): echo differs (sent \(sent.count) bytes, got \(echoed.count))")
@@ -478,6 +530,10 @@ private func echoUnidirectional(_ group: NWConnectionGroup, collector: Unidirect
 private func resetBidirectional(_ group: NWConnectionGroup, code: UInt64) async throws -> Int {
     let stream = try openStream(in: group)
     stream.start(queue: tunnelQueue(of: group))
+    return try await cancellingOnTaskCancellation(stream) { try await resetBidirectional(stream, code: code) }
+}
+
+private func resetBidirectional(_ stream: NWConnection, code: UInt64) async throws -> Int {
     let probe = Data("reset-probe".utf8)
     try await stream.send(content: probe, isComplete: false)
     var echoed = Data()
@@ -505,7 +561,7 @@ private func resetUnidirectional(_ group: NWConnectionGroup, collector: Unidirec
     options.direction = .unidirectional
     let stream = try openStream(in: group, using: options)
     stream.start(queue: tunnelQueue(of: group))
-    try await stream.send(content: Data("uni-reset:".utf8), isComplete: false)
+    try await cancellingOnTaskCancellation(stream) { try await stream.send(content: Data("uni-reset:".utf8), isComplete: false) }
     let metadata = stream.metadata(definition: NWProtocolQUIC.definition) as! NWProtocolQUIC.Metadata
     // Let the server see the stream before it is reset.
     try await collector.firstBytes(withPrefix: "uni-reset:")
@@ -518,22 +574,41 @@ private func resetUnidirectional(_ group: NWConnectionGroup, collector: Unidirec
 
 /// Sends `count` datagrams and waits until each comes back unchanged. Datagrams are unreliable
 /// (RFC 9221 §5): those not back within a second are sent again, five attempts in all, and a
-/// second echo of a datagram sent twice is ignored.
+/// second echo of a datagram sent twice is ignored; a second after the last attempt, the missing
+/// ones fail the check. A server that offered no datagrams fails it at once (`DatagramsNotOffered`);
+/// with 0-RTT that is known only once the handshake completes, so the datagrams wait for it.
 private func echoDatagrams(_ group: NWConnectionGroup, received: AsyncStream<Data>, count: Int) async throws -> Int {
+    try await group.waitUntilReady()
+    let metadata = group.metadata(definition: NWProtocolQUIC.definition) as! NWProtocolQUIC.Metadata
+    guard metadata.usableDatagramFrameSize > 0 else { throw DatagramsNotOffered() }
+
     let outstanding = OutstandingDatagrams(Set((0..<count).map { Data("dgram-\($0)".utf8) }))
-    let sender = Task {
-        for attempt in 0..<5 {
-            if attempt > 0 { try await Task.sleep(for: .seconds(1)) }
-            for datagram in await outstanding.missing { try await group.send(datagram: datagram) }
+    // Sender and receiver are children, and whichever ends first ends the check: the receiver
+    // with every echo back, or either with its error (a send that fails, echoes still missing
+    // after the last attempt, or the tunnel's end).
+    return try await withThrowingTaskGroup(of: Int.self) { tasks in
+        tasks.addTask {
+            let attempts = 5
+            for attempt in 0..<attempts {
+                if attempt > 0 { try await Task.sleep(for: .seconds(1)) }
+                for datagram in await outstanding.missing { try await group.send(datagram: datagram) }
+            }
+            try await Task.sleep(for: .seconds(1))
+            throw EchoError("datagrams: \(await outstanding.missing.count) of \(count) never came back (\(attempts) attempts)")
         }
+        tasks.addTask {
+            var bytes = 0
+            for await datagram in received {
+                if await outstanding.arrived(datagram) { bytes += datagram.count }
+                if await outstanding.missing.isEmpty { return bytes }
+            }
+            try Task.checkCancellation()
+            throw EchoError("datagrams: the tunnel ended with \(await outstanding.missing.count) of \(count) not echoed")
+        }
+        defer { tasks.cancelAll() }
+        guard let bytes = try await tasks.next() else { preconditionFailure("two children were added") }
+        return bytes
     }
-    defer { sender.cancel() }
-    var bytes = 0
-    for await datagram in received {
-        if await outstanding.arrived(datagram) { bytes += datagram.count }
-        if await outstanding.missing.isEmpty { return bytes }
-    }
-    throw EchoError("datagrams: \(await outstanding.missing.count) of \(count) never came back")
 }
 
 /// The datagrams sent and not yet echoed.

@@ -10,8 +10,11 @@ struct EchoServer: Sendable {
         let peer = group.remoteEndpoint.map { "\($0)" } ?? "?"
         logger.info("tunnel from \(peer)")
         let streams = group.inboundStreams
-        group.setReceiveHandler { _, content, _ in
-            group.send(content: content) { _ in }
+        group.setReceiveHandler { [logger] _, content, _ in
+            // Unreliable by design (RFC 9221 §5): a datagram that cannot go back is only logged.
+            group.send(content: content) { error in
+                if let error { logger.debug("datagram from \(peer) not echoed: \(error)") }
+            }
         }
         // One queue for the tunnel and its streams: their handlers are few (the echo awaits the
         // async methods, which do not use it), and a queue per stream cost one per stream.

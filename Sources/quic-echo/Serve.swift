@@ -21,8 +21,10 @@ struct Serve: AsyncParsableCommand {
     @Option(name: .customLong("max-connections"), help: "Most tunnels served at once.")
     var maxConnections = 1024
 
-    @Flag(help: "Offer QUIC datagrams (RFC 9221) and echo them.")
-    var datagrams = false
+    /// On by default: a test peer that offers datagrams costs nothing until one arrives, and a
+    /// client asking for them then finds them (`--no-datagrams` tests a peer without).
+    @Flag(inversion: .prefixedNo, help: "Offer QUIC datagrams (RFC 9221 max_datagram_frame_size) and echo them; on by default.")
+    var datagrams = true
 
     @Option(help: "Workers, each with its own thread and UDP socket on the port; the kernel steers packets to them by connection ID.")
     var workers = 1

@@ -14,6 +14,8 @@ final class UnidirectionalCollector: Sendable {
         var bytes = Data()
         var finished = false
         var resetCode: UInt64?
+        /// Why the stream ended otherwise than with FIN or a reset (the tunnel's end, say).
+        var failure: String?
     }
 
     /// The streams seen so far and the waiters to wake on the next change. One lock guards
@@ -22,7 +24,8 @@ final class UnidirectionalCollector: Sendable {
     /// bytes arrived in between, and the echo then hung until its deadline.
     private struct State {
         var entries: [Int: Entry] = [:]
-        var waiters: [CheckedContinuation<Void, Never>] = []
+        var waiters: [Int: CheckedContinuation<Void, Never>] = [:]
+        var nextWaiter = 0
     }
 
     private let state = NIOLockedValueBox(State())
@@ -44,7 +47,7 @@ final class UnidirectionalCollector: Sendable {
             } catch let NWError.quic(error) where error.kind == .streamReset {
                 update { $0[id]!.resetCode = error.applicationErrorCode ?? 0 }
             } catch {
-                update { $0[id]!.resetCode = UInt64.max }
+                update { $0[id]!.failure = "\(error)" }
             }
         }
     }
@@ -64,27 +67,38 @@ final class UnidirectionalCollector: Sendable {
         try await waitFor(prefix) { $0.resetCode }
     }
 
+    /// Waits until a stream starting with `prefix` gives `extract` a value, or has failed (which
+    /// throws). Cancellation ends the wait at once: a check that failed elsewhere cancels this one.
     private func waitFor<T>(_ prefix: String, _ extract: @escaping (Entry) -> T?) async throws -> T {
         let marker = Data(prefix.utf8)
-        func find(in entries: [Int: Entry]) -> T? {
+        func find(in entries: [Int: Entry]) -> Result<T, EchoError>? {
             for entry in entries.values where entry.bytes.starts(with: marker) {
-                if let value = extract(entry) { return value }
+                if let value = extract(entry) { return .success(value) }
+                if let failure = entry.failure { return .failure(EchoError("the server's \(prefix) stream: \(failure)")) }
             }
             return nil
         }
         while true {
             try Task.checkCancellation()
-            var found: T?
-            await withCheckedContinuation { continuation in
-                let wakeNow: Bool = state.withLockedValue { state in
-                    found = find(in: state.entries)
-                    if found != nil { return true }
-                    state.waiters.append(continuation)
-                    return false
-                }
-                if wakeNow { continuation.resume() }
+            var found: Result<T, EchoError>?
+            let waiter = state.withLockedValue { state in
+                defer { state.nextWaiter += 1 }
+                return state.nextWaiter
             }
-            if let found { return found }
+            await withTaskCancellationHandler {
+                await withCheckedContinuation { continuation in
+                    let wakeNow: Bool = state.withLockedValue { state in
+                        found = find(in: state.entries)
+                        if found != nil || Task.isCancelled { return true }
+                        state.waiters[waiter] = continuation
+                        return false
+                    }
+                    if wakeNow { continuation.resume() }
+                }
+            } onCancel: {
+                state.withLockedValue { $0.waiters.removeValue(forKey: waiter) }?.resume()
+            }
+            if let found { return try found.get() }
         }
     }
 
@@ -93,7 +107,7 @@ final class UnidirectionalCollector: Sendable {
         let waiting = state.withLockedValue { state in
             change(&state.entries)
             defer { state.waiters.removeAll() }
-            return state.waiters
+            return state.waiters.values
         }
         for continuation in waiting { continuation.resume() }
     }
