@@ -79,7 +79,7 @@ package struct QUICSocketAddress: Hashable, Sendable, CustomStringConvertible {
             default:
                 return "?"
             }
-            return String(cString: buffer)
+            return buffer.withUnsafeBytes { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
         }
     }
 
