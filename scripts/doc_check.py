@@ -25,7 +25,9 @@ snippets  compiles every ```swift block of README.md and the DocC articles. A bl
           are compiled together, each in a scope nested in the one before (so a block sees the
           names earlier ones declared and may declare them anew), inside one async throwing
           function whose parameters are the names the article uses without declaring them
-          (GIVENS below). `#sourceLocation` makes errors point at the Markdown lines. A block
+          (GIVENS below), compiled to an object file against the modules of a build SwiftPM
+          made, with the compiler arguments it used. `#sourceLocation` makes errors point at
+          the Markdown lines. A block
           that imports Hummingbird or Vapor starts a unit compiled against that integration's
           build; blocks after it in the article continue that unit.
 """
@@ -34,6 +36,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -146,7 +149,7 @@ def unit_source(repo, document, kind, blocks, index):
     out.append(f"func snippets{index}({parameters}) async throws {{")
     for line, body in blocks:
         out.append("do {")
-        out.append(f'#sourceLocation(file: "{repo / document}", line: {line})')
+        out.append(f'#sourceLocation(file: "{document}", line: {line})')
         out += ["" if re.match(r"^\s*import\s+\w+", text) else text for text in body]
         out.append("#sourceLocation()")
     out += ["}" for _ in blocks]
@@ -214,8 +217,8 @@ def check_snippets(repo, builds):
         source = work / f"Snippets{index}.swift"
         source.write_text(unit_source(repo, document, kind, unit_blocks, index))
         result = subprocess.run(
-            ["swiftc", "-typecheck", *arguments, "-module-cache-path", str(work / "cache"),
-             "-suppress-warnings", str(source)],
+            ["swiftc", "-c", *arguments, "-module-cache-path", str(work / "cache"),
+             "-suppress-warnings", str(source), "-o", str(source.with_suffix(".o"))],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         if result.returncode != 0:
             failures += 1
@@ -226,6 +229,7 @@ def check_snippets(repo, builds):
                 f"do not compile ({kind} build)")
         else:
             say(f"ok {document}: {len(unit_blocks)} block(s) from line {unit_blocks[0][0]} compile ({kind})")
+    shutil.rmtree(work, ignore_errors=True)
     say(f"snippets: {blocks} Swift blocks in {len(units)} units, {fragments} fragments left out, "
         f"{failures} units failed")
     return failures == 0
@@ -380,16 +384,11 @@ def strip_comment(command):
 
 
 def named_ports(command):
-    """[(protocol or None, port)] that a background command's line says it listens on."""
+    """[(protocol or None, port)] that a background command's line says it listens on: its
+    `--port N`, and "TCP N" or "UDP N" in its comment."""
     code, comment = strip_comment(command)
-    ports = []
-    for match in re.finditer(r"--port[ =](\d+)", code):
-        ports.append((None, int(match.group(1))))
-    for match in re.finditer(r"\b(TCP|UDP)\s+(\d{2,5})\b", comment):
-        ports.append((match.group(1).lower(), int(match.group(2))))
-    if not any(proto for proto, _ in ports):
-        for match in re.finditer(r"\b(?:TCP|UDP) (\d{2,5})\b", comment):
-            ports.append((None, int(match.group(1))))
+    ports = [(None, int(port)) for port in re.findall(r"--port[ =](\d+)", code)]
+    ports += [(proto.lower(), int(port)) for proto, port in re.findall(r"\b(TCP|UDP) (\d{2,5})\b", comment)]
     return sorted(set(ports), key=str)
 
 
@@ -557,7 +556,8 @@ def check_try_it(repo, limit, swift_limit):
     if failures:
         say(f"try-it: the scratch directory is kept in {scratch}, each command's output in {logs}")
     else:
-        subprocess.run(["rm", "-rf", str(scratch), str(logs)])
+        shutil.rmtree(scratch, ignore_errors=True)
+        shutil.rmtree(logs, ignore_errors=True)
     return failures == 0
 
 
