@@ -8,28 +8,30 @@
 try-it    runs every shell block of README.md's "Try it" section as written, one command (a
           line, with its `\\` continuations) at a time, in a scratch directory that mirrors the
           repository (its directories real, its files symbolic links), as one reader's shell
-          session: variables and `cd` carry over from command to command. Each command has a
-          time limit; a non-zero exit or a timeout fails the check. A command ending in `&` is
-          started in the background and waited for until it has bound the ports its line names
-          (`--port N`, `:N`, "TCP N", "UDP N"); every background command is killed, with its
-          children, when the section ends. A `<printed SHA-256>` placeholder is replaced by the
-          last SHA-256 (64 hex digits) a background command printed. `swift` is a shell
-          function that runs SwiftPM on the repository's package for the directory the command
-          is in, with the build folder scripts/test uses (SCRATCH_PATH as it does), so the
-          README's builds reuse CI's.
+          session: variables and `cd` carry over from command to command, and from block to
+          block (the Chromium block asks the h3serve the first block started). Each command
+          has a time limit; a non-zero exit or a timeout fails it, and the session goes on, so
+          one run reports every failing command. A command ending in `&` is started in the
+          background and waited for until it has bound the ports its line names (`--port N`,
+          and "TCP N" or "UDP N" in its comment); every background command is killed, with its
+          children (its session), when the section ends. A `<printed SHA-256>` placeholder is
+          replaced by the last SHA-256 (64 hex digits) a background command printed. `swift`
+          is a shell function that runs SwiftPM on the repository's package for the directory
+          the command is in, with the build folder scripts/test uses (SCRATCH_PATH as there),
+          so the README's builds reuse CI's.
 flags     checks each tool's `--help` (and its subcommands') against its *Command-line tools*
-          article: every flag printed is named there, and every flag the article gives the
-          tool exists.
+          article: every option printed is named there (by its short or its long name), and
+          every flag the article gives the tool exists.
 snippets  compiles every ```swift block of README.md and the DocC articles. A block whose first
           line is a comment starting with `// fragment` is left out. The blocks of one article
           are compiled together, each in a scope nested in the one before (so a block sees the
           names earlier ones declared and may declare them anew), inside one async throwing
           function whose parameters are the names the article uses without declaring them
-          (GIVENS below), compiled to an object file against the modules of a build SwiftPM
-          made, with the compiler arguments it used. `#sourceLocation` makes errors point at
-          the Markdown lines. A block
-          that imports Hummingbird or Vapor starts a unit compiled against that integration's
-          build; blocks after it in the article continue that unit.
+          (GIVENS below). The unit is compiled to an object file against the modules of a
+          build SwiftPM made, with the compiler arguments it used for one of that build's
+          targets; `#sourceLocation` makes errors point at the Markdown lines. A block that
+          imports Hummingbird or Vapor starts a unit compiled against that integration's
+          example build; blocks after it in the article continue that unit.
 """
 
 import argparse
@@ -389,7 +391,8 @@ def named_ports(command):
     code, comment = strip_comment(command)
     ports = [(None, int(port)) for port in re.findall(r"--port[ =](\d+)", code)]
     ports += [(proto.lower(), int(port)) for proto, port in re.findall(r"\b(TCP|UDP) (\d{2,5})\b", comment)]
-    return sorted(set(ports), key=str)
+    named = {port for proto, port in ports if proto}
+    return sorted({(proto, port) for proto, port in ports if proto or port not in named}, key=str)
 
 
 def bound_ports():
@@ -537,7 +540,9 @@ def check_try_it(repo, limit, swift_limit):
                 cwd = Path(f"{log}.cwd").read_text().strip()
             if status != 0:
                 show_tail(log)
-                say(f"FAILED README.md:{line}: exit status {status}: {shown}")
+                hint = " (a command was not found: bash scripts/setup installs what the README runs)" \
+                    if status == 127 else ""
+                say(f"FAILED README.md:{line}: exit status {status}{hint}: {shown}")
                 failures += 1
                 continue
             if in_background:
