@@ -41,6 +41,15 @@ let package = Package(
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
             ]
         ),
+        // The benchmark's baseline: the same 1 KiB answer from a bare HTTP3Server handler.
+        .executableTarget(
+            name: "vapor-todos-bare",
+            dependencies: [
+                "VaporTodosApp",
+                .product(name: "H3", package: "swift-quic-transport"),
+                .product(name: "QuicTransport", package: "swift-quic-transport"),
+            ]
+        ),
         .executableTarget(
             name: "VaporTodos",
             dependencies: [
