@@ -108,6 +108,81 @@ def wrk_per_request(app: str, work: str) -> tuple[float, float] | None:
         server.stop()
 
 
+# -- Vapor ----------------------------------------------------------------------------------
+# VaporTodos serves its routes with `serve`: HTTP/1.1 on a TCP port and HTTP/3 on the same UDP
+# port (`app.servers.use(.http3(…))`); `--env production` keeps Vapor from logging every
+# request. It writes its generated certificate into its working directory, so it runs in `work`.
+# The baseline is vapor-todos-bare: the same 1 KiB from an HTTP3Server handler.
+
+VAPOR_READY = "HTTP/3 server started on"
+
+
+def vapor_app(binary: str, port: int, work: str) -> list[str]:
+    return ["env", "-C", work, binary, "serve", "--env", "production", "--hostname", "127.0.0.1", "--port", str(port)]
+
+
+def vapor_instructions_per_request(args, command: list[str], port: int, work: str) -> float:
+    """As instructions_per_request, for the Vapor application, which says it is ready its own way."""
+    out = os.path.join(work, "callgrind.VaporTodos")
+    server = Server(command[:3] + ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"] + command[3:], VAPOR_READY)
+    try:
+        subprocess.run(h3load(args, port, server.pin, 200), check=True, stdout=subprocess.DEVNULL)  # warm-up
+        return count_instructions(server.pid, out, h3load(args, port, server.pin, args.callgrind_requests)) / args.callgrind_requests
+    finally:
+        server.stop()
+
+
+def vapor_cpu_per_request(args, command: list[str], port: int) -> float:
+    server = Server(command, VAPOR_READY, timeout=60)
+    try:
+        subprocess.run(h3load(args, port, server.pin, 2000), check=True, stdout=subprocess.DEVNULL)
+        before = server.cpu_seconds()
+        subprocess.run(h3load(args, port, server.pin, args.requests), check=True, stdout=subprocess.DEVNULL)
+        return (server.cpu_seconds() - before) / args.requests * 1e6
+    finally:
+        server.stop()
+
+
+def vapor_wrk_per_request(binary: str, work: str) -> tuple[float, float] | None:
+    """Requests per second and server CPU µs per request of Vapor's own HTTP/1.1 server (no TLS)."""
+    if shutil.which("wrk") is None:
+        return None
+    port = free_udp_port()
+    server = Server(vapor_app(binary, port, work), VAPOR_READY, timeout=60)
+    try:
+        before = server.cpu_seconds()
+        result = subprocess.run(["wrk", "-t1", "-c50", "-d5s", f"http://127.0.0.1:{port}/kib"], check=True,
+                                capture_output=True, text=True, timeout=120)
+        cpu = server.cpu_seconds() - before
+        done = int(re.search(r"(\d+) requests in", result.stdout).group(1))
+        rate = float(re.search(r"Requests/sec:\s+([\d.]+)", result.stdout).group(1))
+        return rate, cpu / done * 1e6
+    finally:
+        server.stop()
+
+
+def vapor_rows(args, bin_dir: str, work: str) -> None:
+    """The Vapor rows: its application's /kib over HTTP/3 against vapor-todos-bare, and its own server under wrk."""
+    stripped = {}
+    for binary in ("VaporTodos", "vapor-todos-bare"):
+        stripped[binary] = os.path.join(work, f"VaporTodos.{binary}")
+        shutil.copy(os.path.join(bin_dir, binary), stripped[binary])
+        subprocess.run(["objcopy", "--strip-debug", stripped[binary]], check=True)
+    port = free_udp_port()
+    app = vapor_app(stripped["VaporTodos"], port, work)
+    bare = [stripped["vapor-todos-bare"], str(port)]
+    app_ir = vapor_instructions_per_request(args, app, port, work)
+    bare_ir = instructions_per_request(args, bare, port, work, "vapor-bare")
+    print(f"{'VaporTodos: instructions per 1 KiB GET, application':<46} {'k instr':>9} {app_ir / 1e3:>10,.1f} {bare_ir / 1e3:>10,.1f} {app_ir / bare_ir:>6.2f}")
+    app_cpu = vapor_cpu_per_request(args, app, port)
+    bare_cpu = cpu_per_request(args, bare, port)
+    print(f"{'VaporTodos: server CPU per 1 KiB GET, application':<46} {'µs':>9} {app_cpu:>10,.1f} {bare_cpu:>10,.1f} {app_cpu / bare_cpu:>6.2f}")
+    tcp = vapor_wrk_per_request(stripped["VaporTodos"], work)
+    if tcp:
+        rate, cpu = tcp
+        print(f"{'VaporTodos: own HTTP/1.1 server (no TLS), wrk -c50':<46} {'µs CPU':>9} {cpu:>10,.1f} {'':>10} {'':>6}  ({rate:,.0f} req/s)")
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--h3load", required=True)
@@ -123,6 +198,9 @@ def main() -> int:
     try:
         for example in args.examples:
             name, bin_dir = example.split("=", 1)
+            if name == "VaporTodos":
+                vapor_rows(args, bin_dir, work)
+                continue
             # valgrind 3.19 cannot read the DWARF 5 that Swift 6 writes; the symbol table is enough.
             stripped = {}
             for binary in (name, "todos-bare"):
@@ -154,6 +232,9 @@ def main() -> int:
     print("adapter without router = todos-bare --through-adapter (HTTP3Service over one closure); bare = todos-bare,")
     print(f"the same 1 KiB from an HTTP3Server handler. Instructions: callgrind over {args.callgrind_requests} requests after a")
     print(f"warm-up; CPU: utime+stime over {args.requests} requests. Target: adapter/bare at most 1.15 in instructions.")
+    if any(example.startswith("VaporTodos=") for example in args.examples):
+        print("VaporTodos: application = `VaporTodos serve --env production`, its /kib route through FileMiddleware and the")
+        print("router, HTTP/3 on the TCP port's number; bare = vapor-todos-bare, the same 1 KiB from an HTTP3Server handler.")
     return 0
 
 

@@ -12,8 +12,10 @@ let package = Package(
     dependencies: [
         .package(name: "VaporHTTP3", path: "../../Integrations/VaporHTTP3"),
         .package(name: "swift-quic-transport", path: "../.."),
+        .package(name: "ExampleTesting", path: "../ExampleTesting"),
         .package(url: "https://github.com/vapor/vapor.git", from: "4.122.3"),
         .package(url: "https://github.com/apple/swift-crypto.git", "3.0.0"..<"5.0.0"),
+        .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
     ],
     targets: [
         // The routes and `configure(_:)`, apart from the entry point so tests can serve them.
@@ -31,11 +33,21 @@ let package = Package(
             name: "VaporTodosTests",
             dependencies: [
                 "VaporTodosApp",
+                .product(name: "ExampleTesting", package: "ExampleTesting"),
                 .product(name: "VaporHTTP3", package: "VaporHTTP3"),
                 .product(name: "H3", package: "swift-quic-transport"),
                 .product(name: "QuicTransport", package: "swift-quic-transport"),
                 .product(name: "Vapor", package: "vapor"),
-                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+            ]
+        ),
+        // The benchmark's baseline: the same 1 KiB answer from a bare HTTP3Server handler.
+        .executableTarget(
+            name: "vapor-todos-bare",
+            dependencies: [
+                "VaporTodosApp",
+                .product(name: "H3", package: "swift-quic-transport"),
+                .product(name: "QuicTransport", package: "swift-quic-transport"),
             ]
         ),
         .executableTarget(

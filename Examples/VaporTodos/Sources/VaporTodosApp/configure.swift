@@ -45,6 +45,11 @@ public struct Todo: Content, Equatable, Sendable {
     }
 }
 
+/// What `/kib` answers: 1 KiB, the same as the benchmark's bare HTTP3Server handler.
+public enum TodosKiB {
+    public static let body = [UInt8](repeating: 0x61, count: 1024)
+}
+
 /// What `/upload` answers.
 public struct UploadDigest: Content, Equatable, Sendable {
     public var size: Int
@@ -98,6 +103,12 @@ func routes(_ app: Application, store: TodoStore) throws {
                 offset += count
             }
         })
+    }
+
+    // 1 KiB, for the benchmark (scripts/bench-frameworks), beside vapor-todos-bare's same answer.
+    let kib = ByteBuffer(bytes: TodosKiB.body)
+    app.get("kib") { _ in
+        Response(status: .ok, headers: ["content-type": "application/octet-stream"], body: .init(buffer: kib))
     }
 
     // Size and SHA-256 of the body, hashed piece by piece as it arrives, on either protocol.

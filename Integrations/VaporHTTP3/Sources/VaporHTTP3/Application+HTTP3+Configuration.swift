@@ -11,7 +11,9 @@ extension Application.HTTP3 {
         /// are not used: ``hostname`` and ``port`` below decide.
         public var server = HTTP3Server.Configuration()
 
-        /// The address to bind the UDP socket to; nil binds the one Vapor's HTTP server binds.
+        /// The address to bind the UDP socket to; nil binds the one Vapor's HTTP server binds,
+        /// except that Vapor's `localhost` binds both `::1` and `127.0.0.1` (as `HTTP3Server`
+        /// does), since browsers try `::1` first.
         public var hostname: String?
 
         /// The UDP port; nil takes the port number Vapor's HTTP server bound, so that

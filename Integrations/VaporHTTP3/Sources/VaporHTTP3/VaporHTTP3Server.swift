@@ -32,11 +32,18 @@ public final class VaporHTTP3Server: Vapor.Server, Sendable {
     /// on the configured UDP port, by default the port number TCP bound.
     public func start(address: BindAddress?) async throws {
         let tcp = self.tcp
+        // The name asked for, before TCP's start overwrites its configuration with the address bound.
+        var askedHostname = tcp.configuration.hostname
+        if case .hostname(let hostname?, _) = address { askedHostname = hostname }
         try await tcp.start(address: address)
         let configuration = application.http3.configuration
         var serverConfiguration = configuration.server
         let tcpAddress = tcp.localAddress
-        serverConfiguration.host = configuration.hostname ?? tcpAddress?.ipAddress ?? tcp.configuration.hostname
+        // `localhost` stays a name: HTTP3Server binds both ::1 and 127.0.0.1 for it, whereas TCP
+        // bound the first address only. A browser tries ::1 first, and over UDP it gets no
+        // happy-eyeballs fallback to 127.0.0.1.
+        serverConfiguration.host = configuration.hostname
+            ?? (askedHostname == "localhost" ? askedHostname : tcpAddress?.ipAddress ?? tcp.configuration.hostname)
         guard let port = configuration.port ?? tcpAddress?.port.map({ UInt16($0) }) else {
             await tcp.shutdown()
             throw Abort(.internalServerError, reason: "HTTP/3 needs a UDP port: set app.http3.configuration.port when Vapor listens on a Unix domain socket")
