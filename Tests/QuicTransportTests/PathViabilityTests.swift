@@ -38,7 +38,8 @@ struct PathViabilityTests {
             throw TestFailure(
                 "ip \(arguments.joined(separator: " ")) failed: this suite changes routes on lo and needs CAP_NET_ADMIN; "
                     + "run it as root or in a network namespace of its own, as scripts/test does "
-                    + "(unshare --user --map-root-user --net swift test --filter PathViabilityTests): \(text)"
+                    + "(unshare --user --map-root-user --net .build/debug/swift-quic-transportPackageTests.xctest "
+                    + "--testing-library swift-testing --filter PathViabilityTests): \(text)"
             )
         }
     }
