@@ -6,8 +6,10 @@ import Testing
 /// balancer, each in a network namespace that `Tests/Interop/netns/quic-lb-hosts.sh` makes:
 /// connections spread over both hosts, migrations and NAT rebinding stay on their host, a
 /// 4-tuple-only balancer breaks about half of the migrations (the negative control), and
-/// stopping one host leaves the other's connections whole. Needs root for the namespaces; the
-/// script exits 2 with the reason when it cannot make them, and this test then fails.
+/// stopping one host leaves the other's connections whole. The script makes its namespaces
+/// inside network and mount namespaces of its own: as root, or as any user where the kernel
+/// allows unprivileged user namespaces. It exits 2 with the reason when it cannot make them,
+/// and this test then fails.
 @Suite("QUIC-LB across hosts (network namespaces, nftables)", .serialized, .timeLimit(TestEnvironment.minutes(3)))
 struct MultiHostLoadBalancingTests {
     @Test func connectionsStayOnTheirHostThroughMigration() async throws {

@@ -8,6 +8,11 @@ import Testing
 /// route that goes away and comes back: a test address on `lo` whose local route is swapped for
 /// an unreachable one, so the kernel refuses sends to it with EHOSTUNREACH, as it does when an
 /// interface or a route disappears. The tests share the address, so they run one at a time.
+///
+/// Changing `lo` needs CAP_NET_ADMIN. `scripts/test` runs this suite in a network namespace of
+/// its own (`unshare --net`, or `unshare --user --map-root-user --net` for a user other than
+/// root), so the machine's routes are never touched; run alone as root, it changes the
+/// machine's `lo` and puts it back.
 @Suite("Paths that fail", .serialized, .timeLimit(TestEnvironment.minutes(2)))
 struct PathViabilityTests {
     /// TEST-NET-2 (RFC 5737), added to `lo` for this test only.
@@ -42,13 +47,20 @@ struct PathViabilityTests {
         let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         process.waitUntilExit()
         guard process.terminationStatus == 0 else {
-            throw TestFailure("\(path) \(arguments.joined(separator: " ")) failed (this test needs root, or CAP_NET_ADMIN, to change lo's addresses, routes and firewall): \(text)")
+            throw TestFailure(
+                "\(path) \(arguments.joined(separator: " ")) failed: this suite changes lo's addresses, routes and firewall "
+                    + "and needs CAP_NET_ADMIN; run it as root or in a network namespace of its own, as scripts/test does "
+                    + "(unshare --user --map-root-user --net .build/debug/swift-quic-transportPackageTests.xctest "
+                    + "--testing-library swift-testing --filter PathViabilityTests): \(text)"
+            )
         }
         return text
     }
 
-    /// Puts the test address on `lo` (after clearing what an interrupted run left).
+    /// Puts the test address on `lo` (after clearing what an interrupted run left). In a new
+    /// network namespace `lo` starts down, so it is brought up first.
     static func addTestAddress() throws {
+        try ip(["link", "set", "lo", "up"])
         removeTestAddress()
         try ip(["addr", "add", "\(address)/32", "dev", "lo"])
     }

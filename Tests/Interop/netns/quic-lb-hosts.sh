@@ -25,10 +25,14 @@
 #
 # Output: progress on stderr, one JSON line on stdout. Exit 0 when every expectation held,
 # 1 when one failed, 2 on a set-up problem (no privileges for namespaces, missing tools).
-# Needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN). Cleans up everything it made, even on failure.
+# Runs in network and mount namespaces of its own: as root directly, as any other user inside a
+# user namespace (unshare --user --map-root-user) where the kernel allows one. Cleans up
+# everything it made, even on failure.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+SELF="$HERE/$(basename "${BASH_SOURCE[0]}")"
+ARGUMENTS=("$@")
 REPO_ROOT="$(cd "$HERE/../../.." && pwd)"
 PROBE="$HERE/quic_lb_probe.py"
 PYTHON="${PYTHON:-python3}"
@@ -101,9 +105,21 @@ for sid in "$SID1" "$SID2"; do
 done
 [[ ${SID1,,} != "${SID2,,}" ]] || die "the two hosts need different server IDs"
 
-# --- Privileges and tools ------------------------------------------------------------------------
-# Never skip quietly: without the privileges this test cannot run, and says so.
-[[ $(id -u) -eq 0 ]] || die "needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN) to create network namespaces; this test cannot run here"
+# --- A world of its own, and tools --------------------------------------------------------------
+# The script re-runs itself in network and mount namespaces of its own, so the machine's routes,
+# /run/netns and /etc are never touched and two runs never meet. Root makes them directly; any
+# other user inside a user namespace where it is root, where the kernel allows that. Never skip
+# quietly: without either this test cannot run, and says so.
+if [[ -z ${QUIC_LB_OWN_NAMESPACES:-} ]]; then
+  command -v unshare >/dev/null || die "unshare is missing (util-linux); this test makes its network namespaces with it"
+  WORLD=(--net --mount)
+  [[ $(id -u) -eq 0 ]] || WORLD=(--user --map-root-user "${WORLD[@]}")
+  reason=$(unshare "${WORLD[@]}" true 2>&1) \
+    || die "needs root, or unprivileged user namespaces, to make network namespaces: unshare ${WORLD[*]} failed ($reason)"
+  QUIC_LB_OWN_NAMESPACES=1 exec unshare "${WORLD[@]}" bash "$SELF" "${ARGUMENTS[@]}"
+fi
+# ip netns keeps its names in /run/netns: a /run of this world's own (mounts here stay here).
+mount -t tmpfs tmpfs /run || die "cannot mount a /run of its own for ip netns"
 for tool in nft ip ss tc; do
   command -v "$tool" >/dev/null || die "$tool is missing: run \`bash scripts/setup\` (apt-get install -y nftables iproute2)"
 done
@@ -129,7 +145,6 @@ cleanup() {
     for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null || true; done
   done
   for ns in "${NAMESPACES[@]}"; do ip netns del "$ns" 2>/dev/null || true; done
-  rm -rf "/etc/netns/$NS_C"
   # KEEP_WORK=1 keeps the logs, bodies and rulesets for a post-mortem.
   if [[ -n ${KEEP_WORK:-} ]]; then log "kept $WORK"; else rm -rf "$WORK"; fi
   exit "$status"
@@ -492,16 +507,22 @@ real_mode() {
   done
   HOST1_SUM=$(sha256sum "$WORK/www/host1/blob" | cut -d' ' -f1)
   HOST2_SUM=$(sha256sum "$WORK/www/host2/blob" | cut -d' ' -f1)
-  # Names for the client namespace (ip netns exec mounts /etc/netns/NS/* over /etc/*):
+  # Names for the client, mounted over /etc/hosts and /etc/resolv.conf in this script's own
+  # mount namespace (the servers and the balancer look up no names):
   # cI.lb.test is the VIP, rI.lb.test is quic-netem on the loopback (distinct names, distinct
   # connections; one address, because quic-netem answers from 127.0.0.1 and h3get's socket is
   # connected).
   # No DNS server: a look-up for an HTTPS record fails at once instead of timing out.
-  mkdir -p "/etc/netns/$NS_C"
   { echo "127.0.0.1 localhost"; echo "$VIP lb.test"
     for i in $(seq 1 "$n"); do echo "$VIP c$i.lb.test"; echo "127.0.0.1 r$i.lb.test"; done
-  } >"/etc/netns/$NS_C/hosts"
-  echo "nameserver 127.0.0.1" >"/etc/netns/$NS_C/resolv.conf"
+  } >"$WORK/hosts"
+  echo "nameserver 127.0.0.1" >"$WORK/resolv.conf"
+  mount --bind "$WORK/hosts" /etc/hosts || die "cannot mount the client's names over /etc/hosts"
+  # A resolv.conf that links into /run points into the empty /run mounted above.
+  local resolv
+  resolv=$(readlink -m /etc/resolv.conf)
+  [[ -e $resolv ]] || { mkdir -p "$(dirname "$resolv")"; : >"$resolv"; }
+  mount --bind "$WORK/resolv.conf" /etc/resolv.conf || die "cannot mount a resolv.conf over /etc/resolv.conf"
 
   start_server 1
   start_server 2
