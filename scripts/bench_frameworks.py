@@ -31,9 +31,9 @@ def free_tcp_port() -> int:
 class Server:
     """A server process started with `command`; waits for the line that names its pin."""
 
-    def __init__(self, command: list[str], ready: str, timeout: float = 300):
+    def __init__(self, command: list[str], ready: str, timeout: float = 300, cwd: str | None = None):
         self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                                        start_new_session=True)
+                                        start_new_session=True, cwd=cwd)
         deadline = time.time() + timeout
         self.pin = None
         listening = False
@@ -69,9 +69,14 @@ def h3load(args, port: int, pin: str, requests: int) -> list[str]:
     return [args.h3load, "-c", "1", "-m", "50", "-n", str(requests), "--pin-sha256", pin, f"https://127.0.0.1:{port}/kib"]
 
 
-def instructions_per_request(args, command: list[str], port: int, work: str, name: str) -> float:
+# The line a server built on HTTP3Server prints when it serves; Vapor says it its own way.
+HTTP3_READY = "HTTP/3 https://"
+
+
+def instructions_per_request(args, command: list[str], port: int, work: str, name: str,
+                             ready: str = HTTP3_READY, cwd: str | None = None) -> float:
     out = os.path.join(work, f"callgrind.{name}")
-    server = Server(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"] + command, "HTTP/3 https://")
+    server = Server(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"] + command, ready, cwd=cwd)
     try:
         subprocess.run(h3load(args, port, server.pin, 200), check=True, stdout=subprocess.DEVNULL)  # warm-up
         return count_instructions(server.pid, out, h3load(args, port, server.pin, args.callgrind_requests)) / args.callgrind_requests
@@ -79,8 +84,8 @@ def instructions_per_request(args, command: list[str], port: int, work: str, nam
         server.stop()
 
 
-def cpu_per_request(args, command: list[str], port: int) -> float:
-    server = Server(command, "HTTP/3 https://", timeout=60)
+def cpu_per_request(args, command: list[str], port: int, ready: str = HTTP3_READY, cwd: str | None = None) -> float:
+    server = Server(command, ready, timeout=60, cwd=cwd)
     try:
         subprocess.run(h3load(args, port, server.pin, 2000), check=True, stdout=subprocess.DEVNULL)
         before = server.cpu_seconds()
@@ -90,15 +95,15 @@ def cpu_per_request(args, command: list[str], port: int) -> float:
         server.stop()
 
 
-def wrk_per_request(app: str, work: str) -> tuple[float, float] | None:
-    """Requests per second and server CPU µs per request of the framework's TCP server."""
+def wrk_per_request(command: list[str], url: str, ready: str = HTTP3_READY,
+                    cwd: str | None = None) -> tuple[float, float] | None:
+    """Requests per second and server CPU µs per request of the framework's own TCP server at `url`."""
     if shutil.which("wrk") is None:
         return None
-    tcp, udp = free_tcp_port(), free_udp_port()
-    server = Server([app, "--host", "127.0.0.1", "--port", str(tcp), "--http3-port", str(udp)], "HTTP/3 https://", timeout=60)
+    server = Server(command, ready, timeout=60, cwd=cwd)
     try:
         before = server.cpu_seconds()
-        result = subprocess.run(["wrk", "-t1", "-c50", "-d5s", f"https://127.0.0.1:{tcp}/kib"], check=True,
+        result = subprocess.run(["wrk", "-t1", "-c50", "-d5s", url], check=True,
                                 capture_output=True, text=True, timeout=120)
         cpu = server.cpu_seconds() - before
         done = int(re.search(r"(\d+) requests in", result.stdout).group(1))
@@ -117,48 +122,8 @@ def wrk_per_request(app: str, work: str) -> tuple[float, float] | None:
 VAPOR_READY = "HTTP/3 server started on"
 
 
-def vapor_app(binary: str, port: int, work: str) -> list[str]:
-    return ["env", "-C", work, binary, "serve", "--env", "production", "--hostname", "127.0.0.1", "--port", str(port)]
-
-
-def vapor_instructions_per_request(args, command: list[str], port: int, work: str) -> float:
-    """As instructions_per_request, for the Vapor application, which says it is ready its own way."""
-    out = os.path.join(work, "callgrind.VaporTodos")
-    server = Server(command[:3] + ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"] + command[3:], VAPOR_READY)
-    try:
-        subprocess.run(h3load(args, port, server.pin, 200), check=True, stdout=subprocess.DEVNULL)  # warm-up
-        return count_instructions(server.pid, out, h3load(args, port, server.pin, args.callgrind_requests)) / args.callgrind_requests
-    finally:
-        server.stop()
-
-
-def vapor_cpu_per_request(args, command: list[str], port: int) -> float:
-    server = Server(command, VAPOR_READY, timeout=60)
-    try:
-        subprocess.run(h3load(args, port, server.pin, 2000), check=True, stdout=subprocess.DEVNULL)
-        before = server.cpu_seconds()
-        subprocess.run(h3load(args, port, server.pin, args.requests), check=True, stdout=subprocess.DEVNULL)
-        return (server.cpu_seconds() - before) / args.requests * 1e6
-    finally:
-        server.stop()
-
-
-def vapor_wrk_per_request(binary: str, work: str) -> tuple[float, float] | None:
-    """Requests per second and server CPU µs per request of Vapor's own HTTP/1.1 server (no TLS)."""
-    if shutil.which("wrk") is None:
-        return None
-    port = free_udp_port()
-    server = Server(vapor_app(binary, port, work), VAPOR_READY, timeout=60)
-    try:
-        before = server.cpu_seconds()
-        result = subprocess.run(["wrk", "-t1", "-c50", "-d5s", f"http://127.0.0.1:{port}/kib"], check=True,
-                                capture_output=True, text=True, timeout=120)
-        cpu = server.cpu_seconds() - before
-        done = int(re.search(r"(\d+) requests in", result.stdout).group(1))
-        rate = float(re.search(r"Requests/sec:\s+([\d.]+)", result.stdout).group(1))
-        return rate, cpu / done * 1e6
-    finally:
-        server.stop()
+def vapor_app(binary: str, port: int) -> list[str]:
+    return [binary, "serve", "--env", "production", "--hostname", "127.0.0.1", "--port", str(port)]
 
 
 def vapor_rows(args, bin_dir: str, work: str) -> None:
@@ -169,15 +134,17 @@ def vapor_rows(args, bin_dir: str, work: str) -> None:
         shutil.copy(os.path.join(bin_dir, binary), stripped[binary])
         subprocess.run(["objcopy", "--strip-debug", stripped[binary]], check=True)
     port = free_udp_port()
-    app = vapor_app(stripped["VaporTodos"], port, work)
+    app = vapor_app(stripped["VaporTodos"], port)
     bare = [stripped["vapor-todos-bare"], str(port)]
-    app_ir = vapor_instructions_per_request(args, app, port, work)
+    app_ir = instructions_per_request(args, app, port, work, "VaporTodos", ready=VAPOR_READY, cwd=work)
     bare_ir = instructions_per_request(args, bare, port, work, "vapor-bare")
     print(f"{'VaporTodos: instructions per 1 KiB GET, application':<46} {'k instr':>9} {app_ir / 1e3:>10,.1f} {bare_ir / 1e3:>10,.1f} {app_ir / bare_ir:>6.2f}")
-    app_cpu = vapor_cpu_per_request(args, app, port)
+    app_cpu = cpu_per_request(args, app, port, ready=VAPOR_READY, cwd=work)
     bare_cpu = cpu_per_request(args, bare, port)
     print(f"{'VaporTodos: server CPU per 1 KiB GET, application':<46} {'µs':>9} {app_cpu:>10,.1f} {bare_cpu:>10,.1f} {app_cpu / bare_cpu:>6.2f}")
-    tcp = vapor_wrk_per_request(stripped["VaporTodos"], work)
+    tcp_port = free_udp_port()  # Vapor serves HTTP/3 on the UDP port of the TCP port's number
+    tcp = wrk_per_request(vapor_app(stripped["VaporTodos"], tcp_port), f"http://127.0.0.1:{tcp_port}/kib",
+                          ready=VAPOR_READY, cwd=work)
     if tcp:
         rate, cpu = tcp
         print(f"{'VaporTodos: own HTTP/1.1 server (no TLS), wrk -c50':<46} {'µs CPU':>9} {cpu:>10,.1f} {'':>10} {'':>6}  ({rate:,.0f} req/s)")
@@ -221,7 +188,9 @@ def main() -> int:
             bare_cpu = cpu_per_request(args, bare, udp)
             print(f"{name + ': server CPU per 1 KiB GET, application':<46} {'µs':>9} {app_cpu:>10,.1f} {bare_cpu:>10,.1f} {app_cpu / bare_cpu:>6.2f}")
             print(f"{name + ': server CPU, adapter without router':<46} {'µs':>9} {adapter_cpu:>10,.1f} {bare_cpu:>10,.1f} {adapter_cpu / bare_cpu:>6.2f}")
-            tcp = wrk_per_request(stripped[name], work)
+            tcp_port = free_tcp_port()
+            tcp = wrk_per_request([stripped[name], "--host", "127.0.0.1", "--port", str(tcp_port), "--http3-port", str(free_udp_port())],
+                                  f"https://127.0.0.1:{tcp_port}/kib")
             if tcp:
                 rate, cpu = tcp
                 print(f"{name + ': own HTTP/1.1+TLS server, wrk -c50':<46} {'µs CPU':>9} {cpu:>10,.1f} {'':>10} {'':>6}  ({rate:,.0f} req/s)")
