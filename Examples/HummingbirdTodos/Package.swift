@@ -9,6 +9,7 @@ let package = Package(
     dependencies: [
         .package(name: "HummingbirdHTTP3", path: "../../Integrations/HummingbirdHTTP3"),
         .package(name: "swift-quic-transport", path: "../.."),
+        .package(name: "ExampleTesting", path: "../ExampleTesting"),
         .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1"),
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-crypto.git", from: "3.12.3"),
@@ -53,8 +54,9 @@ let package = Package(
                 "TodosApp",
                 .product(name: "H3", package: "swift-quic-transport"),
                 .product(name: "QuicTransport", package: "swift-quic-transport"),
+                .product(name: "ExampleTesting", package: "ExampleTesting"),
+                .product(name: "HummingbirdHTTP3", package: "HummingbirdHTTP3"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
-                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]

@@ -34,8 +34,9 @@ public enum Pattern {
     }
 }
 
-/// SHA-256 fed piece by piece.
-public struct IncrementalSHA256: Sendable {
+/// SHA-256 fed piece by piece. Not `Sendable`: swift-crypto 3, which the Hummingbird example
+/// resolves, does not mark its hash functions so.
+public struct IncrementalSHA256 {
     private var hash = SHA256()
     public init() {}
     public mutating func update(_ bytes: [UInt8]) { hash.update(data: bytes) }

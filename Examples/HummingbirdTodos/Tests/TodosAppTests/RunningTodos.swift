@@ -1,4 +1,4 @@
-import Crypto
+import ExampleTesting
 import Foundation
 import H3
 import HTTPTypes
@@ -93,16 +93,4 @@ final class RunningTodos: Sendable {
         guard bound else { throw SetupError("no free UDP port: errno \(errno)") }
         return UInt16(bigEndian: address.sin_port)
     }
-}
-
-struct SetupError: Error, CustomStringConvertible {
-    let description: String
-    init(_ description: String) { self.description = description }
-}
-
-/// The SHA-256 of `bytes`, in lowercase hex.
-func sha256Hex(_ bytes: some Sequence<UInt8>) -> String {
-    var hash = SHA256()
-    hash.update(data: Array(bytes))
-    return hash.finalize().map { String(format: "%02x", $0) }.joined()
 }

@@ -1,5 +1,5 @@
 import AsyncHTTPClient
-import Crypto
+import ExampleTesting
 import Foundation
 import H3
 import HTTPTypes
@@ -13,25 +13,6 @@ import Testing
 /// its own TCP server and with real clients.
 @Suite("Hummingbird over HTTP/3", .serialized)
 struct TodosOverHTTP3Tests {
-    /// One exchange, as both transports must give it.
-    struct Exchange: Equatable, CustomStringConvertible {
-        var status: Int
-        /// The body, with a JSON body's keys sorted: the encoder's key order is its own affair.
-        var body: String
-        var description: String { "\(status) \(body)" }
-
-        init(status: Int, body: String) {
-            self.status = status
-            if let json = try? JSONSerialization.jsonObject(with: Data(body.utf8)),
-                let sorted = try? JSONSerialization.data(withJSONObject: json, options: [.sortedKeys])
-            {
-                self.body = String(decoding: sorted, as: UTF8.self)
-            } else {
-                self.body = body
-            }
-        }
-    }
-
     /// The JSON API's requests, in order: list, create, create an invalid one, delete, delete
     /// what is gone, list again.
     static let script: [(method: HTTPRequest.Method, path: String, body: String?)] = [
@@ -53,7 +34,7 @@ struct TodosOverHTTP3Tests {
             var fields = HTTPFields()
             if step.body != nil { fields[.contentType] = "application/json" }
             let response = try await client.execute(overHTTP3.request(step.method, step.path, fields: fields), body: step.body.map { Array($0.utf8) })
-            http3.append(Exchange(status: response.status.code, body: String(decoding: try await response.body.collect(), as: UTF8.self)))
+            http3.append(Exchange(status: response.status.code, body: try await response.body.collect()))
             connectionPorts.insert(try #require(response.connection.establishment?.localPort))
         }
         client.shutdown()
@@ -93,7 +74,7 @@ struct TodosOverHTTP3Tests {
             let response = try await tcpClient.execute(request, timeout: .seconds(30))
             #expect(response.headers["alt-svc"] == [#"h3=":\#(overTCP.http3Port)"; ma=86400"#])
             let body = try await response.body.collect(upTo: 1 << 20)
-            tcp.append(Exchange(status: Int(response.status.code), body: String(buffer: body)))
+            tcp.append(Exchange(status: Int(response.status.code), body: Array(buffer: body)))
         }
         return tcp
     }
@@ -103,7 +84,7 @@ struct TodosOverHTTP3Tests {
         let client = todos.http3Client()
         defer { client.shutdown() }
         let total = 50_000_000
-        let expected = sha256Hex((0..<total).lazy.map(TodosRouter.patternByte))
+        let expected = Pattern.sha256Hex(total: total)
 
         let download = try await client.execute(todos.request(.get, "/stream?bytes=\(total)&trailer"))
         #expect(download.status == .ok)
@@ -121,7 +102,7 @@ struct TodosOverHTTP3Tests {
         let upload = AsyncThrowingStream<[UInt8], any Error>(unfolding: {
             let start = sent.advance(by: 256 << 10, upTo: total)
             guard start < total else { return nil }
-            return (start..<min(start + (256 << 10), total)).map(TodosRouter.patternByte)
+            return Pattern.bytes(from: start, count: min(256 << 10, total - start))
         })
         let response = try await client.execute(todos.request(.post, "/upload"), bodyStream: upload)
         let receipt = try JSONDecoder().decode(UploadReceipt.self, from: Data(try await response.body.collect()))
@@ -213,11 +194,4 @@ final class Offset: @unchecked Sendable {
         defer { value = min(value + step, end) }
         return value
     }
-}
-
-/// SHA-256 fed piece by piece.
-struct IncrementalSHA256 {
-    private var hash = Crypto.SHA256()
-    mutating func update(_ bytes: [UInt8]) { hash.update(data: bytes) }
-    var hex: String { hash.finalize().map { String(format: "%02x", $0) }.joined() }
 }
