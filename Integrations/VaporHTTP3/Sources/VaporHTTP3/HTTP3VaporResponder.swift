@@ -67,6 +67,10 @@ struct HTTP3VaporResponder: Sendable {
             body = try await Self.collect(h3Request.body, limit: maximumBodySize, declaredLength: head.headerFields[.contentLength].flatMap { Int($0) })
         }
 
+        // Vapor sets `request-id` on the request's logger: held beside the application's
+        // handler until a message is written, rather than rendered into it on every request.
+        var logger = application.logger
+        logger.handler = DeferredMetadataLogHandler(base: logger.handler)
         let request = Request(
             application: application,
             method: method,
@@ -75,7 +79,7 @@ struct HTTP3VaporResponder: Sendable {
             headersNoUpdate: headers,
             collectedBody: body.flatMap { $0.readableBytes > 0 ? $0 : nil },
             remoteAddress: h3Request.remoteSocketAddress,
-            logger: application.logger,
+            logger: logger,
             byteBufferAllocator: application.allocator,
             on: eventLoop
         )
