@@ -749,6 +749,7 @@ extension NWConnectionGroup {
     // @unchecked Sendable: `core` and `mark` are only touched on `eventLoop`.
     public final class PendingDataTransferReport: @unchecked Sendable {
         private let eventLoop: any EventLoop
+        private let createdAt = QUICConnectionDriver.now()
         private var core: QUICConnectionCore?
         private var mark: QUICDataTransferMark?
 
@@ -761,10 +762,12 @@ extension NWConnectionGroup {
             mark = core?.startDataTransferReport(now: QUICConnectionDriver.now())
         }
 
-        /// Ends the interval and delivers its figures on `queue`; nil if the tunnel never started.
-        @preconcurrency public func collect(queue: DispatchQueue, completion: @escaping @Sendable (QUICDataTransferReport?) -> Void) {
+        /// Ends the interval and delivers its figures on `queue`, as Network.framework does: a
+        /// report with no traffic when the tunnel had not started when the interval began.
+        @preconcurrency public func collect(queue: DispatchQueue, completion: @escaping @Sendable (QUICDataTransferReport) -> Void) {
+            let requested = QUICConnectionDriver.now()
             eventLoop.execute {
-                let report = self.finish()
+                let report = self.finish() ?? .empty(since: self.createdAt, until: requested)
                 queue.async { completion(report) }
             }
         }
