@@ -203,6 +203,17 @@ let package = Package(
             ],
             swiftSettings: [.swiftLanguageMode(.v5)]
         ),
+        // The same corpus in Swift 6 mode, as apps that adopted strict concurrency build it:
+        // Tests/PortedAppTestsSwift6 is a symbolic link to Tests/PortedAppTests, so every file
+        // added there is built in both modes.
+        .testTarget(
+            name: "PortedAppTestsSwift6",
+            dependencies: [
+                "QuicTransport", "QuicTestSupport",
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+            ],
+            swiftSettings: [.swiftLanguageMode(.v6)]
+        ),
         .testTarget(
             name: "FuzzReplayTests",
             dependencies: ["QuicFuzzing", "QuicTestSupport"],
