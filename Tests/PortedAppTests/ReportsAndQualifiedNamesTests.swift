@@ -7,18 +7,11 @@ import Testing
 /// against quic-echo's server over loopback.
 @Suite("Qualified names and the reports, ported as is", .serialized, .timeLimit(TestEnvironment.minutes(2)))
 struct ReportsAndQualifiedNamesTests {
-    /// The DER bytes of the first certificate in a PEM file: what an app would bundle to pin.
-    static func derCertificate(inPEMFile path: String) throws -> Data {
-        let pem = try String(contentsOfFile: path, encoding: .utf8)
-        let body = pem.components(separatedBy: "-----BEGIN CERTIFICATE-----")[1].components(separatedBy: "-----END CERTIFICATE-----")[0]
-        return try #require(Data(base64Encoded: body.filter { !$0.isWhitespace }))
-    }
-
     /// quic-echo's server on 127.0.0.1, presenting a generated certificate; and that certificate.
     static func echoServer() async throws -> (EchoServerProcess, Data) {
         let (cert, key) = try OpenSSLCertificate.make()
         let server = try await EchoServerProcess(["--cert", cert, "--key", key])
-        return (server, try derCertificate(inPEMFile: cert))
+        return (server, try PortedAppTests.derCertificate(inPEMFile: cert))
     }
 
     @Test func theToolWithQualifiedNamesPingsTheServer() async throws {
