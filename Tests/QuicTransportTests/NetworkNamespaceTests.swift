@@ -72,4 +72,14 @@ import Testing
         let port: Network.NWEndpoint.Port = 4433
         #expect(port.rawValue == 4433)
     }
+
+    /// Network.framework's free function is reachable qualified too, and returns what its body
+    /// returns (the body does not wait for the tunnel, so nothing needs to listen).
+    @Test func qualifiedWithNetworkConnectionRunsItsBody() async throws {
+        let endpoint = Network.NWEndpoint.hostPort(host: "127.0.0.1", port: 9)
+        let result = try await Network.withNetworkConnection(to: endpoint, using: { Network.QUIC(alpn: ["x"]) }) { connection in
+            connection.state == .setup ? 42 : 0
+        }
+        #expect(result == 42)
+    }
 }

@@ -8,10 +8,10 @@
 /// would then compile their Apple-only code on Linux. With this enum, `canImport(Network)` stays
 /// false, and `Network.X` finds the enum when no module named `Network` is imported.
 ///
-/// Only Network.framework's own names are here. Security's C API (`sec_protocol_options_*`,
-/// `SecTrust`), our QUIC additions (`QUICError`, `QUICEstablishmentReport`, …) and
-/// `withNetworkConnection(to:using:_:)`, a function, are not; `NetworkNamespaceTests`
-/// fails when a new public type is neither here nor listed as ours.
+/// Only Network.framework's own names are here, and its one free function,
+/// `withNetworkConnection(to:using:_:)`. Security's C API (`sec_protocol_options_*`,
+/// `SecTrust`) and our QUIC additions (`QUICError`, `QUICEstablishmentReport`, …) are not;
+/// `NetworkNamespaceTests` fails when a new public type is neither here nor listed as ours.
 public enum Network {
     // MARK: The classic API (iOS 12 and later)
 
@@ -80,4 +80,14 @@ public enum Network {
     public typealias StreamProtocol = QuicTransport.StreamProtocol
     /// `Network.MessageProtocol`, this module's ``QuicTransport/MessageProtocol``.
     public typealias MessageProtocol = QuicTransport.MessageProtocol
+
+    /// `Network.withNetworkConnection(to:using:_:)`, this module's
+    /// ``QuicTransport/withNetworkConnection(to:using:_:)``.
+    public static func withNetworkConnection<Result: Sendable>(
+        to endpoint: QuicTransport.NWEndpoint,
+        @QuicTransport.ProtocolStackBuilder<QuicTransport.QUIC> using stack: () -> QuicTransport.QUIC,
+        _ body: (QuicTransport.NetworkConnection<QuicTransport.QUIC>) async throws -> Result
+    ) async throws -> Result {
+        try await QuicTransport.withNetworkConnection(to: endpoint, using: stack, body)
+    }
 }
