@@ -6,6 +6,12 @@ let swiftSettings: [SwiftSetting] = [
     .enableUpcomingFeature("MemberImportVisibility"),
 ]
 
+// The porting corpus's dependencies, for its Swift 5 and Swift 6 builds alike.
+let portedAppDependencies: [Target.Dependency] = [
+    "QuicTransport", "QuicTestSupport",
+    .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+]
+
 let package = Package(
     name: "swift-quic-transport",
     platforms: [.macOS(.v13)],
@@ -197,11 +203,16 @@ let package = Package(
         // in Swift 5 mode, as most such apps are.
         .testTarget(
             name: "PortedAppTests",
-            dependencies: [
-                "QuicTransport", "QuicTestSupport",
-                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
-            ],
+            dependencies: portedAppDependencies,
             swiftSettings: [.swiftLanguageMode(.v5)]
+        ),
+        // The same corpus in Swift 6 mode, as apps that adopted strict concurrency build it:
+        // Tests/PortedAppTestsSwift6 is a symbolic link to Tests/PortedAppTests, so every file
+        // added there is built in both modes.
+        .testTarget(
+            name: "PortedAppTestsSwift6",
+            dependencies: portedAppDependencies,
+            swiftSettings: [.swiftLanguageMode(.v6)]
         ),
         .testTarget(
             name: "FuzzReplayTests",

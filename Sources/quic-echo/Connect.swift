@@ -218,7 +218,7 @@ struct Connect: AsyncParsableCommand {
             return fixedPoint(Double(attoseconds) / 1e15 + Double(seconds) * 1e3, digits: 2) + " ms"
         } ?? "?"
         print("""
-            connected to \(host):\(port) alpn \(alpn) in \(format(establishment?.duration ?? handshake))\(resumed ? " (resumed session)" : "")
+            connected to \(host):\(port) alpn \(alpn) in \(format(establishment.map { .seconds($0.duration) } ?? handshake))\(resumed ? " (resumed session)" : "")
             streams: \(streams) bidirectional, \(uni) unidirectional\(resetCode.map { ", resets with code \($0)" } ?? ""), datagrams: \(datagrams)
             echoed \(bytes) bytes in \(format(transfer)) (\(throughput(bytes: bytes, in: transfer))), smoothed RTT \(rtt)
             qlog: \(qlog ?? "(off; use --qlog-dir or QLOGDIR)")

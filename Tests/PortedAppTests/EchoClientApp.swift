@@ -8,7 +8,9 @@ import QuicTransport
 #endif
 import Foundation
 
-/// An echo client in the style of Apple's sample code: one tunnel, streams and datagrams.
+/// An echo client in the style of Apple's sample code: one tunnel, streams and datagrams. Its
+/// own completions are `@Sendable`, as an app that builds in Swift 6 must mark them: they are
+/// called from Network.framework's handlers, which are `@Sendable`.
 // @unchecked Sendable: its state is written on `queue`, where handlers and the verify block
 // run; the test reads it in `queue.sync` or after a callback from `queue` has resumed it.
 final class EchoClientApp: @unchecked Sendable {
@@ -83,7 +85,7 @@ final class EchoClientApp: @unchecked Sendable {
     }
 
     /// Sends `payload` with FIN on a new bidirectional stream and hands back the whole echo.
-    func echo(_ payload: Data, completion: @escaping (Result<Data, NWError>) -> Void) {
+    func echo(_ payload: Data, completion: @escaping @Sendable (Result<Data, NWError>) -> Void) {
         let connection = NWConnection(from: group)!
         connection.stateUpdateHandler = { (state: NWConnection.State) in
             if case .failed(let error) = state { completion(.failure(error)) }
@@ -107,7 +109,7 @@ final class EchoClientApp: @unchecked Sendable {
 
     /// Opens a unidirectional stream, waits for the server's paired stream to echo its first
     /// bytes, resets ours with `code`, and reports the code the server reset its stream with.
-    func resetUnidirectional(code: NWProtocolQUIC.ApplicationError, completion: @escaping (UInt64?) -> Void) {
+    func resetUnidirectional(code: NWProtocolQUIC.ApplicationError, completion: @escaping @Sendable (UInt64?) -> Void) {
         let options = NWProtocolQUIC.Options()
         options.direction = .unidirectional
         let connection = NWConnection(from: group, using: options)!
@@ -131,7 +133,7 @@ final class EchoClientApp: @unchecked Sendable {
         connection.send(content: Data("uni-reset:".utf8), isComplete: false, completion: .contentProcessed { (_: NWError?) in })
     }
 
-    func sendDatagram(_ payload: Data, completion: @escaping (NWError?) -> Void) {
+    func sendDatagram(_ payload: Data, completion: @escaping @Sendable (NWError?) -> Void) {
         group.send(content: payload) { (error: NWError?) in completion(error) }
     }
 
@@ -144,7 +146,7 @@ final class EchoClientApp: @unchecked Sendable {
         group.cancel()
     }
 
-    func receiveAll(on connection: NWConnection, into received: Data, completion: @escaping (Result<Data, NWError>) -> Void) {
+    func receiveAll(on connection: NWConnection, into received: Data, completion: @escaping @Sendable (Result<Data, NWError>) -> Void) {
         connection.receive(minimumIncompleteLength: 1, maximumLength: 65_536) {
             (content: Data?, context: NWConnection.ContentContext?, isComplete: Bool, error: NWError?) in
             if let error {

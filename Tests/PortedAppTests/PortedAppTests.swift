@@ -43,7 +43,7 @@ struct PortedAppTests {
 
     /// Runs `body` on the app and waits for it to call `done`, for at most `seconds`.
     static func waitFor<T: Sendable>(
-        seconds: Double = 20, _ body: @escaping (@escaping @Sendable (T) -> Void) -> Void
+        seconds: Double = 20, _ body: @escaping @Sendable (@escaping @Sendable (T) -> Void) -> Void
     ) async throws -> T {
         try await withThrowingTaskGroup(of: T.self) { tasks in
             tasks.addTask {

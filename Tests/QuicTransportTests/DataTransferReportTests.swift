@@ -47,7 +47,9 @@ struct DataTransferReportTests {
         #expect(report.sentBytes == UInt64(sentLength))
         #expect(report.lostPackets == UInt64(lost.count))
         #expect(report.sentBytes > UInt64(payload.count), "the payload went out at least once")
-        #expect(report.duration == .milliseconds(2_000) + elapsed)
+        // The virtual clock's nanoseconds as a TimeInterval in seconds: equal within rounding.
+        let (seconds, attoseconds) = (Duration.milliseconds(2_000) + elapsed).components
+        #expect(abs(report.duration - (Double(seconds) + Double(attoseconds) / 1e18)) < 1e-9)
         if lossRate > 0 {
             #expect(report.lostPackets ?? 0 > 0)
             #expect(report.retransmittedBytes ?? 0 > 0)

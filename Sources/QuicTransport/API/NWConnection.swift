@@ -104,7 +104,7 @@ public final class NWConnection: @unchecked Sendable {
     /// When a send completes.
     public enum SendCompletion: Sendable {
         /// Called once the bytes are written into QUIC packets (flow control permitting), or with an error.
-        case contentProcessed(@Sendable (NWError?) -> Void)
+        @preconcurrency case contentProcessed(@Sendable (NWError?) -> Void)
         /// No completion.
         case idempotent
     }
@@ -112,7 +112,7 @@ public final class NWConnection: @unchecked Sendable {
     /// The completion of `receive` and `receiveMessage`, as in Network.framework: the bytes (nil
     /// for none), the context (with the stream's QUIC metadata; final at the peer's FIN), whether
     /// the peer's FIN has been reached, and the error (then bytes and context are nil).
-    public typealias ReceiveCompletion = @Sendable (Data?, ContentContext?, Bool, NWError?) -> Void
+    @preconcurrency public typealias ReceiveCompletion = @Sendable (Data?, ContentContext?, Bool, NWError?) -> Void
 
     let group: NWConnectionGroup
     let metadataObject: NWProtocolQUIC.Metadata
@@ -213,7 +213,7 @@ public final class NWConnection: @unchecked Sendable {
 
     /// Called on the start queue with each new state, matching Apple's `stateUpdateHandler`. It is
     /// released once `.failed` or `.cancelled` has been delivered, and not kept if set after that.
-    public var stateUpdateHandler: (@Sendable (State) -> Void)? {
+    @preconcurrency public var stateUpdateHandler: (@Sendable (State) -> Void)? {
         get { observable.updateHandler }
         set { observable.updateHandler = newValue }
     }
@@ -228,7 +228,7 @@ public final class NWConnection: @unchecked Sendable {
     /// Called on the start queue with the tunnel's path once its handshake completes, and with
     /// each new one after a validated migration (RFC 9000 §9), matching Apple's
     /// `pathUpdateHandler`. Released when the connection ends.
-    public var pathUpdateHandler: (@Sendable (NWPath) -> Void)? {
+    @preconcurrency public var pathUpdateHandler: (@Sendable (NWPath) -> Void)? {
         get { pathObservers.withLockedValue { $0.path } }
         set {
             pathObservers.withLockedValue { $0.path = $0.ended ? nil : newValue }
@@ -241,7 +241,7 @@ public final class NWConnection: @unchecked Sendable {
     /// the kernel reports the route to the server gone (ENETUNREACH, EHOSTUNREACH), `true` when
     /// the server is heard from again. A path that goes silent without such a report ends in the
     /// idle timeout and `.failed`. Released when the connection ends.
-    public var viabilityUpdateHandler: (@Sendable (Bool) -> Void)? {
+    @preconcurrency public var viabilityUpdateHandler: (@Sendable (Bool) -> Void)? {
         get { pathObservers.withLockedValue { $0.viability } }
         set {
             pathObservers.withLockedValue { $0.viability = $0.ended ? nil : newValue }
@@ -251,7 +251,7 @@ public final class NWConnection: @unchecked Sendable {
 
     /// Matching Apple's `betterPathUpdateHandler`, kept so code that sets it compiles: Linux has
     /// no preference among interfaces, so there is never a better path and it is not called.
-    public var betterPathUpdateHandler: (@Sendable (Bool) -> Void)? {
+    @preconcurrency public var betterPathUpdateHandler: (@Sendable (Bool) -> Void)? {
         get { pathObservers.withLockedValue { $0.betterPath } }
         set { pathObservers.withLockedValue { $0.betterPath = $0.ended ? nil : newValue } }
     }
@@ -326,7 +326,7 @@ public final class NWConnection: @unchecked Sendable {
     /// Sends bytes on the stream. With `isComplete: true` in `.finalMessage`, `.defaultStream` or
     /// any context whose `isFinal` is set, it also sends FIN (RFC 9000 §19.8), as Apple's
     /// write-close does; completing any other context only ends that message.
-    public func send(
+    @preconcurrency public func send(
         content: Data?,
         contentContext: ContentContext = .defaultMessage,
         isComplete: Bool = true,
@@ -358,7 +358,7 @@ public final class NWConnection: @unchecked Sendable {
 
     /// Delivers between `minimumIncompleteLength` and `maximumLength` bytes, or fewer with
     /// `isComplete` when the peer finished the stream.
-    public func receive(
+    @preconcurrency public func receive(
         minimumIncompleteLength: Int,
         maximumLength: Int,
         completion: @escaping ReceiveCompletion
@@ -367,7 +367,7 @@ public final class NWConnection: @unchecked Sendable {
     }
 
     /// Delivers everything up to the peer's FIN in one piece.
-    public func receiveMessage(completion: @escaping ReceiveCompletion) {
+    @preconcurrency public func receiveMessage(completion: @escaping ReceiveCompletion) {
         receive(minimum: .max, maximum: .max, completion: completion, delivery: .queue)
     }
 
@@ -645,7 +645,7 @@ extension NWConnection {
     public typealias PendingDataTransferReport = NWConnectionGroup.PendingDataTransferReport
 
     /// How the stream's tunnel was established; nil before its handshake completes.
-    public func requestEstablishmentReport(queue: DispatchQueue, completion: @escaping @Sendable (EstablishmentReport?) -> Void) {
+    @preconcurrency public func requestEstablishmentReport(queue: DispatchQueue, completion: @escaping @Sendable (EstablishmentReport?) -> Void) {
         group.requestEstablishmentReport(queue: queue, completion: completion)
     }
 

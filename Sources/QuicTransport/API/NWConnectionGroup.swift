@@ -155,13 +155,13 @@ public final class NWConnectionGroup: @unchecked Sendable {
 
     /// Called on the start queue with each new state, matching Apple's `stateUpdateHandler`. It is
     /// released once `.failed` or `.cancelled` has been delivered, and not kept if set after that.
-    public var stateUpdateHandler: (@Sendable (State) -> Void)? {
+    @preconcurrency public var stateUpdateHandler: (@Sendable (State) -> Void)? {
         get { observable.updateHandler }
         set { observable.updateHandler = newValue }
     }
 
     /// Called with each stream the peer opens; set it before `start(queue:)`.
-    public var newConnectionHandler: (@Sendable (NWConnection) -> Void)? {
+    @preconcurrency public var newConnectionHandler: (@Sendable (NWConnection) -> Void)? {
         get { lock.withLock { _newConnectionHandler } }
         set { lock.withLock { _newConnectionHandler = newValue } }
     }
@@ -231,13 +231,15 @@ public final class NWConnectionGroup: @unchecked Sendable {
     /// Sends one QUIC datagram (RFC 9221); both sides must have enabled `isDatagram`. The
     /// payload must fit `usableDatagramFrameSize` of the metadata. `endpoint` and `message` are
     /// accepted as in Network.framework; a tunnel has one peer, so they change nothing.
-    public func send(
+    @preconcurrency public func send(
         content: Data?,
         to endpoint: NWEndpoint? = nil,
         message: Message = .default,
-        completion: @escaping @Sendable (NWError?) -> Void
+        completion: @escaping (NWError?) -> Void
     ) {
-        sendDatagram(content, delivery: .queue, completion: completion)
+        // Not `@Sendable`, as in Network.framework: it runs once, on the group's queue.
+        nonisolated(unsafe) let completion = completion
+        sendDatagram(content, delivery: .queue) { completion($0) }
     }
 
     private func sendDatagram(_ content: Data?, delivery: CompletionDelivery, completion: @escaping @Sendable (NWError?) -> Void) {
@@ -261,7 +263,7 @@ public final class NWConnectionGroup: @unchecked Sendable {
     /// Receives datagrams (RFC 9221) sent on the group; each is complete (`isComplete` is true).
     /// A datagram larger than `maximumMessageSize` is dropped when `rejectOversizedMessages`,
     /// and delivered otherwise. Nil stops delivery.
-    public func setReceiveHandler(
+    @preconcurrency public func setReceiveHandler(
         maximumMessageSize: Int = .max,
         rejectOversizedMessages: Bool = true,
         handler: (@Sendable (Message, Data?, Bool) -> Void)?
@@ -317,7 +319,7 @@ public final class NWConnectionGroup: @unchecked Sendable {
 
     /// How the tunnel was established (duration, handshake RTT, ALPN, cipher, version), as
     /// Network.framework's establishment report; nil before the handshake completes.
-    public func requestEstablishmentReport(queue: DispatchQueue, completion: @escaping @Sendable (QUICEstablishmentReport?) -> Void) {
+    @preconcurrency public func requestEstablishmentReport(queue: DispatchQueue, completion: @escaping @Sendable (QUICEstablishmentReport?) -> Void) {
         eventLoop.execute {
             let report = self.driver?.core.establishmentReport
             queue.async { completion(report) }
@@ -747,6 +749,7 @@ extension NWConnectionGroup {
     // @unchecked Sendable: `core` and `mark` are only touched on `eventLoop`.
     public final class PendingDataTransferReport: @unchecked Sendable {
         private let eventLoop: any EventLoop
+        private let createdAt = QUICConnectionDriver.now()
         private var core: QUICConnectionCore?
         private var mark: QUICDataTransferMark?
 
@@ -759,10 +762,12 @@ extension NWConnectionGroup {
             mark = core?.startDataTransferReport(now: QUICConnectionDriver.now())
         }
 
-        /// Ends the interval and delivers its figures on `queue`; nil if the tunnel never started.
-        public func collect(queue: DispatchQueue, completion: @escaping @Sendable (QUICDataTransferReport?) -> Void) {
+        /// Ends the interval and delivers its figures on `queue`, as Network.framework does: a
+        /// report with no traffic when the tunnel had not started when the interval began.
+        @preconcurrency public func collect(queue: DispatchQueue, completion: @escaping @Sendable (QUICDataTransferReport) -> Void) {
+            let requested = QUICConnectionDriver.now()
             eventLoop.execute {
-                let report = self.finish()
+                let report = self.finish() ?? .empty(since: self.createdAt, until: requested)
                 queue.async { completion(report) }
             }
         }

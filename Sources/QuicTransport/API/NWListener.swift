@@ -107,13 +107,13 @@ public final class NWListener: @unchecked Sendable {
 
     /// Called on the start queue with each new state, matching Apple's `stateUpdateHandler`. It is
     /// released once `.failed` or `.cancelled` has been delivered, and not kept if set after that.
-    public var stateUpdateHandler: (@Sendable (State) -> Void)? {
+    @preconcurrency public var stateUpdateHandler: (@Sendable (State) -> Void)? {
         get { observable.updateHandler }
         set { observable.updateHandler = newValue }
     }
 
     /// Called once per established tunnel; call `start(queue:)` on the group to receive its streams.
-    public var newConnectionGroupHandler: (@Sendable (NWConnectionGroup) -> Void)? {
+    @preconcurrency public var newConnectionGroupHandler: (@Sendable (NWConnectionGroup) -> Void)? {
         get { lock.withLock { _newConnectionGroupHandler } }
         set { lock.withLock { _newConnectionGroupHandler = newValue } }
     }

@@ -167,6 +167,7 @@ extension QUICConnectionCore {
         }
         callbacks.recv_stream_data = { _, flags, streamID, _, data, length, userData, _ in
             QUICConnectionCore.withCore(userData) { core in
+                core.transfer.counters.receivedStreamBytes += UInt64(length)
                 if core.hasApplicationCodec {
                     return core.runCodecCallback { codec in
                         let consumed = try codec.receive(

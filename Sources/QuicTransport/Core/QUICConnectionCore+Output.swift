@@ -132,6 +132,7 @@ extension QUICConnectionCore {
                 vectors.baseAddress, vectorCount, now
             )
             if streamID >= 0 && accepted >= 0 {
+                transfer.counters.sentStreamBytes += UInt64(accepted)
                 if hasCodec {
                     if runCodecCallback({ try $0.didWrite(streamID: streamID, bytes: accepted) }) != 0 { return .failed(NGTCP2_ERR_CALLBACK_FAILURE) }
                 } else {

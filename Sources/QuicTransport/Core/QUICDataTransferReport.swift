@@ -1,10 +1,19 @@
 import CQuicShims
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
 
 /// What a connection carried over an interval (Network.framework's data-transfer report, for
 /// QUIC): traffic, losses, RTT (RFC 9002 §5) and the congestion window (RFC 9002 §7).
 public struct QUICDataTransferReport: Sendable, Equatable {
-    /// The interval, from `startDataTransferReport()` to `collect`.
-    public var duration: Duration
+    /// The interval in seconds, from `startDataTransferReport()` to `collect`.
+    public var duration: TimeInterval
+    /// One report per path, as Network.framework's `pathReports`: a QUIC connection here uses
+    /// one path at a time, so this holds one report, for the path in use at collection, with
+    /// the whole interval's counts (`pathChanges` says whether the path moved).
+    public var pathReports: [PathReport]
     /// UDP payload bytes, and datagrams (IP packets) as Network.framework counts them.
     public var sentBytes: UInt64
     /// UDP payload bytes received in the interval.
@@ -77,7 +86,8 @@ extension QUICConnectionCore {
         let stat = statistics
         let interval = transfer.counters.since(start)
         return QUICDataTransferReport(
-            duration: .nanoseconds(Int64(latestTime &- startedAt)),
+            duration: Duration.nanoseconds(Int64(latestTime &- startedAt)).timeInterval,
+            pathReports: [QUICDataTransferReport.PathReport(interval, statistics: stat, tracksLosses: tracksLosses, local: path.local)],
             sentBytes: interval.sentBytes,
             receivedBytes: interval.receivedBytes,
             sentPackets: interval.sentDatagrams,

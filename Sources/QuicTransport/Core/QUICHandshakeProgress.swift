@@ -7,6 +7,8 @@ struct QUICHandshakeProgress {
     var completedAt: UInt64?
     /// The smoothed RTT when the handshake completed.
     var rtt: Duration = .zero
+    /// Clients: the resolution and attempts before this one, from the connector.
+    var attempts = QUICEstablishmentAttempts()
 
     /// Whether the handshake resumed a session from a ticket (RFC 8446 §2.2).
     var wasResumed = false

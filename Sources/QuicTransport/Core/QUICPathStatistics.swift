@@ -1,4 +1,9 @@
 import CQuicShims
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
 
 /// A snapshot of one path's recovery state (RFC 9002 §5).
 public struct QUICPathStatistics: Sendable, Equatable {
@@ -30,8 +35,25 @@ extension QUICConnectionCore {
 
 /// How a connection came to be (Network.framework's establishment report, for QUIC).
 public struct QUICEstablishmentReport: Sendable, Equatable {
-    /// From the first Initial to handshake completion (RFC 9001 §4.1.1).
-    public var duration: Duration
+    /// Seconds from the successful attempt's first Initial to handshake completion (RFC 9001
+    /// §4.1.1), as Network.framework's `duration` (preparing to ready).
+    public var duration: TimeInterval
+    /// Seconds from `start(queue:)` to the start of the successful attempt: name resolution and
+    /// any earlier attempts. Zero for a listener's connections.
+    public var attemptStartedAfterInterval: TimeInterval
+    /// Attempts on earlier addresses that were refused, unreachable or silent before this one.
+    public var previousAttemptCount: Int
+    /// The name resolutions made (one getaddrinfo query); empty for a numeric address or a
+    /// listener's connection.
+    public var resolutions: [Resolution]
+    /// The protocol handshakes, lowest first: one, QUIC's, which carries TLS 1.3 (RFC 9001).
+    public var handshakes: [Handshake]
+    /// Always nil: connections here never go through a proxy.
+    public var proxyEndpoint: NWEndpoint?
+    /// Always false: there is no proxy configuration on Linux.
+    public var proxyConfigured: Bool
+    /// Always false: connections here never go through a proxy.
+    public var usedProxy: Bool
     /// The smoothed round-trip time when the handshake completed (RFC 9002 §5.3).
     public var handshakeRTT: Duration
     /// Whether the handshake resumed a TLS session from a ticket (RFC 8446 §2.2).
@@ -51,8 +73,19 @@ extension QUICConnectionCore {
     /// The establishment figures, once the handshake has completed.
     package var establishmentReport: QUICEstablishmentReport? {
         guard let completedAt = handshake.completedAt else { return nil }
+        let duration = Duration.nanoseconds(Int64(completedAt &- handshake.startedAt)).timeInterval
+        let attempts = handshake.attempts
         return QUICEstablishmentReport(
-            duration: .nanoseconds(Int64(completedAt &- handshake.startedAt)),
+            duration: duration,
+            attemptStartedAfterInterval: attempts.startedAt.map {
+                Duration.nanoseconds(Int64(handshake.startedAt > $0 ? handshake.startedAt - $0 : 0)).timeInterval
+            } ?? 0,
+            previousAttemptCount: attempts.previousAttemptCount,
+            resolutions: attempts.resolution.map { [QUICEstablishmentReport.Resolution($0, successful: path.remote)] } ?? [],
+            handshakes: [QUICEstablishmentReport.Handshake(definition: NWProtocolQUIC.definition, handshakeDuration: duration, handshakeRTT: handshake.rtt.timeInterval)],
+            proxyEndpoint: nil,
+            proxyConfigured: false,
+            usedProxy: false,
             handshakeRTT: handshake.rtt,
             resumed: wasResumed,
             usedZeroRTT: earlyDataAttempted && earlyDataAccepted,

@@ -4,7 +4,7 @@ extension QUICEstablishmentReport {
     /// One line for `--stats`: handshake time and RTT in milliseconds, resumption, 0-RTT, ALPN,
     /// cipher and QUIC version.
     public var summary: String {
-        var parts = ["handshake \(Self.milliseconds(duration)) ms", "handshake RTT \(Self.milliseconds(handshakeRTT)) ms"]
+        var parts = ["handshake \(Self.milliseconds(.seconds(duration))) ms", "handshake RTT \(Self.milliseconds(handshakeRTT)) ms"]
         parts.append("resumed \(resumed ? "yes" : "no")")
         parts.append("0-RTT \(usedZeroRTT ? "yes" : "no")")
         parts.append("ALPN \(alpn ?? "-")")
@@ -16,7 +16,7 @@ extension QUICEstablishmentReport {
     /// `"duration_ms":…,"handshake_rtt_ms":…,…` without the braces, so callers can add members.
     public var jsonMembers: String {
         [
-            "\"duration_ms\":\(Self.milliseconds(duration))",
+            "\"duration_ms\":\(Self.milliseconds(.seconds(duration)))",
             "\"handshake_rtt_ms\":\(Self.milliseconds(handshakeRTT))",
             "\"resumed\":\(resumed)",
             "\"zero_rtt\":\(usedZeroRTT)",
@@ -39,7 +39,7 @@ extension QUICDataTransferReport {
     public var summary: String {
         let ms = QUICEstablishmentReport.milliseconds
         return [
-            "over \(ms(duration)) ms",
+            "over \(ms(.seconds(duration))) ms",
             "sent \(sentBytes) B in \(sentPackets) packets",
             "received \(receivedBytes) B in \(receivedPackets) packets",
             lostPackets.map { "lost \($0) packets (\(retransmittedBytes ?? 0) B retransmitted)" } ?? "losses not tracked",
@@ -54,7 +54,7 @@ extension QUICDataTransferReport {
     public var jsonMembers: String {
         let ms = QUICEstablishmentReport.milliseconds
         return [
-            "\"duration_ms\":\(ms(duration))",
+            "\"duration_ms\":\(ms(.seconds(duration)))",
             "\"sent_bytes\":\(sentBytes)", "\"sent_packets\":\(sentPackets)",
             "\"received_bytes\":\(receivedBytes)", "\"received_packets\":\(receivedPackets)",
             "\"lost_packets\":\(lostPackets.map(String.init) ?? "null")",

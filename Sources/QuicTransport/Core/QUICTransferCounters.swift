@@ -14,6 +14,10 @@ struct QUICTransferCounters: Equatable, Sendable {
     var keyUpdates: UInt64 = 0
     /// Moves to a new path: the peer's new address, or our own after migrating (RFC 9000 §9).
     var pathChanges: UInt64 = 0
+    /// Stream bytes the application handed to QUIC that went out for the first time, and stream
+    /// bytes delivered to it in order (for HTTP/3, its frames).
+    var sentStreamBytes: UInt64 = 0
+    var receivedStreamBytes: UInt64 = 0
 
     /// What happened between `earlier` and `self`.
     func since(_ earlier: QUICTransferCounters) -> QUICTransferCounters {
@@ -25,7 +29,9 @@ struct QUICTransferCounters: Equatable, Sendable {
             lostPackets: lostPackets &- earlier.lostPackets,
             lostBytes: lostBytes &- earlier.lostBytes,
             keyUpdates: keyUpdates &- earlier.keyUpdates,
-            pathChanges: pathChanges &- earlier.pathChanges
+            pathChanges: pathChanges &- earlier.pathChanges,
+            sentStreamBytes: sentStreamBytes &- earlier.sentStreamBytes,
+            receivedStreamBytes: receivedStreamBytes &- earlier.receivedStreamBytes
         )
     }
 }

@@ -53,6 +53,9 @@ package final class QUICClientConnector: @unchecked Sendable {
 
     private var driver: QUICConnectionDriver?
     private var isConnecting = true
+    /// The start, the resolution and the attempts so far, for the establishment report.
+    private var attempts = QUICEstablishmentAttempts()
+    private var attemptsMade = 0
     /// Whether the server confirmed the handshake (RFC 9001 §4.1.2), which migration waits for.
     private var isHandshakeConfirmed = false
     private var confirmationWaiters: [EventLoopPromise<Void>] = []
@@ -84,12 +87,17 @@ package final class QUICClientConnector: @unchecked Sendable {
     package func start() {
         let host = self.host
         let port = self.port
+        attempts.startedAt = QUICConnectionDriver.now()
         NIOThreadPool.singleton.runIfActive(eventLoop: eventLoop) {
-            try QUICHostResolver.resolve(host: host, port: port)
+            let queried = QUICConnectionDriver.now()
+            return (try QUICHostResolver.resolve(host: host, port: port), QUICConnectionDriver.now() &- queried)
         }.whenComplete { result in
             switch result {
-            case .success(let addresses):
+            case .success(let (addresses, duration)):
                 let allowed = addresses.filter { self.configuration.socket.allows(isIPv6: $0.protocol == .inet6) }
+                if QUICSocketAddress(ip: host, port: 0) == nil {
+                    self.attempts.resolution = .init(duration: duration, addresses: allowed.map { QUICSocketAddress(nio: $0) })
+                }
                 guard !allowed.isEmpty else {
                     let version = self.configuration.socket.ipVersion == .v4 ? "IPv4" : "IPv6"
                     self.fail(.setup("\(host) has no \(version) address, and the IP version is restricted to \(version)"))
@@ -123,6 +131,7 @@ package final class QUICClientConnector: @unchecked Sendable {
         }
         let remaining = addresses.dropFirst()
         eventLoop.assertInEventLoop()
+        attemptsMade += 1
         let socket: QUICUDPSocket
         do {
             socket = try QUICUDPSocket.connect(to: QUICSocketAddress(nio: address), options: configuration.socket, loop: eventLoop, logger: logger)
@@ -167,6 +176,8 @@ package final class QUICClientConnector: @unchecked Sendable {
             logger: logger
         )
         core.liveConnections = liveConnections
+        attempts.previousAttemptCount = attemptsMade - 1
+        core.handshake.attempts = attempts
         core.applicationCodec = try makeCodec?()
         core.makeApplicationCodec = makeCodec
         try core.startCodecForEarlyData()
