@@ -120,6 +120,9 @@ struct NWParametersMembersTests {
         let datagram = try #require(receiver.receive(), "nothing arrived within 5 s")
         #expect(datagram.bytes.count >= 1200, "the client's Initial, padded (RFC 9000 §14.1)")
         #expect(datagram.trafficClass >> 2 == 34, "AF41 for interactive video; the byte was \(datagram.trafficClass)")
+        // ngtcp2 marks its first packets ECT(0) to test the path (RFC 9000 §13.4.2), so this
+        // byte came through the ECN control message, which must carry the code point too.
+        #expect(datagram.ecn == 2, "ECT(0) beside the code point; the byte was \(datagram.trafficClass)")
     }
 
     /// Two listeners that allow reuse bind one port, and a client's tunnel reaches one of them;
