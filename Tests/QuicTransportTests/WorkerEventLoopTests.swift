@@ -262,19 +262,25 @@ struct WorkerEventLoopTests {
         #expect(pendingCapture == nil, "a timer failed at shutdown still holds its task")
     }
 
-    /// A plain blocking socket on 127.0.0.1 standing in for a peer, reading IP_TOS.
+    /// A plain blocking socket on `host` (127.0.0.1 unless told) standing in for a peer, reading
+    /// IP_TOS or, on IPv6, IPV6_TCLASS.
     final class Peer: Sendable {
         let fd: CInt
         let address: QUICSocketAddress
 
-        init() throws {
-            let fd = socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
+        init(host: String = "127.0.0.1") throws {
+            let local = QUICSocketAddress(ip: host, port: 0)!
+            let isIPv6 = local.family == AF_INET6
+            let fd = socket(isIPv6 ? AF_INET6 : AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
             self.fd = fd
             var one: CInt = 1
-            setsockopt(fd, CInt(IPPROTO_IP), IP_RECVTOS, &one, socklen_t(MemoryLayout<CInt>.size))
+            if isIPv6 {
+                setsockopt(fd, CInt(IPPROTO_IPV6), IPV6_RECVTCLASS, &one, socklen_t(MemoryLayout<CInt>.size))
+            } else {
+                setsockopt(fd, CInt(IPPROTO_IP), IP_RECVTOS, &one, socklen_t(MemoryLayout<CInt>.size))
+            }
             var timeout = timeval(tv_sec: 5, tv_usec: 0)
             setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-            let local = QUICSocketAddress(ip: "127.0.0.1", port: 0)!
             var storage = local.storage
             let bound = withUnsafePointer(to: &storage) {
                 $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, local.length) }
@@ -295,8 +301,9 @@ struct WorkerEventLoopTests {
             precondition(sent == bytes.count, "sendto: errno \(errno)")
         }
 
-        /// One datagram and the ECN bits of its IP_TOS; nil after the 5-second timeout.
-        func receive() -> (bytes: [UInt8], ecn: UInt8)? {
+        /// One datagram, the ECN bits of its IP_TOS or Traffic Class, and the whole byte; nil
+        /// after the 5-second timeout.
+        func receive() -> (bytes: [UInt8], ecn: UInt8, trafficClass: UInt8)? {
             var buffer = [UInt8](repeating: 0, count: 2048)
             var control = [UInt8](repeating: 0, count: 64)
             return buffer.withUnsafeMutableBytes { bytes in
@@ -309,15 +316,18 @@ struct WorkerEventLoopTests {
                         )
                         let count = recvmsg(fd, &header, 0)
                         guard count >= 0 else { return nil }
-                        var ecn: UInt8 = 0
+                        var trafficClass: UInt8 = 0
                         var message = cqs_cmsg_firsthdr(&header)
                         while let current = message {
+                            let data = UnsafeRawPointer(cqs_cmsg_data(current)!)
                             if current.pointee.cmsg_level == CInt(IPPROTO_IP), current.pointee.cmsg_type == IP_TOS {
-                                ecn = UnsafeRawPointer(cqs_cmsg_data(current)!).load(as: UInt8.self) & 0x3
+                                trafficClass = data.load(as: UInt8.self)
+                            } else if current.pointee.cmsg_level == CInt(IPPROTO_IPV6), current.pointee.cmsg_type == IPV6_TCLASS {
+                                trafficClass = UInt8(truncatingIfNeeded: data.loadUnaligned(as: CInt.self))
                             }
                             message = cqs_cmsg_nxthdr(&header, current)
                         }
-                        return (Array(bytes.prefix(count)), ecn)
+                        return (Array(bytes.prefix(count)), trafficClass & 0x3, trafficClass)
                     }
                 }
             }

@@ -441,13 +441,25 @@ public final class NWConnectionGroup: @unchecked Sendable {
     }
 
     private func connect() {
-        guard case .hostPort(let host, let port)? = descriptor.members.first else { return }
+        guard let endpoint = descriptor.members.first else { return }
+        let host: String
+        let port: UInt16
+        switch endpoint.quicHostPort {
+        case .success(let target): (host, port) = target
+        case .failure(let error):
+            setState(.failed(error))
+            return
+        }
+        if let problem = parameters.interfaceProblem {
+            setState(.failed(problem))
+            return
+        }
         if options.tls.certificateChainFile != nil {
             logger.warning("client certificates are not supported yet: the local identity is ignored")
         }
         let connector = QUICClientConnector(
-            host: host.stringValue,
-            port: port.rawValue,
+            host: host,
+            port: port,
             configuration: clientConfiguration,
             verification: options.tls.certificateVerification,
             serverName: options.tls.serverName,

@@ -1,17 +1,31 @@
+import Foundation
+
 /// Where a connection goes or a listener listens, as in Network.framework.
 public enum NWEndpoint: Hashable, Sendable, CustomStringConvertible {
-    /// A host and UDP port, matching Apple's case of the same name; the only kind of endpoint here.
+    /// A host and UDP port, matching Apple's case of the same name.
     case hostPort(host: Host, port: Port)
 
     /// A host name or numeric address.
     public enum Host: Hashable, Sendable, ExpressibleByStringLiteral, CustomStringConvertible {
-        /// A host name or numeric address (an IPv6 one may be bracketed), and an interface that is
-        /// accepted but not used. Apple's `.ipv4` and `.ipv6` cases are not here: addresses are
-        /// names.
+        /// A host name (or, made this way, a numeric address; an IPv6 one may be bracketed),
+        /// and an interface that is accepted but not used.
         case name(String, NWInterface?)
+        /// An IPv4 address, matching Apple's case.
+        case ipv4(IPv4Address)
+        /// An IPv6 address, matching Apple's case; a scoped one carries its interface.
+        case ipv6(IPv6Address)
 
-        /// A host from a name or numeric address, with no interface, matching Apple's `init(_:)`.
-        public init(_ string: String) { self = .name(string, nil) }
+        /// A host from a name or numeric address, matching Apple's `init(_:)`: an address
+        /// becomes `.ipv4` or `.ipv6`, anything else `.name` with no interface.
+        public init(_ string: String) {
+            if let address = IPv4Address(string) {
+                self = .ipv4(address)
+            } else if let address = IPv6Address(string) {
+                self = .ipv6(address)
+            } else {
+                self = .name(string, nil)
+            }
+        }
         public init(stringLiteral value: String) { self.init(value) }
 
         /// The name or address as written, without brackets.
@@ -19,6 +33,8 @@ public enum NWEndpoint: Hashable, Sendable, CustomStringConvertible {
             switch self {
             case .name(let name, _):
                 return name.hasPrefix("[") && name.hasSuffix("]") ? String(name.dropFirst().dropLast()) : name
+            case .ipv4(let address): return address.debugDescription
+            case .ipv6(let address): return address.debugDescription
             }
         }
 
@@ -46,8 +62,17 @@ public enum NWEndpoint: Hashable, Sendable, CustomStringConvertible {
         case .hostPort(let host, let port):
             let name = host.stringValue
             return URIHost.authority(name, port.rawValue)
+        case .unix(let path): return path
+        case .url(let url): return url.absoluteString
         }
     }
+
+    /// A Unix-domain socket path, matching Apple's case. Linux note: QUIC runs over UDP/IP, so
+    /// a group or listener given one fails at start.
+    case unix(path: String)
+    /// A URL, matching Apple's case: a group connects to its host and port, or the scheme's
+    /// default port (https 443, http 80).
+    case url(URL)
 }
 
 extension NWEndpoint {

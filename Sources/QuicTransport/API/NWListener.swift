@@ -76,8 +76,8 @@ public final class NWListener: @unchecked Sendable {
         self.parameters = parameters
         self.options = parameters.quicOptions.copy()
         self.logger = Logger(label: "quic.listener")
-        if case .hostPort(_, let boundPort) = parameters.requiredLocalEndpoint, port == .any {
-            self.requestedPort = boundPort
+        if case .success(let bound)? = parameters.requiredLocalEndpoint?.quicHostPort, port == .any {
+            self.requestedPort = NWEndpoint.Port(integerLiteral: bound.port)
         } else {
             self.requestedPort = port
         }
@@ -201,8 +201,18 @@ public final class NWListener: @unchecked Sendable {
         observable.setQueue(queue)
         let socketOptions = parameters.socketOptions
         var boundHost = socketOptions.ipVersion == .v4 ? "0.0.0.0" : "::"
-        if case .hostPort(let requiredHost, _) = parameters.requiredLocalEndpoint { boundHost = requiredHost.stringValue }
+        switch parameters.requiredLocalEndpoint?.quicHostPort {
+        case .success(let required)?: boundHost = required.host
+        case .failure(let error)?:
+            setState(.failed(error))
+            return
+        case nil: break
+        }
         let host = boundHost
+        if let problem = parameters.listeningProblem(host: host) {
+            setState(.failed(problem))
+            return
+        }
         var configuration = QUICEndpointCore.Configuration(quic: options.configuration, credentials: credentials)
         configuration.quic.socket = socketOptions
         configuration.requiresRetry = options.requiresAddressValidation

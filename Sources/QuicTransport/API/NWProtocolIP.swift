@@ -93,9 +93,11 @@ public final class NWProtocolUDP: @unchecked Sendable {
 }
 
 extension NWParameters {
-    /// What the stack's IP and UDP options ask of the sockets.
-    var socketOptions: QUICSocketOptions {
+    /// What the stack's IP and UDP options, and the parameters' interface rules, reuse and
+    /// service class, ask of the sockets.
+    package var socketOptions: QUICSocketOptions {
         var socket = QUICSocketOptions()
+        _ = pathSettings.apply(to: &socket)
         (defaultProtocolStack.internetProtocol as? NWProtocolIP.Options)?.apply(to: &socket)
         socket.omitsChecksum = (defaultProtocolStack.transportProtocol as? NWProtocolUDP.Options)?.preferNoChecksum ?? false
         return socket

@@ -254,6 +254,9 @@ public final class NWParameters: @unchecked Sendable {
     /// attacker (RFC 8446 §8): use it for requests that are safe to repeat. If the server refuses
     /// it, the same bytes are sent again in 1-RTT.
     public var allowFastOpen = false
+    /// Interface rules, reuse and service class, as set through the members in
+    /// NWParameters+Members.swift.
+    var pathSettings = PathSettings()
 
     /// Parameters for QUIC with `options`, matching Apple's `NWParameters(quic:)`. The options are
     /// kept, not copied: groups and listeners copy them when they are made.

@@ -35,6 +35,17 @@ package struct QUICSocketOptions: Sendable, Equatable {
     package var omitsChecksum = false
     /// Which kind of IPv6 source address to prefer.
     package var addressPreference: AddressPreference = .default
+    /// Other sockets may bind the same address and port (`SO_REUSEADDR`, `SO_REUSEPORT`), as
+    /// Network.framework's `allowLocalEndpointReuse`.
+    package var reusesAddress = false
+    /// The interface the socket is bound to (`SO_BINDTODEVICE`); nil: any.
+    package var interfaceName: String?
+    /// Interfaces a client's path must not leave by, by name; an attempt whose local address
+    /// belongs to one of them is refused.
+    package var prohibitedInterfaceNames: Set<String> = []
+    /// The DiffServ code point of sent packets (RFC 2474 §3), written into the IPv4 TOS or IPv6
+    /// Traffic Class byte above its two ECN bits; 0 leaves the default.
+    package var dscp: UInt8 = 0
 
     package init() {}
 

@@ -140,6 +140,15 @@ package final class QUICClientConnector: @unchecked Sendable {
             attempt(remaining, lastFailure: .unreachable)
             return
         }
+        // Network.framework's prohibited interfaces: the kernel chose the route when the
+        // socket connected, and its local address says which interface that is.
+        if let interface = configuration.socket.prohibitedInterface(holding: socket.localAddress) {
+            socket.close()
+            let reason = "the path to \(address) leaves by \(interface), a prohibited interface"
+            logger.debug("path refused", metadata: ["reason": "\(reason)"])
+            attempt(remaining, lastFailure: .setup(reason))
+            return
+        }
         do {
             try start(on: socket, remote: address, fallback: remaining)
         } catch {

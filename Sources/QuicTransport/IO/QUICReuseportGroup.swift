@@ -36,10 +36,11 @@ package enum QUICReuseportGroup {
     /// A port that another socket holds fails with `EADDRINUSE`, even when that socket set
     /// `SO_REUSEPORT` too: the kernel would let a second server of the same user join the group
     /// and take part of the first one's traffic, so a plain socket binds there first to ask.
-    /// `options` are set on each socket before it binds.
+    /// `options` are set on each socket before it binds; with `reusesAddress` they let other
+    /// sockets share the port, so the check is skipped.
     package static func bind(_ address: SocketAddress, count: Int, options: QUICSocketOptions = QUICSocketOptions()) throws -> [CInt] {
         let sharesPort = count > 1
-        if sharesPort, address.port != 0 { try checkPortIsFree(address, options: options) }
+        if sharesPort, address.port != 0, !options.reusesAddress { try checkPortIsFree(address, options: options) }
         var sockets: [CInt] = []
         do {
             var address = address

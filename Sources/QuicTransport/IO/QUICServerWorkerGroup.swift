@@ -77,8 +77,10 @@ package final class QUICServerWorkerGroup: Sendable {
         let factory = QUICConnectionIDFactory(loadBalancer: configuration.loadBalancer)
         let loops = try (0..<workerCount).map { try QUICEventLoop(name: "quic-worker-\($0)") }
         let program = QUICReuseportGroup.steeringProgram(connectionIDLength: factory.idLength, steering: factory.steering)
-        var steered = kernelSteering && workerCount > 1
         let socketOptions = configuration.quic.socket
+        // A port shared with other listeners (`reusesAddress`) shares the kernel's group with
+        // their sockets too, where our worker indices would pick their sockets: hash instead.
+        var steered = kernelSteering && workerCount > 1 && !socketOptions.reusesAddress
         func bindGroup(_ address: SocketAddress) throws -> [CInt] {
             guard socketOptions.allows(isIPv6: address.protocol == .inet6) else {
                 throw QUICSocketError.ipVersionExcluded(address: "\(address)")

@@ -35,11 +35,13 @@ extension QUICSocketOptions {
             case .temporary: settings.append(Setting(level: level, name: Self.ipv6AddressPreferences, value: Self.ipv6PreferTemporary))
             case .stable: settings.append(Setting(level: level, name: Self.ipv6AddressPreferences, value: Self.ipv6PreferPublic))
             }
+            if dscp != 0 { settings.append(Setting(level: level, name: IPV6_TCLASS, value: CInt(dscp) << 2)) }
         } else {
             let level = CInt(IPPROTO_IP)
             if let hopLimit { settings.append(Setting(level: level, name: IP_TTL, value: CInt(hopLimit))) }
             settings.append(Setting(level: level, name: IP_MTU_DISCOVER, value: disablesFragmentation ? IP_PMTUDISC_PROBE : IP_PMTUDISC_DONT))
             if omitsChecksum { settings.append(Setting(level: SOL_SOCKET, name: SO_NO_CHECK, value: 1)) }
+            if dscp != 0 { settings.append(Setting(level: level, name: IP_TOS, value: CInt(dscp) << 2)) }
         }
         return settings
     }
@@ -56,11 +58,39 @@ extension QUICSocketOptions {
         guard descriptor >= 0 else { throw IOError(errnoCode: errno, reason: "socket") }
         do {
             try apply(to: descriptor, isIPv6: isIPv6)
+            try applySocketLevel(to: descriptor)
         } catch {
             _ = close(descriptor)
             throw error
         }
         return descriptor
+    }
+}
+
+extension QUICSocketOptions {
+    /// The settings of the socket itself, whatever its family: address reuse
+    /// (`SO_REUSEADDR` and `SO_REUSEPORT`, so that another socket that sets them too may bind
+    /// the same address and port) and the interface it is bound to (`SO_BINDTODEVICE`, which
+    /// limits both its sends and its receives to that interface).
+    package func applySocketLevel(to descriptor: CInt) throws {
+        if reusesAddress {
+            try Setting(level: SOL_SOCKET, name: SO_REUSEADDR, value: 1).apply(to: descriptor)
+            try Setting(level: SOL_SOCKET, name: SO_REUSEPORT, value: 1).apply(to: descriptor)
+        }
+        guard let interfaceName else { return }
+        let rv = interfaceName.withCString { name in
+            setsockopt(descriptor, SOL_SOCKET, SO_BINDTODEVICE, name, socklen_t(strlen(name) + 1))
+        }
+        guard rv == 0 else {
+            throw IOError(errnoCode: errno, reason: "setsockopt(SO_BINDTODEVICE, \(interfaceName))")
+        }
+    }
+
+    /// The name of the interface that holds a socket's local `address`, for
+    /// `prohibitedInterfaceNames`; nil for an address no interface holds.
+    func prohibitedInterface(holding address: QUICSocketAddress) -> String? {
+        guard !prohibitedInterfaceNames.isEmpty, let name = NWInterface.owning(address)?.name else { return nil }
+        return prohibitedInterfaceNames.contains(name) ? name : nil
     }
 }
 

@@ -37,6 +37,9 @@ package final class QUICUDPSocket: QUICEventLoopSource {
     private let logger: Logger
     private let isConnected: Bool
     private var gsoEnabled: Bool
+    /// The DSCP bits of the TOS or Traffic Class byte (`QUICSocketOptions.dscp`): a control
+    /// message that carries ECN replaces the whole byte, so it carries them too.
+    private let trafficClass: CInt
     @exclusivity(unchecked) private var isClosed = false
 
     static let socketBufferSize = 4 << 20
@@ -100,6 +103,7 @@ package final class QUICUDPSocket: QUICEventLoopSource {
         self.logger = logger
         self.readSlots = readSlots
         self.isConnected = isConnected
+        self.trafficClass = CInt(options.dscp) << 2
         self.localAddress = try QUICReuseportGroup.boundAddress(of: descriptor)
         let isIPv6 = localAddress.family == AF_INET6
         // The kernel refuses UDP_SEGMENT on a socket without checksums (SO_NO_CHECK).
@@ -361,7 +365,7 @@ package final class QUICUDPSocket: QUICEventLoopSource {
                     message.pointee.cmsg_level = isIPv4 ? CInt(IPPROTO_IP) : CInt(IPPROTO_IPV6)
                     message.pointee.cmsg_type = isIPv4 ? IP_TOS : IPV6_TCLASS
                     message.pointee.cmsg_len = cqs_cmsg_len(MemoryLayout<CInt>.size)
-                    UnsafeMutableRawPointer(cqs_cmsg_data(message)!).storeBytes(of: CInt(ecn), as: CInt.self)
+                    UnsafeMutableRawPointer(cqs_cmsg_data(message)!).storeBytes(of: CInt(ecn) | trafficClass, as: CInt.self)
                     used += cqs_cmsg_space(MemoryLayout<CInt>.size)
                 }
                 header.msg_controllen = used
