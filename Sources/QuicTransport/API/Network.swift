@@ -48,6 +48,13 @@ public enum Network {
     /// `Network.NWProtocolUDP`, this module's ``QuicTransport/NWProtocolUDP``.
     public typealias NWProtocolUDP = QuicTransport.NWProtocolUDP
 
+    /// `Network.IPAddress`, this module's ``QuicTransport/IPAddress``.
+    public typealias IPAddress = QuicTransport.IPAddress
+    /// `Network.IPv4Address`, this module's ``QuicTransport/IPv4Address``.
+    public typealias IPv4Address = QuicTransport.IPv4Address
+    /// `Network.IPv6Address`, this module's ``QuicTransport/IPv6Address``.
+    public typealias IPv6Address = QuicTransport.IPv6Address
+
     // MARK: The structured-concurrency API (iOS and macOS 26)
 
     /// `Network.NetworkChannel`, this module's ``QuicTransport/NetworkChannel``.
