@@ -109,8 +109,8 @@ public func SecPKCS12Import(_ pkcs12_data: CFData, _ options: CFDictionary, _ it
     return errSecSuccess
 }
 
-/// The identity's leaf certificate, as Apple's `SecIdentityCopyCertificate`; always
-/// `errSecSuccess`.
+/// The identity's leaf certificate, as Apple's `SecIdentityCopyCertificate`: `errSecSuccess`,
+/// or `errSecItemNotFound` for an identity without one (which `SecPKCS12Import` never returns).
 public func SecIdentityCopyCertificate(_ identityRef: SecIdentity, _ certificateRef: UnsafeMutablePointer<SecCertificate?>) -> OSStatus {
     certificateRef.pointee = identityRef.certificates.first
     return certificateRef.pointee == nil ? errSecItemNotFound : errSecSuccess
