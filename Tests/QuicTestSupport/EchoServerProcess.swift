@@ -24,14 +24,16 @@ package struct EchoServerProcess {
 }
 
 /// aioquic's `echo_server.py` on a free port, presenting `certificate` (with `--datagrams`).
+/// With `requestingClientCertificates`, it asks each client for a certificate and prints
+/// `CLIENT-CERTIFICATE <sha256 hex|none>` once the handshake completes.
 package struct AioquicEchoServerProcess {
     package let process: ChildProcess
     package let port: UInt16
 
-    package init(certificate: String, key: String) async throws {
+    package init(certificate: String, key: String, requestingClientCertificates: Bool = false) async throws {
         process = try ChildProcess(try TestEnvironment.python(), [
             TestEnvironment.aioquicScript("echo_server.py"), "--port", "0", "--cert", certificate, "--key", key, "--datagrams",
-        ])
+        ] + (requestingClientCertificates ? ["--request-client-certificate"] : []))
         let listening = try await process.waitForLine(containing: "LISTENING")
         guard let port = UInt16(listening.split(separator: " ").last ?? "") else {
             throw SetupError("cannot read the port from '\(listening)'")

@@ -72,7 +72,7 @@ struct NetworkConnectionTests {
             async let echoed = Self.readAll(stream)
             try await stream.send(payload, endOfStream: true)
             #expect(try await echoed == payload)
-            #expect(await connection.negotiatedALPN == "quic-echo")
+            #expect(connection.negotiatedALPN == "quic-echo")
 
             // A unidirectional stream comes back on a server-opened unidirectional stream.
             let returned = AsyncStream<Data>.makeStream()
@@ -144,7 +144,7 @@ struct NetworkConnectionTests {
                         while try await !stream.receive(atMost: 1024).metadata.endOfStream {}
                         codes.append("fin")
                     } catch {
-                        codes.append("\(error) code \(stream.streamApplicationErrorCode.map(String.init) ?? "none")")
+                        codes.append("\(error) code \(stream.streamApplicationErrorCode)")
                     }
                 }
             }
@@ -485,8 +485,8 @@ struct NetworkConnectionTests {
                     try await stream.send(content, endOfStream: true)
                 }
                 for await state in states {
-                    if case .failed = state { closes.append("failed \(connection.applicationError?.code ?? 0)") }
-                    if case .cancelled = state { closes.append("cancelled \(connection.applicationError?.code ?? 0)") }
+                    if case .failed = state { closes.append("failed \(connection.applicationError.code)") }
+                    if case .cancelled = state { closes.append("cancelled \(connection.applicationError.code)") }
                 }
                 try? await streams
             }

@@ -12,6 +12,9 @@ import Testing
         // Security.framework's C API and types.
         "SecCertificate", "SecTrust", "sec_identity_t", "sec_protocol_metadata_t", "sec_protocol_options_t",
         "sec_protocol_verify_complete_t", "sec_protocol_verify_t", "sec_trust_t", "tls_protocol_version_t",
+        "SecIdentity",
+        // Core Foundation's and Dispatch's C names, spelled over Swift's types for Security's calls.
+        "CFData", "CFArray", "CFDictionary", "CFString", "CFAllocator", "OSStatus", "dispatch_data_t", "__DispatchData",
         // Ours.
         "CertificateVerification", "CertificateVerifier", "QUICCipherSuite", "QUICCongestionControl",
         "QUICDataTransferReport", "QUICError", "QUICEstablishmentReport", "QUICKeyUpdateError",

@@ -13,6 +13,7 @@
 #include <gnutls/crypto.h>
 #include <gnutls/x509.h>
 #include <gnutls/abstract.h>
+#include <gnutls/pkcs12.h>
 #include <nettle/aes.h>
 
 void cqs_ngtcp2_settings_default(ngtcp2_settings *settings);

@@ -454,8 +454,8 @@ public final class NWConnectionGroup: @unchecked Sendable {
             setState(.failed(problem))
             return
         }
-        if options.tls.certificateChainFile != nil {
-            logger.warning("client certificates are not supported yet: the local identity is ignored")
+        if options.tls.certificateChainFile != nil && options.tls.localIdentity == nil {
+            logger.warning("clients present a certificate from sec_protocol_options_set_local_identity only: certificateChainFile is ignored")
         }
         let connector = QUICClientConnector(
             host: host,
@@ -466,6 +466,7 @@ public final class NWConnectionGroup: @unchecked Sendable {
             eventLoop: eventLoop,
             logger: logger
         )
+        connector.localIdentity = options.tls.localIdentity
         // The connector (through its driver) keeps the group alive until the connection is over.
         connector.onAttempt = { driver in
             self.driver = driver

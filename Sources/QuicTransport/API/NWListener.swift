@@ -82,7 +82,10 @@ public final class NWListener: @unchecked Sendable {
             self.requestedPort = port
         }
         let tls = options.tls
-        if let chain = tls.certificateChainFile {
+        if let identity = tls.localIdentity {
+            credentials = try .server(certificateChainPEM: identity.certificateChainPEM, privateKeyPEM: identity.privateKeyPEM)
+            generatedCertificate = nil
+        } else if let chain = tls.certificateChainFile {
             guard let key = tls.privateKeyFile else { throw TLSError.missingFile(path: "(no private key given for \(chain))") }
             credentials = try .server(certificateChainFile: chain, privateKeyFile: key)
             generatedCertificate = nil

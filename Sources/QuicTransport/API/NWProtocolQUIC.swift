@@ -202,6 +202,11 @@ public final class NWProtocolQUIC: @unchecked Sendable {
         /// Clients: keep the session tickets servers send here and resume with them (RFC 8446
         /// §2.2): the next handshake to the same server skips the certificate. Nil: no resumption.
         public var sessionTicketStore: QUICSessionTicketStore?
+        /// The identity `sec_protocol_options_set_local_identity` set: listeners present it, and
+        /// clients present it when the server asks for a certificate (RFC 8446 §4.4.2).
+        package var localIdentity: SecIdentity?
+        /// How many keys `sec_protocol_options_add_pre_shared_key` added; any fails the start.
+        package var preSharedKeyCount = 0
 
         /// Defaults: verify against the system trust store, offer every cipher suite, no
         /// certificate, no TLS version bounds and no session ticket store.
@@ -215,6 +220,10 @@ public final class NWProtocolQUIC: @unchecked Sendable {
             }
             if let minimum = minimumTLSVersion, minimum.isDatagramTLS {
                 return "QUIC needs TLS 1.3 (RFC 9001 §4.2), but the minimum TLS version is set to \(minimum)"
+            }
+            if preSharedKeyCount > 0 {
+                return "TLS 1.3 external pre-shared keys (sec_protocol_options_add_pre_shared_key) are not supported: "
+                    + "authenticate with certificates (sec_protocol_options_set_local_identity and a verify block)"
             }
             return nil
         }

@@ -10,9 +10,9 @@ import Dispatch
 
 // Security.framework's TLS calls that QUIC apps make, with Apple's names and shapes, over our TLS
 // options. Linux has no Security framework: these types carry what GnuTLS gives us (the peer's
-// DER certificates, the server name, the negotiated protocol). The one addition is
-// `sec_identity_create(certificateChainPEMFile:privateKeyPEMFile:)`, since there is no keychain
-// to take a `SecIdentity` from.
+// DER certificates, the server name, the negotiated protocol). Identities come from
+// `SecPKCS12Import` (SecIdentity.swift); the one addition is
+// `sec_identity_create(certificateChainPEMFile:privateKeyPEMFile:)`, for PEM files.
 
 /// The TLS options inside QUIC options (`NWProtocolQUIC.Options.securityProtocolOptions`).
 /// Changes made through it change those options.
@@ -68,15 +68,12 @@ public final class SecCertificate: Sendable, Equatable {
     public static func == (lhs: SecCertificate, rhs: SecCertificate) -> Bool { lhs.der == rhs.der }
 }
 
-/// A certificate chain and private key for the local side of TLS.
+/// A certificate chain and private key for the local side of TLS, as Security's
+/// `sec_identity_t`: `sec_identity_create(_:)` wraps a `SecIdentity`.
 public final class sec_identity_t: Sendable {
-    let certificateChainFile: String
-    let privateKeyFile: String
+    let identity: SecIdentity
 
-    init(certificateChainFile: String, privateKeyFile: String) {
-        self.certificateChainFile = certificateChainFile
-        self.privateKeyFile = privateKeyFile
-    }
+    init(identity: SecIdentity) { self.identity = identity }
 }
 
 /// TLS protocol versions, with Apple's case names. QUIC uses TLS 1.3 only (RFC 9001 §4.2).
@@ -117,11 +114,23 @@ public func sec_protocol_options_set_verify_block(
     let block = VerifyBlock(block: verify_block)
     options.options.tls.certificateVerification = .custom(
         CertificateVerifier { peer, complete in
-            let trust = SecTrust(certificates: peer.certificateChain.map { SecCertificate(der: Data($0)) }, serverName: peer.serverName)
-            let metadata = sec_protocol_metadata_t(negotiated: peer.negotiatedALPN, serverName: peer.serverName)
-            verify_block_queue.async { block.block(metadata, sec_trust_t(trust: trust), complete) }
+            verify_block_queue.async { block.block(sec_protocol_metadata_t(peer: peer), sec_trust_t(peer: peer), complete) }
         }
     )
+}
+
+extension sec_protocol_metadata_t {
+    /// What a verifier sees of the handshake: the negotiated protocol and the server name.
+    convenience init(peer: CertificateVerifier.Peer) {
+        self.init(negotiated: peer.negotiatedALPN, serverName: peer.serverName)
+    }
+}
+
+extension sec_trust_t {
+    /// The chain a verifier is asked about, for `sec_trust_copy_ref`.
+    convenience init(peer: CertificateVerifier.Peer) {
+        self.init(trust: SecTrust(certificates: peer.certificateChain.map { SecCertificate(der: Data($0)) }, serverName: peer.serverName))
+    }
 }
 
 /// A verify block, which Apple's API does not mark `@Sendable`.
@@ -151,21 +160,44 @@ public func sec_protocol_options_set_max_tls_protocol_version(_ options: sec_pro
     options.options.tls.maximumTLSVersion = version
 }
 
-/// The certificate chain and key this side presents. Listeners use it as their server
-/// certificate. Linux note: client certificates are not supported yet, so clients ignore it.
+/// The certificate chain and key this side presents. Listeners present it as their server
+/// certificate; clients present it when the server asks for one (CertificateRequest, RFC 8446
+/// §4.3.2). Linux note: listeners do not ask clients for certificates.
 public func sec_protocol_options_set_local_identity(_ options: sec_protocol_options_t, _ identity: sec_identity_t) {
-    options.options.tls.certificateChainFile = identity.certificateChainFile
-    options.options.tls.privateKeyFile = identity.privateKeyFile
+    options.options.tls.localIdentity = identity.identity
+}
+
+/// The TLS identity for `identity`, as Apple's `sec_identity_create`: nil when it holds no
+/// certificate.
+public func sec_identity_create(_ identity: SecIdentity) -> sec_identity_t? {
+    identity.certificates.isEmpty ? nil : sec_identity_t(identity: identity)
+}
+
+/// The `SecIdentity` inside a `sec_identity_t`, as Apple's `sec_identity_copy_ref`.
+public func sec_identity_copy_ref(_ identity: sec_identity_t) -> Unmanaged<SecIdentity> {
+    Unmanaged.passRetained(identity.identity)
 }
 
 /// Linux only: an identity from a PEM certificate chain (leaf first) and a PEM private key,
-/// where Apple platforms take a `SecIdentity` from the keychain. Nil when either file cannot
-/// be read or parsed, or the key does not belong to the certificate.
+/// where Apple platforms take a `SecIdentity` from the keychain or `SecPKCS12Import`. The files
+/// are read now. Nil when either file cannot be read or parsed, or the key does not belong to
+/// the certificate.
 public func sec_identity_create(certificateChainPEMFile: String, privateKeyPEMFile: String) -> sec_identity_t? {
-    guard (try? TLSCredentials.server(certificateChainFile: certificateChainPEMFile, privateKeyFile: privateKeyPEMFile)) != nil else {
-        return nil
-    }
-    return sec_identity_t(certificateChainFile: certificateChainPEMFile, privateKeyFile: privateKeyPEMFile)
+    guard let chain = try? readTLSFile(certificateChainPEMFile), let key = try? readTLSFile(privateKeyPEMFile),
+        let certificates = X509Certificate.derChain(pem: chain)
+    else { return nil }
+    let chainPEM = String(decoding: chain, as: UTF8.self)
+    let keyPEM = String(decoding: key, as: UTF8.self)
+    guard (try? TLSCredentials.server(certificateChainPEM: chainPEM, privateKeyPEM: keyPEM)) != nil else { return nil }
+    return sec_identity_create(
+        SecIdentity(certificates: certificates.map { SecCertificate(der: Data($0)) }, certificateChainPEM: chainPEM, privateKeyPEM: keyPEM))
+}
+
+/// Adds a TLS 1.3 external pre-shared key (RFC 8446 §4.2.11) and its identity, as Apple's call
+/// of that name. Linux note: not supported; a group or listener with one fails when it starts,
+/// saying so. The QUIC handshake here authenticates with certificates only.
+public func sec_protocol_options_add_pre_shared_key(_ options: sec_protocol_options_t, _ psk: dispatch_data_t, _ psk_identity: dispatch_data_t) {
+    options.options.tls.preSharedKeyCount += 1
 }
 
 /// The ALPN protocol the handshake agreed on, or nil.
@@ -188,13 +220,13 @@ public func sec_trust_copy_ref(_ trust: sec_trust_t) -> Unmanaged<SecTrust> {
     Unmanaged.passRetained(trust.trust)
 }
 
-/// The peer's certificates, leaf first. Apple returns a `CFArray`; apps cast it with
-/// `as? [SecCertificate]`, which compiles here too.
-public func SecTrustCopyCertificateChain(_ trust: SecTrust) -> [SecCertificate]? {
+/// The peer's certificates, leaf first, as Apple's `SecTrustCopyCertificateChain`; apps cast
+/// the `CFArray` with `as? [SecCertificate]`.
+public func SecTrustCopyCertificateChain(_ trust: SecTrust) -> CFArray? {
     trust.certificates.isEmpty ? nil : trust.certificates
 }
 
-/// The certificate's DER encoding. Apple returns `CFData`; `as Data` compiles here too.
-public func SecCertificateCopyData(_ certificate: SecCertificate) -> Data {
+/// The certificate's DER encoding, as Apple's `SecCertificateCopyData`; `as Data` reads it.
+public func SecCertificateCopyData(_ certificate: SecCertificate) -> CFData {
     certificate.der
 }

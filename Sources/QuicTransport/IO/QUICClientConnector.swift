@@ -50,6 +50,9 @@ package final class QUICClientConnector: @unchecked Sendable {
     /// when the kernel reports the route to the server gone (ENETUNREACH, EHOSTUNREACH and the
     /// like, from a send or from ICMP), true again when the server is heard from.
     package var onViability: ((Bool) -> Void)?
+    /// The certificate and key to present when the server asks for one (RFC 8446 §4.4.2); set
+    /// before the first attempt.
+    package var localIdentity: SecIdentity?
 
     private var driver: QUICConnectionDriver?
     private var isConnecting = true
@@ -164,7 +167,9 @@ package final class QUICClientConnector: @unchecked Sendable {
         // answer an IPv6 literal with illegal_parameter).
         let sendableName = serverName.flatMap { QUICSocketAddress(ip: $0, port: 0) == nil ? $0 : nil }
         var tls = QUICClientTLS(
-            credentials: try TLSCredentials.client(verification: verification),
+            credentials: try TLSCredentials.client(
+                verification: verification, certificateChainPEM: localIdentity?.certificateChainPEM,
+                privateKeyPEM: localIdentity?.privateKeyPEM),
             verification: verification,
             serverName: sendableName ?? (isIPLiteral || serverName != nil ? nil : host),
             verificationName: serverName ?? host

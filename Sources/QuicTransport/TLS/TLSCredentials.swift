@@ -34,9 +34,18 @@ package final class TLSCredentials: @unchecked Sendable {
             privateKey: readTLSFile(privateKeyFile), keySource: privateKeyFile)
     }
 
-    /// Client credentials holding the trust anchors that `verification` needs (none for pinning or insecure).
-    package static func client(verification: CertificateVerification) throws -> TLSCredentials {
+    /// Client credentials holding the trust anchors that `verification` needs (none for pinning
+    /// or insecure) and, when given, the certificate chain and key to present when the server
+    /// asks for one (RFC 8446 §4.4.2).
+    package static func client(
+        verification: CertificateVerification, certificateChainPEM: String? = nil, privateKeyPEM: String? = nil
+    ) throws -> TLSCredentials {
         let credentials = try TLSCredentials()
+        if let certificateChainPEM, let privateKeyPEM {
+            try credentials.addKeyPair(
+                certificateChain: Array(certificateChainPEM.utf8), certificateSource: "client certificate PEM",
+                privateKey: Array(privateKeyPEM.utf8), keySource: "client private key PEM")
+        }
         switch verification {
         case .systemTrustStore:
             let count = gnutls_certificate_set_x509_system_trust(credentials.raw)
@@ -61,17 +70,24 @@ package final class TLSCredentials: @unchecked Sendable {
         certificateChain: [UInt8], certificateSource: String, privateKey: [UInt8], keySource: String
     ) throws -> TLSCredentials {
         let credentials = try TLSCredentials()
+        try credentials.addKeyPair(
+            certificateChain: certificateChain, certificateSource: certificateSource, privateKey: privateKey, keySource: keySource)
+        return credentials
+    }
+
+    /// Adds a PEM certificate chain and its key; throws naming the input that does not parse.
+    private func addKeyPair(certificateChain: [UInt8], certificateSource: String, privateKey: [UInt8], keySource: String) throws {
         let rc = withDatum(certificateChain) { cert in
             withDatum(privateKey) { key in
-                gnutls_certificate_set_x509_key_mem2(credentials.raw, &cert, &key, GNUTLS_X509_FMT_PEM, nil, 0)
+                gnutls_certificate_set_x509_key_mem2(raw, &cert, &key, GNUTLS_X509_FMT_PEM, nil, 0)
             }
         }
-        guard rc < 0 else { return credentials }
+        guard rc < 0 else { return }
         // GnuTLS does not say which input was bad; find out so the error can name it.
-        if let detail = pemProblem(certificateChain, parse: parseCertificateChain) {
+        if let detail = Self.pemProblem(certificateChain, parse: Self.parseCertificateChain) {
             throw TLSError.invalidPEM(source: certificateSource, detail: detail)
         }
-        if let detail = pemProblem(privateKey, parse: parsePrivateKey) {
+        if let detail = Self.pemProblem(privateKey, parse: Self.parsePrivateKey) {
             throw TLSError.invalidPEM(source: keySource, detail: detail)
         }
         throw TLSError.gnutlsFailure(function: "gnutls_certificate_set_x509_key_mem2", code: rc)

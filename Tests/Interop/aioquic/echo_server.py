@@ -16,7 +16,8 @@ Protocol ("quic-echo", ALPN ``quic-echo`` by default):
 
 Usage:
     echo_server.py --host 127.0.0.1 --port 0 --cert cert.pem --key key.pem \
-        [--alpn quic-echo] [--datagrams] [--retry] [--qlog-dir DIR] [-v]
+        [--alpn quic-echo] [--datagrams] [--retry] [--request-client-certificate]
+        [--qlog-dir DIR] [-v]
 
 Prints ``LISTENING <port>`` on stdout once the UDP socket is bound, then serves until
 SIGTERM/SIGINT. Everything else is logged to stderr.
@@ -26,11 +27,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import logging
 import os
 import signal
 import sys
 
+from aioquic import tls
 from aioquic.asyncio import QuicConnectionProtocol, serve
 from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.events import (
@@ -43,11 +46,30 @@ from aioquic.quic.events import (
     StreamReset,
 )
 from aioquic.quic.logger import QuicFileLogger
+from cryptography.hazmat.primitives import serialization
 
 log = logging.getLogger("echo_server")
 
 # Largest DATAGRAM frame payload we accept (advertised as max_datagram_frame_size).
 MAX_DATAGRAM_FRAME_SIZE = 65536
+
+# With --request-client-certificate: ask every client for a certificate (CertificateRequest,
+# RFC 8446 §4.3.2) and print the SHA-256 of the one it sends. aioquic's server can only do this
+# through the tls.Context attribute it keeps for its own tests.
+REQUEST_CLIENT_CERTIFICATE = False
+
+
+def request_client_certificates() -> None:
+    global REQUEST_CLIENT_CERTIFICATE
+    REQUEST_CLIENT_CERTIFICATE = True
+    original_init = tls.Context.__init__
+
+    def init(self, *args, **kwargs) -> None:
+        original_init(self, *args, **kwargs)
+        if not self._is_client:
+            self._request_client_certificate = True
+
+    tls.Context.__init__ = init
 
 
 def is_unidirectional(stream_id: int) -> bool:
@@ -68,6 +90,7 @@ class EchoServerProtocol(QuicConnectionProtocol):
         # streams whose sending side we have reset (aioquic refuses writes on them)
         self._send_reset: set[int] = set()
         self._peer = "?"
+        self._report_client_certificate = REQUEST_CLIENT_CERTIFICATE
 
     # -- helpers ---------------------------------------------------------------
 
@@ -118,6 +141,10 @@ class EchoServerProtocol(QuicConnectionProtocol):
                 event.alpn_protocol,
                 self._quic._remote_max_datagram_frame_size,
             )
+            if self._report_client_certificate:
+                peer = self._quic.tls._peer_certificate
+                der = peer.public_bytes(serialization.Encoding.DER) if peer is not None else None
+                print(f"CLIENT-CERTIFICATE {hashlib.sha256(der).hexdigest() if der else 'none'}", flush=True)
 
         elif isinstance(event, StreamDataReceived):
             sid = event.stream_id
@@ -207,6 +234,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--datagrams", action="store_true",
                    help="advertise max_datagram_frame_size and echo DATAGRAM frames")
     p.add_argument("--retry", action="store_true", help="validate addresses with Retry")
+    p.add_argument("--request-client-certificate", action="store_true",
+                   help="ask clients for a certificate and print CLIENT-CERTIFICATE <sha256|none>")
     p.add_argument("--qlog-dir", help="write one .qlog file per connection here")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return p.parse_args()
@@ -221,6 +250,8 @@ if __name__ == "__main__":
     )
     # aioquic's own per-packet logging is very chatty; only show it with -v.
     logging.getLogger("quic").setLevel(logging.DEBUG if args.verbose else logging.WARNING)
+    if args.request_client_certificate:
+        request_client_certificates()
     try:
         asyncio.run(main(args))
     except KeyboardInterrupt:

@@ -269,21 +269,23 @@ extension NetworkConnection where ApplicationProtocol == QUIC {
     }
 
     /// The application error this side closes the tunnel with (CONNECTION_CLOSE, RFC 9000
-    /// §10.2), or, once the peer closed it with one, the peer's. Nil until set or received.
-    public var applicationError: NWProtocolQUIC.ApplicationError? {
-        get { group.tunnelMetadata.applicationError }
+    /// §10.2), or, once the peer closed it with one, the peer's; as Apple's, code 0 until one is
+    /// set or received.
+    public var applicationError: NWProtocolQUIC.ApplicationError {
+        get { group.tunnelMetadata.applicationError ?? NWProtocolQUIC.ApplicationError(code: 0) }
         set { group.tunnelMetadata.applicationError = newValue }
     }
 
-    /// The ALPN protocol the handshake settled on; nil before `.ready`.
-    public var negotiatedALPN: String? {
-        get async { await group.negotiatedALPN }
-    }
+    /// The ALPN protocol the handshake settled on (RFC 9001 §8.1); nil before `.ready`.
+    public var negotiatedALPN: String? { quicMetadata.negotiatedALPN }
 
-    /// The peer's `max_idle_timeout` (RFC 9000 §18.2); zero before `.ready`.
-    public var remoteIdleTimeout: Duration {
-        .milliseconds(quicMetadata.remoteIdleTimeout)
-    }
+    /// The peer's `max_idle_timeout` (RFC 9000 §18.2) in milliseconds, as Apple's; 0 before
+    /// `.ready`.
+    public var remoteIdleTimeout: Int { quicMetadata.remoteIdleTimeout }
+
+    /// The TLS side of the tunnel, for `sec_protocol_metadata_get_negotiated_protocol` and the
+    /// other `sec_protocol_metadata_*` calls; before the handshake it reports nothing.
+    public var securityProtocolMetadata: sec_protocol_metadata_t { quicMetadata.securityProtocolMetadata }
 
     /// The largest datagram payload the peer accepts now (RFC 9221 §3); 0 when datagrams are off.
     public var usableDatagramFrameSize: Int { quicMetadata.usableDatagramFrameSize }

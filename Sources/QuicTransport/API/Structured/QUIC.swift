@@ -119,8 +119,16 @@ public struct QUIC: Sendable {
     public struct TLS: Sendable {
         fileprivate let quic: QUIC
 
-        /// The certificate and key this side presents. A listener without one generates a
-        /// self-signed certificate for `localhost`.
+        /// The certificate and key this side presents during the QUIC handshake, as Apple's
+        /// `localIdentity(_:)`: make it with `sec_identity_create(_:)` from a `SecIdentity` that
+        /// `SecPKCS12Import` returned. A listener without one generates a self-signed certificate
+        /// for `localhost`; a client presents it when the server asks (RFC 8446 §4.3.2).
+        public func localIdentity(_ identity: sec_identity_t) -> QUIC {
+            quic.withTLS { $0.localIdentity = .identity(identity) }
+        }
+
+        /// The certificate and key this side presents, as PEM files or an in-memory certificate.
+        /// An addition.
         public func localIdentity(_ identity: QuicTransport.TLS.LocalIdentity) -> QUIC {
             quic.withTLS { $0.localIdentity = identity }
         }
@@ -131,10 +139,20 @@ public struct QUIC: Sendable {
             quic.withTLS { $0.peerAuthentication = authentication }
         }
 
-        /// Lets `validator` decide whether to trust the peer, as Apple's
-        /// `certificateValidator(_:)`; it replaces any other peer authentication.
-        public func certificateValidator(_ validator: @escaping @Sendable (CertificateVerifier.Peer) async -> Bool) -> QUIC {
-            quic.withTLS { $0.peerAuthentication = .verify(validator) }
+        /// Lets `handler` decide whether to trust the peer, with Apple's shape for
+        /// `certificateValidator(_:)`: it gets the handshake's metadata and the peer's chain
+        /// (`sec_trust_copy_ref` and `SecTrustCopyCertificateChain` open it) and returns `true`
+        /// to go on. It replaces any other peer authentication, so the system trust store is not
+        /// consulted. Linux note: the handshake waits for the answer for at most
+        /// `CertificateVerifier.answerTimeout`.
+        public func certificateValidator(
+            _ handler: @escaping @isolated(any) @Sendable (sec_protocol_metadata_t, sec_trust_t) async -> Bool
+        ) -> QUIC {
+            quic.withTLS {
+                $0.peerAuthentication = .verify { peer in
+                    await handler(sec_protocol_metadata_t(peer: peer), sec_trust_t(peer: peer))
+                }
+            }
         }
 
         /// The AEADs to offer (RFC 9001 §5.3), in order of preference.
@@ -204,6 +222,8 @@ public struct TLS: Sendable {
         case files(certificateChain: String, privateKey: String)
         /// An in-memory certificate, for example a `SelfSignedCertificate`.
         case certificate(SelfSignedCertificate)
+        /// A Security identity, for example from `SecPKCS12Import`.
+        case identity(sec_identity_t)
     }
 
     /// What this side presents; nil for none.
@@ -228,6 +248,8 @@ public struct TLS: Sendable {
             options.privateKeyFile = key
         case .certificate(let identity)?:
             options.identity = identity
+        case .identity(let identity)?:
+            options.localIdentity = identity.identity
         case nil:
             break
         }

@@ -89,10 +89,11 @@ extension QUIC {
 
         /// The application error code that ends this stream when it is reset or cancelled
         /// (RESET_STREAM and STOP_SENDING carry it); after the peer resets the stream, the
-        /// peer's code. Nil until one is set or received.
-        public var streamApplicationErrorCode: UInt64? {
-            get { quicMetadata.applicationErrorIfSet?.code }
-            set { quicMetadata.applicationErrorIfSet = newValue.map { NWProtocolQUIC.ApplicationError(code: $0) } }
+        /// peer's code. As Apple's, 0 until one is set or received; setting it, even to 0,
+        /// makes `cancel()` reset the stream rather than finish it.
+        public var streamApplicationErrorCode: UInt64 {
+            get { quicMetadata.applicationErrorIfSet?.code ?? 0 }
+            set { quicMetadata.applicationErrorIfSet = NWProtocolQUIC.ApplicationError(code: newValue) }
         }
 
         /// The code a stream is reset with when its task is cancelled and no
@@ -147,7 +148,7 @@ extension QUIC {
         }
 
         func resetForCancellation() {
-            if streamApplicationErrorCode == nil { streamApplicationErrorCode = Self.cancelledErrorCode }
+            if quicMetadata.applicationErrorIfSet == nil { streamApplicationErrorCode = Self.cancelledErrorCode }
             connection.cancel()
         }
 
