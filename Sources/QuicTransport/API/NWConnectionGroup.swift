@@ -102,6 +102,8 @@ public final class NWConnectionGroup: @unchecked Sendable {
     @exclusivity(unchecked) private var heldDatagrams: [Data] = []
     @exclusivity(unchecked) private var started = false
     @exclusivity(unchecked) private var connector: QUICClientConnector?
+    /// The DNS-SD resolution of a `.service` endpoint under way (NWConnectionGroup+Service.swift).
+    @exclusivity(unchecked) var serviceResolution: DNSServiceResolution?
     /// Runs once, on the loop, when the handshake completes (the listener delivers server groups then).
     @exclusivity(unchecked) var onEstablished: (() -> Void)?
     /// Runs once the group is finished and can be forgotten.
@@ -219,6 +221,8 @@ public final class NWConnectionGroup: @unchecked Sendable {
                 // Not connected yet: no attempt starts after this, so nothing else will end the group.
                 self.connector?.stop()
                 self.connector = nil
+                self.serviceResolution?.cancel()
+                self.serviceResolution = nil
                 self.setState(.cancelled)
                 self.failAllStreams(.posix(.ECANCELED))
                 self.connectionEnded()
@@ -439,13 +443,23 @@ public final class NWConnectionGroup: @unchecked Sendable {
     }
 
     private func connect() {
-        guard case .hostPort(let host, let port)? = descriptor.members.first else { return }
+        switch descriptor.members.first {
+        case .hostPort(let host, let port)?: connect(host: host.stringValue, port: port.rawValue, addresses: nil)
+        case .service(let name, let type, let domain, let interface)?:
+            resolveService(name: name, type: type, domain: domain, interface: interface)
+        default: return
+        }
+    }
+
+    /// Connects to `host` and `port`: to `addresses` when they are known already (a resolved
+    /// `.service`), else to what the host name resolves to.
+    func connect(host: String, port: UInt16, addresses: [SocketAddress]?) {
         if options.tls.certificateChainFile != nil {
             logger.warning("client certificates are not supported yet: the local identity is ignored")
         }
         let connector = QUICClientConnector(
-            host: host.stringValue,
-            port: port.rawValue,
+            host: host,
+            port: port,
             configuration: clientConfiguration,
             verification: options.tls.certificateVerification,
             serverName: options.tls.serverName,
@@ -459,6 +473,7 @@ public final class NWConnectionGroup: @unchecked Sendable {
             // With 0-RTT, streams queued before start go out with the first flight.
             self.openPendingStreams()
         }
+        connector.resolvedAddresses = addresses
         connector.onEvents = { events in self.handle(events) }
         connector.onViability = { isViable in self.publishViability(isViable) }
         connector.onFailure = { failure in
@@ -620,7 +635,7 @@ public final class NWConnectionGroup: @unchecked Sendable {
         onFinished?()
     }
 
-    private func failAllStreams(_ error: NWError) {
+    func failAllStreams(_ error: NWError) {
         for connection in pendingOpens { connection.groupFailed(error) }
         pendingOpens.removeAll()
         for (_, connection) in streams.entries { connection.groupFailed(error) }

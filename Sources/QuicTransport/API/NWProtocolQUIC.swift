@@ -254,6 +254,16 @@ public final class NWParameters: @unchecked Sendable {
     /// attacker (RFC 8446 §8): use it for requests that are safe to repeat. If the server refuses
     /// it, the same bytes are sent again in 1-RTT.
     public var allowFastOpen = false
+    /// Whether peer-to-peer links may be used, matching Apple's `includePeerToPeer`. Linux note:
+    /// accepted and not used; Linux has no AWDL, so Bonjour peers are reached over the
+    /// interfaces avahi-daemon serves.
+    public var includePeerToPeer = false
+
+    /// Parameters with an empty protocol stack, matching Apple's `init()`; what an `NWBrowser`
+    /// takes. A group or listener made with them uses default QUIC options, which have no ALPN.
+    public init() {
+        defaultProtocolStack = ProtocolStack(applicationProtocols: [])
+    }
 
     /// Parameters for QUIC with `options`, matching Apple's `NWParameters(quic:)`. The options are
     /// kept, not copied: groups and listeners copy them when they are made.

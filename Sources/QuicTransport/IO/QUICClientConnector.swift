@@ -44,6 +44,8 @@ package final class QUICClientConnector: @unchecked Sendable {
     /// The current attempt's driver, or nil between attempts.
     package var onAttempt: ((QUICConnectionDriver?) -> Void)?
     package var onEvents: (([QUICConnectionEvent]) -> Void)?
+    /// The addresses to try, when the owner has resolved them already (DNS-SD); nil to resolve `host`.
+    package var resolvedAddresses: [SocketAddress]?
     package var onFailure: ((Failure) -> Void)?
     package var onFinished: (() -> Void)?
     /// Whether the connection's path works, each time that changes after the handshake: false
@@ -84,8 +86,9 @@ package final class QUICClientConnector: @unchecked Sendable {
     package func start() {
         let host = self.host
         let port = self.port
+        let resolved = resolvedAddresses
         NIOThreadPool.singleton.runIfActive(eventLoop: eventLoop) {
-            try QUICHostResolver.resolve(host: host, port: port)
+            try resolved ?? QUICHostResolver.resolve(host: host, port: port)
         }.whenComplete { result in
             switch result {
             case .success(let addresses):
