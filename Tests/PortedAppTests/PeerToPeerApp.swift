@@ -148,7 +148,7 @@ final class PeerToPeerApp: @unchecked Sendable {
     }
 
     // PeerConnection: one message to a peer on a connection of its own; `completion` gets the answer.
-    func send(_ message: String, to endpoint: NWEndpoint, completion: @escaping (Result<String, NWError>) -> Void) {
+    func send(_ message: String, to endpoint: NWEndpoint, completion: @escaping @Sendable (Result<String, NWError>) -> Void) {
         let connection = NWConnection(to: endpoint, using: parameters(asServer: false))
         connection.stateUpdateHandler = { (newState: NWConnection.State) in
             switch newState {
