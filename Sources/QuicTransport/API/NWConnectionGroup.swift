@@ -102,6 +102,8 @@ public final class NWConnectionGroup: @unchecked Sendable {
     @exclusivity(unchecked) private var heldDatagrams: [Data] = []
     @exclusivity(unchecked) private var started = false
     @exclusivity(unchecked) private var connector: QUICClientConnector?
+    /// The DNS-SD resolution of a `.service` endpoint under way (NWConnectionGroup+Service.swift).
+    @exclusivity(unchecked) var serviceResolution: DNSServiceResolution?
     /// Runs once, on the loop, when the handshake completes (the listener delivers server groups then).
     @exclusivity(unchecked) var onEstablished: (() -> Void)?
     /// Runs once the group is finished and can be forgotten.
@@ -219,6 +221,8 @@ public final class NWConnectionGroup: @unchecked Sendable {
                 // Not connected yet: no attempt starts after this, so nothing else will end the group.
                 self.connector?.stop()
                 self.connector = nil
+                self.serviceResolution?.cancel()
+                self.serviceResolution = nil
                 self.setState(.cancelled)
                 self.failAllStreams(.posix(.ECANCELED))
                 self.connectionEnded()
@@ -442,18 +446,23 @@ public final class NWConnectionGroup: @unchecked Sendable {
 
     private func connect() {
         guard let endpoint = descriptor.members.first else { return }
-        let host: String
-        let port: UInt16
-        switch endpoint.quicHostPort {
-        case .success(let target): (host, port) = target
-        case .failure(let error):
-            setState(.failed(error))
-            return
-        }
         if let problem = parameters.interfaceProblem {
             setState(.failed(problem))
             return
         }
+        if case .service(let name, let type, let domain, let interface) = endpoint {
+            resolveService(name: name, type: type, domain: domain, interface: interface)
+            return
+        }
+        switch endpoint.quicHostPort {
+        case .success(let target): connect(host: target.host, port: target.port, addresses: nil)
+        case .failure(let error): setState(.failed(error))
+        }
+    }
+
+    /// Connects to `host` and `port`: to `addresses` when they are known already (a resolved
+    /// `.service`), else to what the host name resolves to.
+    func connect(host: String, port: UInt16, addresses: [SocketAddress]?) {
         if options.tls.certificateChainFile != nil && options.tls.localIdentity == nil {
             logger.warning("clients present a certificate from sec_protocol_options_set_local_identity only: certificateChainFile is ignored")
         }
@@ -474,6 +483,7 @@ public final class NWConnectionGroup: @unchecked Sendable {
             // With 0-RTT, streams queued before start go out with the first flight.
             self.openPendingStreams()
         }
+        connector.resolvedAddresses = addresses
         connector.onEvents = { events in self.handle(events) }
         connector.onViability = { isViable in self.publishViability(isViable) }
         connector.onFailure = { failure in
@@ -635,7 +645,7 @@ public final class NWConnectionGroup: @unchecked Sendable {
         onFinished?()
     }
 
-    private func failAllStreams(_ error: NWError) {
+    func failAllStreams(_ error: NWError) {
         for connection in pendingOpens { connection.groupFailed(error) }
         pendingOpens.removeAll()
         for (_, connection) in streams.entries { connection.groupFailed(error) }

@@ -39,6 +39,9 @@ extension NWEndpoint {
             }
         case .unix(let path):
             return .failure(.quic(.invalid("QUIC runs over UDP/IP, so it cannot use the Unix-domain endpoint \(path)")))
+        case .service(let name, let type, let domain, _):
+            // Groups and connections resolve a service (DNS-SD) before they get here.
+            return .failure(.quic(.invalid("the Bonjour service \(name).\(type).\(domain) has no address of its own: browse or resolve it")))
         }
     }
 }

@@ -4,6 +4,12 @@ import Foundation
 public enum NWEndpoint: Hashable, Sendable, CustomStringConvertible {
     /// A host and UDP port, matching Apple's case of the same name.
     case hostPort(host: Host, port: Port)
+    /// A Bonjour (DNS-SD) service instance, matching Apple's case: `name` is the instance name,
+    /// `type` the service type (`_myapp._udp`) and `domain` usually `local.` (RFC 6763 §4.1).
+    /// `NWBrowser` results hold one. A group or connection to it resolves it through Avahi when
+    /// it starts (SRV and TXT, then the host's A and AAAA records) and connects to what it
+    /// finds; `interface`, when set, limits the resolution to that interface.
+    case service(name: String, type: String, domain: String, interface: NWInterface?)
 
     /// A host name or numeric address.
     public enum Host: Hashable, Sendable, ExpressibleByStringLiteral, CustomStringConvertible {
@@ -64,6 +70,8 @@ public enum NWEndpoint: Hashable, Sendable, CustomStringConvertible {
             return URIHost.authority(name, port.rawValue)
         case .unix(let path): return path
         case .url(let url): return url.absoluteString
+        case .service(let name, let type, let domain, _):
+            return "\(name).\(type).\(domain)"
         }
     }
 

@@ -10,7 +10,8 @@ public enum NWError: Error, Equatable, Sendable, CustomStringConvertible, Custom
     /// listener's bind error, or `ECONNRESET` for a send abandoned by a stream reset.
     case posix(POSIXErrorCode)
     /// The host name could not be resolved. Linux note: the code is a `getaddrinfo` `EAI_*` code,
-    /// where Apple gives a `DNSServiceErrorType`.
+    /// where Apple gives a `DNSServiceErrorType`; Bonjour failures (browsing, advertising,
+    /// resolving a `.service`) give a `DNSServiceErrorType` (-65537 and below), as Apple does.
     case dns(Int32)
     /// A TLS error code, as in Network.framework. Not produced here: TLS failures are `.quic`
     /// errors of kind `.handshakeFailed`.
@@ -21,6 +22,7 @@ public enum NWError: Error, Equatable, Sendable, CustomStringConvertible, Custom
     public var description: String {
         switch self {
         case .posix(let code): return String(cString: strerror(code.rawValue))
+        case .dns(let code) where code <= -65537: return "DNS-SD error \(code): \(DNSServiceErrorText.describe(code))"
         case .dns(let code): return "DNS error \(code): \(String(cString: gai_strerror(code)))"
         case .tls(let code): return "TLS error \(code)"
         case .quic(let error): return error.description

@@ -65,6 +65,9 @@ public final class NWListener: @unchecked Sendable {
     /// Groups accepted and not yet finished, so that they live until they end.
     private var liveGroups: [ObjectIdentifier: NWConnectionGroup] = [:]
 
+    /// Advertises `service` through Bonjour while the listener is ready (NWListener+Service.swift).
+    let advertiser = NWListenerAdvertiser()
+
     /// The tunnels this listener accepted that are still in memory, open or closed.
     package let liveConnections = QUICLiveConnections()
 
@@ -252,6 +255,10 @@ public final class NWListener: @unchecked Sendable {
                     return
                 }
                 setState(.ready)
+                advertiser.start(port: group.port, deliver: { [observable] body in observable.callback(body) }) { [weak self] error in
+                    self?.setState(.failed(error))
+                    self?.cancel()
+                }
             } catch {
                 logger.error("cannot bind", metadata: ["host": "\(host)", "port": "\(requestedPort)", "error": "\(error)"])
                 if let socketError = error as? QUICSocketError {
@@ -279,6 +286,7 @@ public final class NWListener: @unchecked Sendable {
             return (workerGroup, groupContinuations)
         }
         group?.close()
+        advertiser.stop()
         setState(.cancelled)
         for continuation in continuations { continuation.finish() }
     }

@@ -267,6 +267,12 @@ public final class NWParameters: @unchecked Sendable {
     /// NWParameters+Members.swift.
     var pathSettings = PathSettings()
 
+    /// Parameters with an empty protocol stack, matching Apple's `init()`; what an `NWBrowser`
+    /// takes. A group or listener made with them uses default QUIC options, which have no ALPN.
+    public init() {
+        defaultProtocolStack = ProtocolStack(applicationProtocols: [])
+    }
+
     /// Parameters for QUIC with `options`, matching Apple's `NWParameters(quic:)`. The options are
     /// kept, not copied: groups and listeners copy them when they are made.
     public init(quic options: NWProtocolQUIC.Options) {

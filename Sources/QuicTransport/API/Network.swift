@@ -48,6 +48,10 @@ public enum Network {
     /// `Network.NWProtocolUDP`, this module's ``QuicTransport/NWProtocolUDP``.
     public typealias NWProtocolUDP = QuicTransport.NWProtocolUDP
 
+    /// `Network.NWBrowser`, this module's ``QuicTransport/NWBrowser``.
+    public typealias NWBrowser = QuicTransport.NWBrowser
+    /// `Network.NWTXTRecord`, this module's ``QuicTransport/NWTXTRecord``.
+    public typealias NWTXTRecord = QuicTransport.NWTXTRecord
     /// `Network.IPAddress`, this module's ``QuicTransport/IPAddress``.
     public typealias IPAddress = QuicTransport.IPAddress
     /// `Network.IPv4Address`, this module's ``QuicTransport/IPv4Address``.

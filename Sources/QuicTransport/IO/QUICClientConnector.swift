@@ -44,6 +44,8 @@ package final class QUICClientConnector: @unchecked Sendable {
     /// The current attempt's driver, or nil between attempts.
     package var onAttempt: ((QUICConnectionDriver?) -> Void)?
     package var onEvents: (([QUICConnectionEvent]) -> Void)?
+    /// The addresses to try, when the owner has resolved them already (DNS-SD); nil to resolve `host`.
+    package var resolvedAddresses: [SocketAddress]?
     package var onFailure: ((Failure) -> Void)?
     package var onFinished: (() -> Void)?
     /// Whether the connection's path works, each time that changes after the handshake: false
@@ -90,10 +92,11 @@ package final class QUICClientConnector: @unchecked Sendable {
     package func start() {
         let host = self.host
         let port = self.port
+        let resolved = resolvedAddresses
         attempts.startedAt = QUICConnectionDriver.now()
         NIOThreadPool.singleton.runIfActive(eventLoop: eventLoop) {
             let queried = QUICConnectionDriver.now()
-            return (try QUICHostResolver.resolve(host: host, port: port), QUICConnectionDriver.now() &- queried)
+            return (try resolved ?? QUICHostResolver.resolve(host: host, port: port), QUICConnectionDriver.now() &- queried)
         }.whenComplete { result in
             switch result {
             case .success(let (addresses, duration)):
