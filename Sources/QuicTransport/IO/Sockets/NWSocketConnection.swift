@@ -403,6 +403,11 @@ final class NWSocketConnection: NWConnectionTransport, @unchecked Sendable {
         serviceReceives()
     }
 
+    /// An accepted socket may be started before it is active: its first read waits for this.
+    fileprivate func becameActive() {
+        if started { requestRead() }
+    }
+
     fileprivate func inputClosed() {
         finReceived = true
         serviceReceives()
@@ -560,6 +565,10 @@ final class NWSocketConnection: NWConnectionTransport, @unchecked Sendable {
 
         func channelRead(context: ChannelHandlerContext, data: NIOAny) { owner.received(unwrapInboundIn(data)) }
         func channelReadComplete(context: ChannelHandlerContext) { owner.readComplete() }
+        func channelActive(context: ChannelHandlerContext) {
+            owner.becameActive()
+            context.fireChannelActive()
+        }
         func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
             if case ChannelEvent.inputClosed = event { owner.inputClosed() }
         }
