@@ -42,7 +42,7 @@ final class ControlChannelApp: @unchecked Sendable {
     }
 
     /// Starts both; `completion` gets "ready" once both are, or the first failure.
-    func start(completion: @escaping (String) -> Void) {
+    func start(completion: @escaping @Sendable (String) -> Void) {
         control.stateUpdateHandler = { (state: NWConnection.State) in
             switch state {
             case .setup, .preparing:
@@ -80,14 +80,14 @@ final class ControlChannelApp: @unchecked Sendable {
         tunnel.start(queue: queue)
     }
 
-    private func oneReady(_ completion: @escaping (String) -> Void) {
+    private func oneReady(_ completion: @escaping @Sendable (String) -> Void) {
         readyCount += 1
         if readyCount == 2 { completion("ready") }
     }
 
     /// Sends a command line on the control channel and reads its echo, then sends `payload` on a
     /// new stream of the tunnel and reads its echo: the reply line and the echoed payload.
-    func exchange(command: String, payload: Data, completion: @escaping (Result<(String, Data), NWError>) -> Void) {
+    func exchange(command: String, payload: Data, completion: @escaping @Sendable (Result<(String, Data), NWError>) -> Void) {
         let line = Data((command + "\n").utf8)
         control.send(content: line, completion: .contentProcessed { (error: NWError?) in
             if let error { completion(.failure(error)) }
@@ -104,7 +104,7 @@ final class ControlChannelApp: @unchecked Sendable {
         }
     }
 
-    private func readLine(into buffer: Data, completion: @escaping (Result<String, NWError>) -> Void) {
+    private func readLine(into buffer: Data, completion: @escaping @Sendable (Result<String, NWError>) -> Void) {
         control.receive(minimumIncompleteLength: 1, maximumLength: 4096) {
             (content: Data?, context: NWConnection.ContentContext?, isComplete: Bool, error: NWError?) in
             if let error {
@@ -123,7 +123,7 @@ final class ControlChannelApp: @unchecked Sendable {
         }
     }
 
-    private func echoOnStream(_ payload: Data, completion: @escaping (Result<Data, NWError>) -> Void) {
+    private func echoOnStream(_ payload: Data, completion: @escaping @Sendable (Result<Data, NWError>) -> Void) {
         guard let stream = NWConnection(from: tunnel) else {
             completion(.failure(.posix(.ENOTCONN)))
             return
