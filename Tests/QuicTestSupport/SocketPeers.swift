@@ -9,6 +9,18 @@ package enum SocketPeers {
     /// Debian's Python 3, whose standard library (socketserver, ssl) is the peer.
     package static func python() throws -> URL { try TestEnvironment.systemTool("python3", package: "python3") }
 
+    /// The end of a Python echo server script: serves its `Echo` handler on a free port of
+    /// 127.0.0.1 and prints `LISTENING <port>`.
+    private static let serveEcho = """
+
+        class Server(socketserver.ThreadingTCPServer):
+            allow_reuse_address = True
+            daemon_threads = True
+        server = Server(("127.0.0.1", 0), Echo)
+        print("LISTENING", server.server_address[1], flush=True)
+        server.serve_forever()
+        """
+
     /// A TCP echo server on 127.0.0.1 (Python's socketserver): echoes each connection's bytes
     /// and finishes its side after the client's FIN.
     package static func tcpEcho() async throws -> (process: ChildProcess, port: UInt16) {
@@ -21,13 +33,7 @@ package enum SocketPeers {
                         if not data: break
                         self.request.sendall(data)
                     self.request.shutdown(socket.SHUT_WR)
-            class Server(socketserver.ThreadingTCPServer):
-                allow_reuse_address = True
-                daemon_threads = True
-            server = Server(("127.0.0.1", 0), Echo)
-            print("LISTENING", server.server_address[1], flush=True)
-            server.serve_forever()
-            """
+            """ + serveEcho
         return try await started(script)
     }
 
@@ -101,13 +107,7 @@ package enum SocketPeers {
                             data = tls.recv(65536)
                             if not data: break
                             tls.sendall(data)
-            class Server(socketserver.ThreadingTCPServer):
-                allow_reuse_address = True
-                daemon_threads = True
-            server = Server(("127.0.0.1", 0), Echo)
-            print("LISTENING", server.server_address[1], flush=True)
-            server.serve_forever()
-            """
+            """ + serveEcho
         return try await started(script, arguments: [certificate, key, alpn])
     }
 
