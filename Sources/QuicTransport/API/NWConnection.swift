@@ -119,7 +119,7 @@ public final class NWConnection: @unchecked Sendable {
     /// True for `init(host:port:using:)`: the connection owns its tunnel.
     let ownsGroup: Bool
 
-    private let observable = ObservableState<State>(.setup) { state in
+    let observable = ObservableState<State>(.setup) { state in
         switch state {
         case .failed, .cancelled: return true
         default: return false
@@ -135,6 +135,10 @@ public final class NWConnection: @unchecked Sendable {
         var ended = false
     }
     private let pathObservers = NIOLockedValueBox(PathObservers())
+
+    /// The TCP, TLS or UDP socket under a connection made from such parameters; nil for a
+    /// QUIC stream. Set only while the connection is being made.
+    @exclusivity(unchecked) var socketTransport: (any NWConnectionTransport)?
 
     // MARK: Loop-confined
     @exclusivity(unchecked) private(set) var streamID: Int64?
@@ -184,7 +188,8 @@ public final class NWConnection: @unchecked Sendable {
         self.init(to: .hostPort(host: host, port: port), using: parameters)
     }
 
-    /// Opens a QUIC tunnel to `endpoint` that carries one stream.
+    /// Opens a QUIC tunnel to `endpoint` that carries one stream; with TCP, TLS-over-TCP or UDP
+    /// parameters (`.tcp`, `.tls`, `.udp`), a connection over that socket instead.
     public init(to endpoint: NWEndpoint, using parameters: NWParameters) {
         let group = NWConnectionGroup(with: NWMultiplexGroup(to: endpoint), using: parameters)
         self.group = group
@@ -192,7 +197,11 @@ public final class NWConnection: @unchecked Sendable {
             tunnel: group.tunnelMetadata,
             streamType: parameters.quicOptions.direction == .unidirectional ? .unidirectional : .bidirectional
         )
-        self.ownsGroup = true
+        let socketStack = parameters.socketStack
+        self.ownsGroup = socketStack == nil
+        if let socketStack {
+            socketTransport = NWSocketConnection(origin: .outbound(endpoint), stack: socketStack, observable: observable)
+        }
     }
 
     /// A stream the peer opened.
@@ -306,6 +315,7 @@ public final class NWConnection: @unchecked Sendable {
     /// too.
     public func start(queue: DispatchQueue) {
         observable.setQueue(queue)
+        if let socketTransport { return socketTransport.start() }
         if ownsGroup {
             group.stateUpdateHandler = { [weak self] state in self?.tunnelStateChanged(state) }
             group.start(queue: queue)
@@ -342,6 +352,11 @@ public final class NWConnection: @unchecked Sendable {
         completion: SendCompletion,
         delivery: CompletionDelivery
     ) {
+        if let socketTransport {
+            return socketTransport.send(
+                content: content, contentContext: contentContext, isComplete: isComplete, completion: completion, delivery: delivery, token: nil
+            )
+        }
         group.eventLoop.execute {
             if let error = self.failure ?? (self.isCancelled ? NWError.posix(.ECANCELED) : nil) {
                 self.complete(completion, error, delivery)
@@ -373,6 +388,9 @@ public final class NWConnection: @unchecked Sendable {
 
     /// `minimum` `.max` asks for the whole message (`receiveMessage`); either bound is at least 1.
     private func receive(minimum: Int, maximum: Int, completion: @escaping ReceiveCompletion, delivery: CompletionDelivery) {
+        if let socketTransport {
+            return socketTransport.receive(minimum: minimum, maximum: maximum, completion: completion, delivery: delivery, token: nil)
+        }
         group.eventLoop.execute {
             self.receives.append((max(1, minimum), max(1, maximum), completion, delivery))
             self.serviceReceives()
@@ -382,6 +400,7 @@ public final class NWConnection: @unchecked Sendable {
     /// Ends the stream: with `applicationError` set in the metadata it resets it with that code;
     /// otherwise it finishes the sending side. A tunnel made with `init(host:port:using:)` closes too.
     public func cancel() {
+        if let socketTransport { return socketTransport.cancel(force: false) }
         group.eventLoop.execute {
             guard !self.isCancelled else { return }
             self.isCancelled = true
@@ -408,8 +427,12 @@ public final class NWConnection: @unchecked Sendable {
     }
 
     /// Ends the stream at once, as `cancel()` does; Network.framework's `forceCancel()` also skips
-    /// a graceful close, which for a QUIC stream is the same thing.
-    public func forceCancel() { cancel() }
+    /// a graceful close, which for a QUIC stream is the same thing. A TLS connection closes
+    /// without close_notify.
+    public func forceCancel() {
+        if let socketTransport { return socketTransport.cancel(force: true) }
+        cancel()
+    }
 
     /// Abandons only the sending side with RESET_STREAM carrying `applicationError` (RFC 9000 §19.4);
     /// receiving continues. An extension beyond Network.framework, whose `cancel()` ends both sides.
@@ -433,7 +456,8 @@ public final class NWConnection: @unchecked Sendable {
 
     /// QUIC stream metadata: identifier, type and the settable application error.
     public func metadata(definition: NWProtocolDefinition) -> NWProtocolMetadata? {
-        definition == NWProtocolQUIC.definition ? metadataObject : nil
+        if let socketTransport { return socketTransport.metadata(definition: definition) }
+        return definition == NWProtocolQUIC.definition ? metadataObject : nil
     }
 
     // MARK: Swift concurrency
@@ -447,6 +471,7 @@ public final class NWConnection: @unchecked Sendable {
     /// Sends and waits until the bytes are written into packets; `isComplete: true` sends FIN.
     /// (An addition: the handler form needs `.finalMessage` for that, as on Apple platforms.)
     public func send(content: Data?, isComplete: Bool = true) async throws {
+        if let socketTransport { return try await socketSend(socketTransport, content: content, isComplete: isComplete) }
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
             let context: ContentContext = isComplete ? .finalMessage : .defaultMessage
             send(content: content, contentContext: context, isComplete: isComplete, completion: .contentProcessed { error in
@@ -457,7 +482,8 @@ public final class NWConnection: @unchecked Sendable {
 
     /// Receives the next bytes; `isComplete` is true once the peer's FIN has been reached.
     public func receive(minimumIncompleteLength: Int = 1, maximumLength: Int = 65_536) async throws -> (content: Data?, isComplete: Bool) {
-        try await withCheckedThrowingContinuation { continuation in
+        if let socketTransport { return try await socketReceive(socketTransport, minimum: minimumIncompleteLength, maximum: maximumLength) }
+        return try await withCheckedThrowingContinuation { continuation in
             receive(minimum: minimumIncompleteLength, maximum: maximumLength, completion: { data, _, isComplete, error in
                 if let error { continuation.resume(throwing: error) } else { continuation.resume(returning: (data, isComplete)) }
             }, delivery: .loop)
@@ -466,7 +492,8 @@ public final class NWConnection: @unchecked Sendable {
 
     /// Receives the whole stream up to FIN.
     public func receiveMessage() async throws -> Data {
-        try await withCheckedThrowingContinuation { continuation in
+        if let socketTransport { return try await socketReceive(socketTransport, minimum: .max, maximum: .max).content ?? Data() }
+        return try await withCheckedThrowingContinuation { continuation in
             receive(minimum: .max, maximum: .max, completion: { data, _, _, error in
                 if let error { continuation.resume(throwing: error) } else { continuation.resume(returning: data ?? Data()) }
             }, delivery: .loop)

@@ -1,4 +1,8 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 
 extension NWEndpoint.Host {
     /// The interface the host is scoped to, matching Apple's `interface`: a name's, or a scoped

@@ -1,4 +1,8 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 
 /// Where a connection goes or a listener listens, as in Network.framework.
 public enum NWEndpoint: Hashable, Sendable, CustomStringConvertible {

@@ -13,8 +13,9 @@ public enum NWError: Error, Equatable, Sendable, CustomStringConvertible, Custom
     /// where Apple gives a `DNSServiceErrorType`; Bonjour failures (browsing, advertising,
     /// resolving a `.service`) give a `DNSServiceErrorType` (-65537 and below), as Apple does.
     case dns(Int32)
-    /// A TLS error code, as in Network.framework. Not produced here: TLS failures are `.quic`
-    /// errors of kind `.handshakeFailed`.
+    /// A TLS error code, as in Network.framework: for TLS over TCP (and refused DTLS), GnuTLS's
+    /// negative code where Apple gives an `OSStatus`. QUIC's TLS failures are `.quic` errors of
+    /// kind `.handshakeFailed`.
     case tls(Int32)
     /// A QUIC transport, application or stream error; see `QUICError`.
     case quic(QUICError)

@@ -39,7 +39,8 @@ public final class NWListener: @unchecked Sendable {
     private let options: NWProtocolQUIC.Options
     private let requestedPort: NWEndpoint.Port
     private let logger: Logger
-    private let credentials: TLSCredentials
+    /// The server's credentials; nil for plain TCP or UDP.
+    private let credentials: TLSCredentials?
     /// The certificate the listener made because the options named none.
     public let generatedCertificate: SelfSignedCertificate?
 
@@ -57,6 +58,9 @@ public final class NWListener: @unchecked Sendable {
     private var _maximumTunnelsPerAddress: Int?
     private var _workers = 1
     private var workerGroup: QUICServerWorkerGroup?
+    /// The socket of a TCP, TLS or UDP listener.
+    private var socketListener: NWSocketListener?
+    private var _newConnectionHandler: (@Sendable (NWConnection) -> Void)?
     private var cancelled = false
     private var _newConnectionLimit = NWListener.InfiniteConnectionLimit
     /// Tunnels established while `newConnectionLimit` was 0, oldest first, handed over as it
@@ -84,8 +88,12 @@ public final class NWListener: @unchecked Sendable {
         } else {
             self.requestedPort = port
         }
-        let tls = options.tls
-        if let identity = tls.localIdentity {
+        let socketStack = parameters.socketStack
+        let tls = socketStack?.tlsOptions?.tls ?? options.tls
+        if socketStack != nil, socketStack?.tlsOptions == nil {
+            credentials = nil
+            generatedCertificate = nil
+        } else if let identity = tls.localIdentity {
             credentials = try .server(certificateChainPEM: identity.certificateChainPEM, privateKeyPEM: identity.privateKeyPEM)
             generatedCertificate = nil
         } else if let chain = tls.certificateChainFile {
@@ -122,6 +130,14 @@ public final class NWListener: @unchecked Sendable {
     @preconcurrency public var newConnectionGroupHandler: (@Sendable (NWConnectionGroup) -> Void)? {
         get { lock.withLock { _newConnectionGroupHandler } }
         set { lock.withLock { _newConnectionGroupHandler = newValue } }
+    }
+
+    /// Called once per accepted connection of a TCP or TLS listener, and once per remote address
+    /// of a UDP listener, matching Apple's `newConnectionHandler`; start the connection to use
+    /// it. QUIC listeners hand over tunnels through `newConnectionGroupHandler` instead.
+    public var newConnectionHandler: (@Sendable (NWConnection) -> Void)? {
+        get { lock.withLock { _newConnectionHandler } }
+        set { lock.withLock { _newConnectionHandler = newValue } }
     }
 
     /// The value of `newConnectionLimit` that turns it off, as Apple's
@@ -219,7 +235,8 @@ public final class NWListener: @unchecked Sendable {
             setState(.failed(problem))
             return
         }
-        var configuration = QUICEndpointCore.Configuration(quic: options.configuration, credentials: credentials)
+        if let socketStack = parameters.socketStack { return startSocket(socketStack, host: host) }
+        var configuration = QUICEndpointCore.Configuration(quic: options.configuration, credentials: credentials!)
         configuration.quic.socket = socketOptions
         configuration.requiresRetry = options.requiresAddressValidation
         configuration.retryThreshold = max(0, options.addressValidationThreshold)
@@ -275,18 +292,21 @@ public final class NWListener: @unchecked Sendable {
     /// tunnels share the listener's socket, so they end with it.
     public func cancel() {
         // As Network.framework does, a cancelled listener lets go of its handler.
-        let (group, continuations) = lock.withLock {
+        let (group, continuations, socket) = lock.withLock {
             defer {
                 cancelled = true
                 workerGroup = nil
+                socketListener = nil
+                _newConnectionHandler = nil
                 groupContinuations.removeAll()
                 heldGroups.removeAll()
                 _newConnectionGroupHandler = nil
             }
-            return (workerGroup, groupContinuations)
+            return (workerGroup, groupContinuations, socketListener)
         }
         group?.close()
         advertiser.stop()
+        socket?.close()
         setState(.cancelled)
         for continuation in continuations { continuation.finish() }
     }
@@ -338,4 +358,39 @@ public final class NWListener: @unchecked Sendable {
     }
 
     private func setState(_ new: State) { observable.update(new) }
+
+    /// Binds a TCP, TLS or UDP listener's socket (`NWSocketListener`).
+    private func startSocket(_ stack: NWSocketStack, host: String) {
+        if let tls = stack.tlsOptions, let problem = TLSStreamSession.configurationProblem(tls.tls) {
+            setState(.failed(.tls(TLSStreamSession.unsupportedVersionCode)))
+            logger.error("cannot listen: \(problem)")
+            return
+        }
+        let socket = NWSocketListener(stack: stack, parameters: parameters, credentials: credentials) { [weak self] connection in
+            guard let self else { return }
+            guard let handler = self.newConnectionHandler else {
+                self.logger.warning("no newConnectionHandler: closing the connection")
+                connection.forceCancel()
+                return
+            }
+            self.observable.callback { handler(connection) }
+        }
+        let port = Int(requestedPort.rawValue)
+        Task {
+            do {
+                let bound = try await socket.bind(host: host, port: port)
+                let keep = lock.withLock {
+                    guard !cancelled else { return false }
+                    socketListener = socket
+                    _port = NWEndpoint.Port(rawValue: UInt16(bound))
+                    return true
+                }
+                guard keep else { return socket.close() }
+                setState(.ready)
+            } catch {
+                logger.error("cannot bind", metadata: ["host": "\(host)", "port": "\(port)", "error": "\(error)"])
+                setState(.failed(NWSocketConnection.nwError(error)))
+            }
+        }
+    }
 }

@@ -48,6 +48,12 @@ public enum Network {
     /// `Network.NWProtocolUDP`, this module's ``QuicTransport/NWProtocolUDP``.
     public typealias NWProtocolUDP = QuicTransport.NWProtocolUDP
 
+    /// `Network.NWProtocolTCP`, this module's ``QuicTransport/NWProtocolTCP``.
+    public typealias NWProtocolTCP = QuicTransport.NWProtocolTCP
+    /// `Network.NWProtocolTLS`, this module's ``QuicTransport/NWProtocolTLS``.
+    public typealias NWProtocolTLS = QuicTransport.NWProtocolTLS
+    /// `Network.NWMultipathVersion`, this module's ``QuicTransport/NWMultipathVersion``.
+    public typealias NWMultipathVersion = QuicTransport.NWMultipathVersion
     /// `Network.NWBrowser`, this module's ``QuicTransport/NWBrowser``.
     public typealias NWBrowser = QuicTransport.NWBrowser
     /// `Network.NWTXTRecord`, this module's ``QuicTransport/NWTXTRecord``.

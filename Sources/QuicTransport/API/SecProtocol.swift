@@ -28,10 +28,13 @@ public final class sec_protocol_metadata_t: @unchecked Sendable {
     // @unchecked Sendable: immutable after init; the C strings are freed in deinit.
     let negotiatedProtocol: UnsafeMutablePointer<CChar>?
     let serverName: UnsafeMutablePointer<CChar>?
+    /// TLS 1.3 for QUIC; TLS over TCP may settle on 1.2.
+    let negotiatedVersion: tls_protocol_version_t
 
-    init(negotiated alpn: String?, serverName: String? = nil) {
+    init(negotiated alpn: String?, serverName: String? = nil, version: tls_protocol_version_t = .TLSv13) {
         negotiatedProtocol = alpn.flatMap { strdup($0) }
         self.serverName = serverName.flatMap { strdup($0) }
+        negotiatedVersion = version
     }
 
     deinit {
@@ -210,9 +213,10 @@ public func sec_protocol_metadata_get_server_name(_ metadata: sec_protocol_metad
     metadata.serverName.map { UnsafePointer($0) }
 }
 
-/// The TLS version of the handshake: always TLS 1.3 for QUIC (RFC 9001 §4.2).
+/// The TLS version of the handshake: always TLS 1.3 for QUIC (RFC 9001 §4.2); 1.2 or 1.3 for
+/// TLS over TCP.
 public func sec_protocol_metadata_get_negotiated_tls_protocol_version(_ metadata: sec_protocol_metadata_t) -> tls_protocol_version_t {
-    .TLSv13
+    metadata.negotiatedVersion
 }
 
 /// The trust object inside a verify block's `sec_trust_t`.

@@ -60,6 +60,11 @@ public struct TLSError: Error, Sendable, Equatable, CustomStringConvertible {
         }
     }
 
+    /// The GnuTLS error code, if this error is a GnuTLS call's failure.
+    var gnutlsCode: Int32? {
+        if case .gnutlsFailure(_, let code, _) = code { code } else { nil }
+    }
+
     /// The certificate verification failure, if this error is one.
     public var verificationFailure: TLSVerificationFailure? {
         if case .verificationFailed(let failure) = code { failure } else { nil }
