@@ -1,5 +1,6 @@
 import H3
 import HTTPTypes
+import Logging
 import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
