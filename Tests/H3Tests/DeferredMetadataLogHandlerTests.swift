@@ -9,6 +9,7 @@ import Testing
 struct DeferredMetadataLogHandlerTests {
     /// Records each message with the metadata a printing handler would print with it: its own
     /// items under the message's.
+    // @unchecked Sendable: `entries` is read and written only under `lock`.
     final class Recorded: @unchecked Sendable {
         private let lock = NSLock()
         private var entries: [Logger.Metadata] = []

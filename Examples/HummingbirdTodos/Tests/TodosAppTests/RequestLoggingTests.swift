@@ -60,6 +60,7 @@ struct RequestLoggingTests {
 
 /// What `CapturingLogHandler` was given: each message with the metadata it would print, the
 /// handler's own under the message's.
+// @unchecked Sendable: `captured` is read and written only under `lock`.
 final class CapturedLogs: @unchecked Sendable {
     struct Event {
         var message: String
