@@ -108,9 +108,15 @@ struct ConnectionLifetimeTests {
         for _ in 0..<2 {
             let client = try ChildProcess(try TestEnvironment.executable("quic-echo"), [
                 "connect", "127.0.0.1", "\(server.port)", "--pin-sha256", server.certificate.sha256FingerprintHex,
-                "--streams", "3", "--datagrams", "2", "--data", "hello", "--timeout", "\(TestEnvironment.scaled(10))",
+                "--streams", "3", "--datagrams", "2", "--data", "hello", "--timeout", "\(TestEnvironment.scaled(60))",
             ])
-            #expect(try await client.waitForExit() == 0, "quic-echo connect: \(client.standardError)")
+            // The streams must echo. Datagrams may be lost (RFC 9221 §5): quic-echo gives them five
+            // seconds, which a server starved by a loaded machine can miss. Their loss is not what
+            // this test is about; the tunnel they crossed must still be freed.
+            let status = try await client.waitForExit()
+            let lostOnlyDatagrams = status == 1 && client.standardError.contains("never came back")
+                && !client.standardError.contains("timed out")
+            #expect(status == 0 || lostOnlyDatagrams, "quic-echo connect: \(client.standardError)")
         }
         // A handshake that fails (no ALPN in common) never reaches the user, and is freed too.
         let refused = try ChildProcess(try TestEnvironment.executable("quic-echo"), [
