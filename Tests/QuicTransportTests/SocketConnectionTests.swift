@@ -138,7 +138,7 @@ struct SocketConnectionTests {
         }
     }
 
-    @Test("TLS: an unknown issuer fails the handshake; a verify block that pins the leaf passes")
+    @Test("TLS: an unknown issuer fails the handshake; a verify block that pins the leaf passes, and lines echo")
     func tlsVerification() async throws {
         let authority = try TestCertificateAuthority()
         let peer = try await SocketPeers.gnutlsEchoServer(certificate: authority.leafCertificate, key: authority.leafKey, alpn: "ctl/1")
@@ -163,6 +163,18 @@ struct SocketConnectionTests {
         let pinned = NWConnection(host: "localhost", port: .init(rawValue: peer.port)!, using: NWParameters(tls: tls))
         try await Self.ready(pinned)
         #expect(sawLeaf.withLockedValue { $0 })
+        // Records flow once the block has answered. The echo must come on its own, while the
+        // connection is open: gnutls-serv sends two session tickets first, and a reply held
+        // behind them would only surface with the server's close_notify, 50 s later.
+        let line = Data("pinned through the verify block\n".utf8)
+        try await pinned.send(content: line, isComplete: false)
+        let (echoed, ended): (Data?, Bool) = try await withCheckedThrowingContinuation { continuation in
+            pinned.receive(minimumIncompleteLength: line.count, maximumLength: 65_536) { content, _, isComplete, error in
+                if let error { continuation.resume(throwing: error) } else { continuation.resume(returning: (content, isComplete)) }
+            }
+        }
+        #expect(echoed == line)
+        #expect(!ended, "the echo came only with the end of the connection")
         pinned.cancel()
     }
 

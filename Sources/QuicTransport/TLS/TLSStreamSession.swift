@@ -135,9 +135,13 @@ final class TLSStreamSession {
     /// Runs the handshake as far as the bytes fed so far allow.
     func handshake() -> Progress {
         while true {
+            let offset = incomingOffset
             let rc = gnutls_handshake(raw)
             if rc == GNUTLS_E_SUCCESS { return .done }
-            if rc == GNUTLS_E_AGAIN { return .needsBytes }
+            if rc == GNUTLS_E_AGAIN {
+                if hasUnreadBytes(since: offset) { continue }
+                return .needsBytes
+            }
             if rc == GNUTLS_E_INTERRUPTED || gnutls_error_is_fatal(rc) == 0 { continue }
             let reason = verificationFailure.map { "\($0)" } ?? gnutlsMessage(rc)
             return .failed(rc, reason)
@@ -160,16 +164,32 @@ final class TLSStreamSession {
     func decrypt(into plaintext: inout [UInt8]) throws -> Bool {
         var chunk = [UInt8](repeating: 0, count: 16_384)
         while true {
+            let offset = incomingOffset
             let rc = chunk.withUnsafeMutableBytes { gnutls_record_recv(raw, $0.baseAddress, $0.count) }
             if rc > 0 {
                 plaintext.append(contentsOf: chunk[..<rc])
                 continue
             }
             if rc == 0 { return true }
-            if rc == Int(GNUTLS_E_AGAIN) { return false }
+            if rc == Int(GNUTLS_E_AGAIN) {
+                if hasUnreadBytes(since: offset) { continue }
+                return false
+            }
             if rc == Int(GNUTLS_E_INTERRUPTED) || gnutls_error_is_fatal(Int32(rc)) == 0 { continue }
             throw TLSError.gnutlsFailure(function: "gnutls_record_recv", code: Int32(rc))
         }
+    }
+
+    /// Whether GnuTLS's EAGAIN came with ciphertext still unread, after a call that read some
+    /// (from `offset`): call it again, or those records wait for the peer's next bytes.
+    ///
+    /// GnuTLS says EAGAIN not only when its pull finds nothing, but also after it has handled a
+    /// post-handshake message such as a TLS 1.3 NewSessionTicket (RFC 8446 §4.6.1), leaving the
+    /// records behind it unread. A server that sends two tickets and then a short reply would
+    /// otherwise see the reply held back until it sent something else. A call that read nothing
+    /// returns EAGAIN for good, so the loop ends.
+    private func hasUnreadBytes(since offset: Int) -> Bool {
+        incomingOffset != offset && incomingOffset < incoming.count
     }
 
     /// Sends close_notify (RFC 8446 §6.1) into `takeOutgoing`; the reading side stays open.
