@@ -12,17 +12,27 @@ package final class ChildProcess: Sendable {
     /// How many of the two pipes have reached end of file.
     private let closedPipes = NIOLockedValueBox(0)
 
-    package init(_ executable: URL, _ arguments: [String], environment: [String: String] = [:]) throws {
+    /// Starts `executable`. Its standard input is `input`, then end of file; nothing if nil.
+    package init(_ executable: URL, _ arguments: [String], environment: [String: String] = [:], input: Data? = nil) throws {
         let process = Process()
         process.executableURL = executable
         process.arguments = arguments
         process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
-        process.standardInput = FileHandle.nullDevice
+        let stdin = input.map { _ in Pipe() }
+        process.standardInput = stdin ?? FileHandle.nullDevice
         let stdout = Pipe()
         let stderr = Pipe()
         process.standardOutput = stdout
         process.standardError = stderr
         try process.run()
+        if let stdin, let input {
+            // A pipe holds 64 KiB: larger inputs are written from a thread of their own.
+            let handle = stdin.fileHandleForWriting
+            Thread {
+                handle.write(input)
+                try? handle.close()
+            }.start()
+        }
         // Each pipe is drained by blocking reads on a thread of its own until end of file.
         // `FileHandle.readabilityHandler` would put a libdispatch read source on it, and tearing
         // those down while other tests make new ones can crash libdispatch's event loop on Linux

@@ -114,11 +114,51 @@ package enum SocketPeers {
     /// GnuTLS's `gnutls-serv --echo` on a free TCP port, presenting `certificate` and accepting
     /// `alpn`. Its echo is line by line: give it text lines, not binary payloads.
     package static func gnutlsEchoServer(certificate: String, key: String, alpn: String) async throws -> (process: ChildProcess, port: UInt16) {
+        try await gnutlsEchoServer(["--x509certfile", certificate, "--x509keyfile", key, "--alpn", alpn])
+    }
+
+    /// GnuTLS's `gnutls-serv --echo` with no certificate, authenticating clients by the external
+    /// pre-shared key `keyHex` under `identity` (RFC 8446 §4.2.11, RFC 4279), with or without
+    /// ECDHE. Line by line, as `gnutlsEchoServer`.
+    package static func gnutlsPSKEchoServer(identity: String, keyHex: String, in directory: URL) async throws -> (process: ChildProcess, port: UInt16) {
+        let passwords = directory.appendingPathComponent("psk-passwd.txt")
+        try "\(identity):\(keyHex)\n".write(to: passwords, atomically: true, encoding: .utf8)
+        return try await gnutlsEchoServer(["--pskpasswd", passwords.path, "--priority", preSharedKeyPriority])
+    }
+
+    /// GnuTLS's `gnutls-cli` sending `input` to 127.0.0.1:`port` under the pre-shared key
+    /// `keyHex` named `identity`, with no certificate check. It writes what comes back to its
+    /// standard output and exits when the server closes. TLS 1.3: Debian's gnutls-cli 3.7.9
+    /// crashes after a TLS 1.2 PSK handshake (in `gnutls_psk_server_get_username`), so
+    /// `opensslPSKClient` is the TLS 1.2 peer.
+    package static func gnutlsPSKClient(port: UInt16, identity: String, keyHex: String, input: String) throws -> ChildProcess {
+        let client = try TestEnvironment.systemTool("gnutls-cli", package: "gnutls-bin")
+        return try ChildProcess(client, [
+            "--logfile", "/dev/null", "--pskusername", identity, "--pskkey", keyHex, "--priority", preSharedKeyPriority,
+            "--port", String(port), "127.0.0.1",
+        ], input: Data(input.utf8))
+    }
+
+    /// OpenSSL's `s_client` in TLS 1.2 sending `input` to 127.0.0.1:`port` under the
+    /// pre-shared key `keyHex` named `identity`. A server certificate fails the handshake
+    /// (`-verify_return_error`, and no CA is given), so only the key can authenticate. It prints
+    /// what comes back to standard output and the cipher suite to standard error, and stays
+    /// connected until stopped.
+    package static func opensslPSKClient(port: UInt16, identity: String, keyHex: String, input: String) throws -> ChildProcess {
+        let client = try TestEnvironment.systemTool("openssl", package: "openssl")
+        return try ChildProcess(client, [
+            "s_client", "-brief", "-ign_eof", "-verify_return_error", "-tls1_2", "-psk", keyHex, "-psk_identity", identity,
+            "-connect", "127.0.0.1:\(port)",
+        ], input: Data(input.utf8))
+    }
+
+    /// GnuTLS's priority string with its PSK key exchanges added.
+    private static let preSharedKeyPriority = "NORMAL:+ECDHE-PSK:+DHE-PSK:+PSK"
+
+    private static func gnutlsEchoServer(_ arguments: [String]) async throws -> (process: ChildProcess, port: UInt16) {
         let server = try TestEnvironment.systemTool("gnutls-serv", package: "gnutls-bin")
         let port = try freeTCPPort()
-        let process = try ChildProcess(server, [
-            "--echo", "--crlf", "--port", String(port), "--x509certfile", certificate, "--x509keyfile", key, "--alpn", alpn,
-        ])
+        let process = try ChildProcess(server, ["--echo", "--crlf", "--port", String(port)] + arguments)
         // gnutls-serv says it is listening on standard error.
         let deadline = ContinuousClock.now + .seconds(15)
         while !process.standardError.contains("listening") {

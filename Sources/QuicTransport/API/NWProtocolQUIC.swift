@@ -205,8 +205,9 @@ public final class NWProtocolQUIC: @unchecked Sendable {
         /// The identity `sec_protocol_options_set_local_identity` set: listeners present it, and
         /// clients present it when the server asks for a certificate (RFC 8446 §4.4.2).
         package var localIdentity: SecIdentity?
-        /// How many keys `sec_protocol_options_add_pre_shared_key` added; any fails the start.
-        package var preSharedKeyCount = 0
+        /// The keys `sec_protocol_options_add_pre_shared_key` added, in order. TLS over TCP uses
+        /// them; a QUIC group or listener with any fails at start.
+        package var preSharedKeys: [TLSPreSharedKey] = []
 
         /// Defaults: verify against the system trust store, offer every cipher suite, no
         /// certificate, no TLS version bounds and no session ticket store.
@@ -221,9 +222,9 @@ public final class NWProtocolQUIC: @unchecked Sendable {
             if let minimum = minimumTLSVersion, minimum.isDatagramTLS {
                 return "QUIC needs TLS 1.3 (RFC 9001 §4.2), but the minimum TLS version is set to \(minimum)"
             }
-            if preSharedKeyCount > 0 {
-                return "TLS 1.3 external pre-shared keys (sec_protocol_options_add_pre_shared_key) are not supported: "
-                    + "authenticate with certificates (sec_protocol_options_set_local_identity and a verify block)"
+            if !preSharedKeys.isEmpty {
+                return "external pre-shared keys (sec_protocol_options_add_pre_shared_key) are offered over TLS on TCP, not QUIC: "
+                    + "authenticate QUIC with certificates (sec_protocol_options_set_local_identity and a verify block)"
             }
             return nil
         }

@@ -196,11 +196,18 @@ public func sec_identity_create(certificateChainPEMFile: String, privateKeyPEMFi
         SecIdentity(certificates: certificates.map { SecCertificate(der: Data($0)) }, certificateChainPEM: chainPEM, privateKeyPEM: keyPEM))
 }
 
-/// Adds a TLS 1.3 external pre-shared key (RFC 8446 §4.2.11) and its identity, as Apple's call
-/// of that name. Linux note: not supported; a group or listener with one fails when it starts,
-/// saying so. The QUIC handshake here authenticates with certificates only.
+/// Adds an external pre-shared key and its identity (RFC 8446 §4.2.11; RFC 4279 in TLS 1.2),
+/// as Apple's call of that name: both peers add the same key, and the handshake authenticates
+/// with it instead of a certificate.
+///
+/// Linux notes: TLS over TCP (`NWProtocolTLS`) uses the keys. A client offers the first key
+/// added; a listener accepts any key added, by identity. The key exchange is ECDHE or DHE
+/// with the key where the peer allows it, else the key alone. A QUIC group or listener with a
+/// key fails when it starts, saying so: no other QUIC stack offers external keys to test one
+/// against. An empty key is ignored.
 public func sec_protocol_options_add_pre_shared_key(_ options: sec_protocol_options_t, _ psk: dispatch_data_t, _ psk_identity: dispatch_data_t) {
-    options.options.tls.preSharedKeyCount += 1
+    guard !psk.isEmpty else { return }
+    options.options.tls.preSharedKeys.append(TLSPreSharedKey(key: Array(psk), identity: Array(psk_identity)))
 }
 
 /// The ALPN protocol the handshake agreed on, or nil.

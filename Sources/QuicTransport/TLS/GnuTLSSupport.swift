@@ -13,6 +13,12 @@ func gnutlsFree(_ pointer: UnsafeMutableRawPointer?) {
     gnutls_free(pointer)
 }
 
+/// Allocates memory that GnuTLS will free (the `gnutls_malloc` function pointer), for data a
+/// callback hands to it.
+func gnutlsMalloc(_ count: Int) -> UnsafeMutableRawPointer? {
+    gnutls_malloc(count)
+}
+
 /// Throws `TLSError.gnutls` when a GnuTLS return code is negative.
 func checkGnuTLS(_ rc: Int32, _ function: String) throws {
     if rc < 0 { throw TLSError.gnutlsFailure(function: function, code: rc) }

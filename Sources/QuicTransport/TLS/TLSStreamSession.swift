@@ -34,6 +34,9 @@ final class TLSStreamSession {
     private let verification: CertificateVerification?
     /// Why the certificate check refused the peer, once it has.
     private(set) var verificationFailure: TLSVerificationFailure?
+    /// External pre-shared keys: a client offers the first, a server accepts any of them.
+    private let preSharedKeys: [TLSPreSharedKey]
+    private var preSharedKeyCredentials: PreSharedKeyCredentials?
 
     /// A client session: SNI when `serverName` is a name, ALPN offer, versions, and the check
     /// of the server's certificate against `verifiedName`.
@@ -43,10 +46,11 @@ final class TLSStreamSession {
         credentials = try .client(verification: options.certificateVerification)
         verifiedName = options.serverName ?? host
         verification = options.certificateVerification
+        preSharedKeys = options.preSharedKeys
         var session: gnutls_session_t?
         try checkGnuTLS(gnutls_init(&session, UInt32(GNUTLS_CLIENT.rawValue) | UInt32(GNUTLS_NONBLOCK.rawValue)), "gnutls_init")
         raw = session!
-        try configure(options: options, alpn: alpn, alpnFlags: 0)
+        try configure(options: options, alpn: alpn, isServer: false)
         if !Self.isAddressLiteral(verifiedName) {
             try checkGnuTLS(gnutls_server_name_set(raw, GNUTLS_NAME_DNS, verifiedName, verifiedName.utf8.count), "gnutls_server_name_set")
         }
@@ -58,17 +62,18 @@ final class TLSStreamSession {
         self.credentials = credentials
         verifiedName = ""
         verification = nil
+        preSharedKeys = options.preSharedKeys
         var session: gnutls_session_t?
         try checkGnuTLS(gnutls_init(&session, UInt32(GNUTLS_SERVER.rawValue) | UInt32(GNUTLS_NONBLOCK.rawValue)), "gnutls_init")
         raw = session!
-        try configure(options: options, alpn: alpn, alpnFlags: UInt32(GNUTLS_ALPN_SERVER_PRECEDENCE.rawValue))
+        try configure(options: options, alpn: alpn, isServer: true)
     }
 
     deinit { gnutls_deinit(raw) }
 
-    private func configure(options: NWProtocolQUIC.TLSOptions, alpn: [String], alpnFlags: UInt32) throws {
+    private func configure(options: NWProtocolQUIC.TLSOptions, alpn: [String], isServer: Bool) throws {
         var position: UnsafePointer<CChar>?
-        try checkGnuTLS(gnutls_priority_set_direct(raw, Self.priority(options), &position), "gnutls_priority_set_direct")
+        try checkGnuTLS(gnutls_priority_set_direct(raw, Self.priority(options, server: isServer), &position), "gnutls_priority_set_direct")
         try checkGnuTLS(
             gnutls_credentials_set(raw, GNUTLS_CRD_CERTIFICATE, UnsafeMutableRawPointer(credentials.raw)), "gnutls_credentials_set"
         )
@@ -78,7 +83,13 @@ final class TLSStreamSession {
         gnutls_transport_set_pull_function(raw, Self.pull)
         gnutls_transport_set_pull_timeout_function(raw, Self.pullTimeout)
         gnutls_handshake_set_timeout(raw, 0)
+        if let offered = preSharedKeys.first {
+            let psk = try isServer ? PreSharedKeyCredentials(serverLookup: Self.lookUpPreSharedKey) : PreSharedKeyCredentials(client: offered)
+            try psk.attach(to: raw)
+            preSharedKeyCredentials = psk
+        }
         if !alpn.isEmpty {
+            let alpnFlags = isServer ? UInt32(GNUTLS_ALPN_SERVER_PRECEDENCE.rawValue) : 0
             let names = alpn.map { Array($0.utf8) }
             var storage = names.flatMap { $0 }
             try storage.withUnsafeMutableBufferPointer { buffer in
@@ -94,15 +105,21 @@ final class TLSStreamSession {
         }
     }
 
-    /// GnuTLS's priority string for the allowed versions: TLS 1.2 and 1.3 unless bounded.
-    static func priority(_ options: NWProtocolQUIC.TLSOptions) -> String {
+    /// GnuTLS's priority string for the allowed versions (TLS 1.2 and 1.3 unless bounded), with
+    /// the PSK key exchanges first when the options carry pre-shared keys.
+    static func priority(_ options: NWProtocolQUIC.TLSOptions, server: Bool) -> String {
+        let base = (["NORMAL", "-VERS-ALL"] + allowedVersions(options).map { "+" + $0 }).joined(separator: ":")
+        return options.preSharedKeys.isEmpty ? base : base + PreSharedKeyCredentials.priorityAddition(server: server)
+    }
+
+    /// GnuTLS's names of the versions the options allow.
+    private static func allowedVersions(_ options: NWProtocolQUIC.TLSOptions) -> [String] {
         let all: [(tls_protocol_version_t, String)] = [
             (.TLSv10, "VERS-TLS1.0"), (.TLSv11, "VERS-TLS1.1"), (.TLSv12, "VERS-TLS1.2"), (.TLSv13, "VERS-TLS1.3"),
         ]
         let low = (options.minimumTLSVersion ?? .TLSv12).rawValue
         let high = (options.maximumTLSVersion ?? .TLSv13).rawValue
-        let versions = all.filter { $0.0.rawValue >= low && $0.0.rawValue <= high }.map { "+" + $0.1 }
-        return (["NORMAL", "-VERS-ALL"] + versions).joined(separator: ":")
+        return all.filter { $0.0.rawValue >= low && $0.0.rawValue <= high }.map(\.1)
     }
 
     /// The code a refused version bound is reported with (`GNUTLS_E_UNSUPPORTED_VERSION_PACKET`).
@@ -113,7 +130,7 @@ final class TLSStreamSession {
         if options.minimumTLSVersion?.isDatagramTLS == true || options.maximumTLSVersion?.isDatagramTLS == true {
             return "DTLS versions cannot bound TLS over TCP"
         }
-        if priority(options).hasSuffix("-VERS-ALL") { return "the minimum TLS version is above the maximum" }
+        if allowedVersions(options).isEmpty { return "the minimum TLS version is above the maximum" }
         return nil
     }
 
@@ -253,6 +270,12 @@ final class TLSStreamSession {
     private static let pullTimeout: @convention(c) (gnutls_transport_ptr_t?, UInt32) -> Int32 = { pointer, _ in
         let session = owner(pointer)
         return session.incoming.count > session.incomingOffset ? 1 : 0
+    }
+
+    /// A server's answer to the identity a client offered: the key added under it, if any.
+    private static let lookUpPreSharedKey: PreSharedKeyCredentials.Lookup = { raw, identity, key in
+        guard let raw, let pointer = gnutls_session_get_ptr(raw) else { return -1 }
+        return PreSharedKeyCredentials.answer(identity: identity, from: owner(pointer).preSharedKeys, into: key)
     }
 
     /// The client's certificate check, inside the handshake (GnuTLS's verify function).
