@@ -72,21 +72,4 @@ struct SecPKCS12ImportTests {
         #expect(SecIdentityCopyCertificate(sec_identity_copy_ref(identity).takeRetainedValue(), &certificate) == errSecSuccess)
         #expect(certificate.map { SecCertificateCopyData($0) as Data } == (try file.certificateDER))
     }
-
-    @Test func aPreSharedKeyFailsTheStartSayingSo() async throws {
-        let options = NWProtocolQUIC.Options(alpn: ["quic-echo"])
-        let key = Data(repeating: 7, count: 32).withUnsafeBytes { DispatchData(bytes: $0) }
-        let identity = Data("client".utf8).withUnsafeBytes { DispatchData(bytes: $0) }
-        sec_protocol_options_add_pre_shared_key(options.securityProtocolOptions, key as __DispatchData, identity as __DispatchData)
-        let listener = try NWListener(using: NWParameters(quic: options))
-        let failed = AsyncStream<NWError>.makeStream()
-        listener.stateUpdateHandler = { state in
-            if case .failed(let error) = state { failed.continuation.yield(error) }
-        }
-        listener.start(queue: DispatchQueue(label: "psk-listener"))
-        defer { listener.cancel() }
-        var iterator = failed.stream.makeAsyncIterator()
-        let error = try #require(await iterator.next())
-        #expect("\(error)".contains("pre-shared keys"), "\(error)")
-    }
 }

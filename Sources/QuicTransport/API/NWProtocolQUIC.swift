@@ -169,6 +169,7 @@ public final class NWProtocolQUIC: @unchecked Sendable {
             configuration.maxUDPPayloadSize = max(1200, maxUDPPayloadSize)
             configuration.maxDatagramFrameSize = isDatagram ? UInt64(max(0, maxDatagramFrameSize)) : 0
             configuration.cipherSuites = tls.cipherSuites
+            configuration.preSharedKeys = tls.preSharedKeys
             configuration.sessionTicketStore = tls.sessionTicketStore
             configuration.qlogDirectory = qlogDirectory
             configuration.tracksLosses = tracksLosses
@@ -205,8 +206,7 @@ public final class NWProtocolQUIC: @unchecked Sendable {
         /// The identity `sec_protocol_options_set_local_identity` set: listeners present it, and
         /// clients present it when the server asks for a certificate (RFC 8446 §4.4.2).
         package var localIdentity: SecIdentity?
-        /// The keys `sec_protocol_options_add_pre_shared_key` added, in order. TLS over TCP uses
-        /// them; a QUIC group or listener with any fails at start.
+        /// The keys `sec_protocol_options_add_pre_shared_key` added, in order (RFC 8446 §4.2.11).
         package var preSharedKeys: [TLSPreSharedKey] = []
 
         /// Defaults: verify against the system trust store, offer every cipher suite, no
@@ -221,10 +221,6 @@ public final class NWProtocolQUIC: @unchecked Sendable {
             }
             if let minimum = minimumTLSVersion, minimum.isDatagramTLS {
                 return "QUIC needs TLS 1.3 (RFC 9001 §4.2), but the minimum TLS version is set to \(minimum)"
-            }
-            if !preSharedKeys.isEmpty {
-                return "external pre-shared keys (sec_protocol_options_add_pre_shared_key) are offered over TLS on TCP, not QUIC: "
-                    + "authenticate QUIC with certificates (sec_protocol_options_set_local_identity and a verify block)"
             }
             return nil
         }

@@ -200,11 +200,10 @@ public func sec_identity_create(certificateChainPEMFile: String, privateKeyPEMFi
 /// as Apple's call of that name: both peers add the same key, and the handshake authenticates
 /// with it instead of a certificate.
 ///
-/// Linux notes: TLS over TCP (`NWProtocolTLS`) uses the keys. A client offers the first key
-/// added; a listener accepts any key added, by identity. The key exchange is ECDHE or DHE
-/// with the key where the peer allows it, else the key alone. A QUIC group or listener with a
-/// key fails when it starts, saying so: no other QUIC stack offers external keys to test one
-/// against. An empty key is ignored.
+/// Linux notes: QUIC and TLS over TCP (`NWProtocolTLS`) both use the keys. A client offers the
+/// first key added; a listener accepts any key added, by identity, and prefers it to its
+/// certificate. The key exchange is ECDHE or DHE with the key where the peer allows it, else
+/// the key alone. An empty key is ignored.
 public func sec_protocol_options_add_pre_shared_key(_ options: sec_protocol_options_t, _ psk: dispatch_data_t, _ psk_identity: dispatch_data_t) {
     guard !psk.isEmpty else { return }
     options.options.tls.preSharedKeys.append(TLSPreSharedKey(key: Array(psk), identity: Array(psk_identity)))

@@ -69,6 +69,9 @@ package struct QUICConfiguration: Sendable {
     /// (it sees a stateless reset, or an idle timeout). The idle timeout still applies.
     package var handshakeTimeoutMilliseconds: UInt64 = 60_000
     package var cipherSuites: [QUICCipherSuite] = QUICCipherSuite.allCases
+    /// External pre-shared keys (RFC 8446 §4.2.11): a client offers the first, a server accepts
+    /// any by identity. Empty: certificates only.
+    package var preSharedKeys: [TLSPreSharedKey] = []
     /// Servers: an address the client may move to once the handshake is confirmed, advertised
     /// as `preferred_address` (RFC 9000 §9.6). The endpoint must also receive there.
     package var preferredAddress: QUICSocketAddress?
@@ -95,13 +98,14 @@ package struct QUICConfiguration: Sendable {
     /// Every default in one place: the public options (`NWProtocolQUIC.Options`) start from it.
     package static let defaults = QUICConfiguration()
 
-    /// The GnuTLS priority string: TLS 1.3 only, the chosen AEADs, and no middlebox
-    /// compatibility mode, which QUIC forbids (RFC 9001 §8.4).
+    /// The GnuTLS priority string: TLS 1.3 only, the chosen AEADs, no middlebox compatibility
+    /// mode, which QUIC forbids (RFC 9001 §8.4), and the PSK key exchanges when there are keys.
     var gnutlsPriority: String {
         let ciphers = (cipherSuites.isEmpty ? QUICCipherSuite.allCases : cipherSuites).map(\.gnutlsToken)
-        return (["NORMAL", "-VERS-ALL", "+VERS-TLS1.3", "-CIPHER-ALL"] + ciphers
+        let base = (["NORMAL", "-VERS-ALL", "+VERS-TLS1.3", "-CIPHER-ALL"] + ciphers
             + ["-GROUP-ALL", "+GROUP-X25519", "+GROUP-SECP256R1", "+GROUP-SECP384R1", "%DISABLE_TLS13_COMPAT_MODE"])
             .joined(separator: ":")
+        return preSharedKeys.isEmpty ? base : base + PreSharedKeyCredentials.priorityAddition(server: false)
     }
 }
 

@@ -48,6 +48,15 @@ extension QUICConnectionCore {
     }
 
     /// GnuTLS certificate check for clients (RFC 9001 §4.4: QUIC relies on TLS authentication).
+    /// Servers: the key configured under the identity a client offered (RFC 8446 §4.2.11).
+    static let lookUpPreSharedKey: PreSharedKeyCredentials.Lookup = { session, identity, key in
+        guard let session, let ref = gnutls_session_get_ptr(session) else { return -1 }
+        let userData = ref.assumingMemoryBound(to: ngtcp2_crypto_conn_ref.self).pointee.user_data
+        return QUICConnectionCore.withCore(userData) { core in
+            PreSharedKeyCredentials.answer(identity: identity, from: core.configuration.preSharedKeys, into: key)
+        }
+    }
+
     static let verifyCertificate: @convention(c) (gnutls_session_t?) -> Int32 = { session in
         guard let session, let ref = gnutls_session_get_ptr(session) else { return -1 }
         let userData = ref.assumingMemoryBound(to: ngtcp2_crypto_conn_ref.self).pointee.user_data

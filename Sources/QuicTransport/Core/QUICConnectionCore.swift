@@ -189,6 +189,7 @@ package final class QUICConnectionCore {
             serverName: tls.serverName,
             priority: try TLSPriority(configuration.gnutlsPriority),
             resumptionTicket: saved?.ticket,
+            preSharedKey: configuration.preSharedKeys.first,
             connectionRef: connectionRef
         )
         // 0-RTT (RFC 9001 §4.6.1): streams may open and carry data at once, within the limits the
@@ -262,6 +263,7 @@ package final class QUICConnectionCore {
             priority: try tlsPriority ?? TLSPriority(configuration.gnutlsPriority),
             ticketKey: ticketKey,
             antiReplay: antiReplay,
+            preSharedKeyLookup: configuration.preSharedKeys.isEmpty ? nil : Self.lookUpPreSharedKey,
             connectionRef: connectionRef
         )
         handshake.ticketKey = ticketKey

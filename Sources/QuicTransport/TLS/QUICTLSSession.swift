@@ -6,6 +6,8 @@ import CQuicShims
 /// the `ngtcp2_conn` (the connection core frees the conn first, then this).
 final class QUICTLSSession {
     let raw: gnutls_session_t
+    /// The external pre-shared key credentials beside the certificate ones, when there are keys.
+    private var preSharedKeyCredentials: PreSharedKeyCredentials?
 
     /// A client session: SNI (when a name is given), ALPN offer, the chosen ciphers, and a
     /// ticket to resume with (RFC 8446 §2.2), if there is one.
@@ -15,6 +17,7 @@ final class QUICTLSSession {
         serverName: String?,
         priority: TLSPriority,
         resumptionTicket: [UInt8]? = nil,
+        preSharedKey: TLSPreSharedKey? = nil,
         connectionRef: UnsafeMutablePointer<ngtcp2_crypto_conn_ref>
     ) throws {
         var session: gnutls_session_t?
@@ -25,6 +28,7 @@ final class QUICTLSSession {
         )
         self.raw = session!
         try configureCommon(credentials: credentials, alpn: alpn, priority: priority, connectionRef: connectionRef)
+        if let preSharedKey { try attach(PreSharedKeyCredentials(client: preSharedKey)) }
         guard ngtcp2_crypto_gnutls_configure_client_session(raw) == 0 else {
             throw TLSError.gnutlsFailure(function: "ngtcp2_crypto_gnutls_configure_client_session", code: -1)
         }
@@ -46,6 +50,7 @@ final class QUICTLSSession {
         priority: TLSPriority,
         ticketKey: TLSSessionTicketKey?,
         antiReplay: TLSAntiReplay? = nil,
+        preSharedKeyLookup: PreSharedKeyCredentials.Lookup? = nil,
         connectionRef: UnsafeMutablePointer<ngtcp2_crypto_conn_ref>
     ) throws {
         var session: gnutls_session_t?
@@ -58,6 +63,7 @@ final class QUICTLSSession {
         try checkGnuTLS(gnutls_init(&session, flags), "gnutls_init")
         self.raw = session!
         try configureCommon(credentials: credentials, alpn: alpn, priority: priority, connectionRef: connectionRef)
+        if let preSharedKeyLookup { try attach(PreSharedKeyCredentials(serverLookup: preSharedKeyLookup)) }
         guard ngtcp2_crypto_gnutls_configure_server_session(raw) == 0 else {
             throw TLSError.gnutlsFailure(function: "ngtcp2_crypto_gnutls_configure_server_session", code: -1)
         }
@@ -121,6 +127,11 @@ final class QUICTLSSession {
             "gnutls_credentials_set"
         )
         // GnuTLS itself appends to SSLKEYLOGFILE when it is set (see KeyLog); nothing to install.
+    }
+
+    private func attach(_ credentials: PreSharedKeyCredentials) throws {
+        try credentials.attach(to: raw)
+        preSharedKeyCredentials = credentials
     }
 
     private func setALPN(_ protocols: [String], flags: UInt32) throws {
