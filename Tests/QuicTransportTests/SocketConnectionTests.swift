@@ -12,16 +12,8 @@ struct SocketConnectionTests {
 
     /// Starts `connection` and waits for `.ready`, or throws its failure.
     static func ready(_ connection: NWConnection) async throws {
-        let states = connection.states
         connection.start(queue: queue)
-        for await state in states {
-            switch state {
-            case .ready: return
-            case .failed(let error): throw error
-            case .cancelled: throw NWError.posix(.ECANCELED)
-            default: continue
-            }
-        }
+        try await connection.waitUntilReady()
     }
 
     /// The final state of a connection expected to fail.

@@ -468,6 +468,20 @@ public final class NWConnection: @unchecked Sendable {
     /// State changes from now on; ends at `.failed` or `.cancelled`.
     public var states: AsyncStream<State> { observable.stream }
 
+    /// Waits for `.ready`; throws the error of `.failed`, or ECANCELED. Call it after
+    /// `start(queue:)`: it begins from the current state. (An addition, as on the group.)
+    public func waitUntilReady() async throws {
+        for await state in states {
+            switch state {
+            case .ready: return
+            case .failed(let error): throw error
+            case .cancelled: throw NWError.posix(.ECANCELED)
+            default: continue
+            }
+        }
+        throw NWError.posix(.ECANCELED)
+    }
+
     /// Sends and waits until the bytes are written into packets; `isComplete: true` sends FIN.
     /// (An addition: the handler form needs `.finalMessage` for that, as on Apple platforms.)
     public func send(content: Data?, isComplete: Bool = true) async throws {

@@ -170,6 +170,8 @@ final class TLSStreamSession {
         var offset = 0
         while offset < bytes.count {
             let rc = gnutls_record_send(raw, bytes.baseAddress! + offset, bytes.count - offset)
+            // The push function takes every byte, so EAGAIN cannot repeat: GnuTLS says it only
+            // when a push fell short, and calling again flushes the record it kept.
             if rc == Int(GNUTLS_E_INTERRUPTED) || rc == Int(GNUTLS_E_AGAIN) { continue }
             if rc < 0 { throw TLSError.gnutlsFailure(function: "gnutls_record_send", code: Int32(rc)) }
             offset += rc
