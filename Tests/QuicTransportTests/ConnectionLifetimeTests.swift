@@ -164,6 +164,34 @@ struct ConnectionLifetimeTests {
         #expect(server.process.standardOutput.contains("stopped: 0 connections still in memory"), "\(server.process.standardOutput)")
     }
 
+    /// A task that reads a tunnel's `inboundStreams` or `datagrams`, or a listener's
+    /// `connectionGroups`, and only starts after they ended (a busy machine runs it late) sees
+    /// them end at once. Left waiting, it would hold the tunnel in memory for good.
+    @Test func sequencesAskedForAfterTheEndFinishAtOnce() async throws {
+        let server = try await LoopbackServer()
+        let group = server.makeClient()
+        let states = group.states
+        group.start(queue: DispatchQueue(label: "test"))
+        group.cancel()
+        _ = try await within(10) { for await state in states where state == .cancelled { return true }; return false }
+        let streamsEnded = try await within(5, "inboundStreams asked for after the end never ended") {
+            for await _ in group.inboundStreams {}
+            return true
+        }
+        let datagramsEnded = try await within(5, "datagrams asked for after the end never ended") {
+            for await _ in group.datagrams {}
+            return true
+        }
+        #expect(streamsEnded && datagramsEnded)
+        server.listener.cancel()
+        let listener = server.listener
+        let groupsEnded = try await within(5, "connectionGroups asked for after cancel never ended") {
+            for await _ in listener.connectionGroups {}
+            return true
+        }
+        #expect(groupsEnded)
+    }
+
     /// A tunnel cancelled before it has connected starts no attempt afterwards, and is freed.
     @Test func aTunnelCancelledBeforeItConnectsIsFreed() async throws {
         let server = try await LoopbackServer()

@@ -84,8 +84,9 @@ public final class NWConnectionGroup: @unchecked Sendable {
     /// Observers of `pathUpdates`, by a number of their own so each can leave when it stops.
     private var pathContinuations: [Int: AsyncStream<NWPath>.Continuation] = [:]
     private var nextPathObserver = 0
-    /// Set when the tunnel has ended: later path observers finish at once.
-    private var pathsEnded = false
+    /// Set when the tunnel has ended: later observers of `inboundStreams`, `datagrams` and
+    /// `pathUpdates` finish at once.
+    private var observersEnded = false
     /// What the tunnel's QUIC metadata reports, shared with its streams' metadata.
     let tunnelMetadata: NWProtocolQUIC.TunnelMetadata
     /// The tunnel's metadata object, the one `metadata(definition:)` returns.
@@ -394,7 +395,13 @@ public final class NWConnectionGroup: @unchecked Sendable {
     /// Streams the peer opens; create it before `start(queue:)` so none is missed.
     public var inboundStreams: InboundStreams {
         let queue = InboundStreamQueue()
-        lock.withLock { streamQueues.append(queue) }
+        // Asked for after the tunnel ended (a task that started late, on a busy machine): the
+        // sequence ends at once, instead of keeping its reader, and so the tunnel, forever.
+        let ended = lock.withLock { () -> Bool in
+            if !observersEnded { streamQueues.append(queue) }
+            return observersEnded
+        }
+        if ended { queue.finish() }
         return InboundStreams(queue: queue)
     }
 
@@ -403,7 +410,13 @@ public final class NWConnectionGroup: @unchecked Sendable {
 
     /// Datagrams received on the tunnel, holding what nobody has read yet as `policy` says.
     func datagrams(buffering policy: AsyncStream<Data>.Continuation.BufferingPolicy) -> AsyncStream<Data> {
-        AsyncStream(bufferingPolicy: policy) { continuation in lock.withLock { datagramContinuations.append(continuation) } }
+        AsyncStream(bufferingPolicy: policy) { continuation in
+            let ended = lock.withLock { () -> Bool in
+                if !observersEnded { datagramContinuations.append(continuation) }
+                return observersEnded
+            }
+            if ended { continuation.finish() }
+        }
     }
 
     /// Waits for `.ready`; throws the error of `.failed`, or ECANCELED.
@@ -568,7 +581,7 @@ public final class NWConnectionGroup: @unchecked Sendable {
                 streamQueues.removeAll()
                 datagramContinuations.removeAll()
                 pathContinuations.removeAll()
-                pathsEnded = true
+                observersEnded = true
             }
             return (streamQueues, datagramContinuations, Array(pathContinuations.values))
         }
@@ -589,7 +602,7 @@ public final class NWConnectionGroup: @unchecked Sendable {
         AsyncStream { continuation in
             let observer = lock.withLock { () -> Int? in
                 if let path = _currentPath { continuation.yield(NWPath(path, isSatisfied: pathIsViable)) }
-                guard !pathsEnded else { return nil }
+                guard !observersEnded else { return nil }
                 nextPathObserver += 1
                 pathContinuations[nextPathObserver] = continuation
                 return nextPathObserver

@@ -210,7 +210,14 @@ public final class NWListener: @unchecked Sendable {
 
     /// Established tunnels, for `for await`; create it before `start(queue:)`.
     public var connectionGroups: AsyncStream<NWConnectionGroup> {
-        AsyncStream { continuation in lock.withLock { groupContinuations.append(continuation) } }
+        AsyncStream { continuation in
+            // Asked for after `cancel()`: the sequence ends at once rather than never.
+            let ended = lock.withLock { () -> Bool in
+                if !cancelled { groupContinuations.append(continuation) }
+                return cancelled
+            }
+            if ended { continuation.finish() }
+        }
     }
 
     /// Binds the port and starts accepting, matching Apple's `start(queue:)`; handlers run on
