@@ -192,6 +192,33 @@ struct ConnectionLifetimeTests {
         #expect(groupsEnded)
     }
 
+    /// Handlers set on a tunnel after it ended, which capture it as echo servers' do, are not
+    /// kept: a task that sets them late must not hold the tunnel in memory for good.
+    @Test func handlersSetAfterTheEndDoNotKeepTheTunnel() async throws {
+        let server = try await LoopbackServer()
+        weak var weakGroup: NWConnectionGroup?
+        do {
+            let group = server.makeClient()
+            let states = group.states
+            group.start(queue: DispatchQueue(label: "test"))
+            group.cancel()
+            _ = try await within(10) { for await state in states where state == .cancelled { return true }; return false }
+            group.setReceiveHandler { _, content, _ in group.send(content: content) { _ in } }
+            group.newConnectionHandler = { _ in _ = group.descriptor }
+            group.stateUpdateHandler = { _ in _ = group.descriptor }
+            #expect(group.newConnectionHandler == nil && group.stateUpdateHandler == nil)
+            weakGroup = group
+        }
+        let freed = await eventually(within: 10) { weakGroup == nil }
+        #expect(freed, "handlers set after the end keep the tunnel in memory")
+        // The listener, likewise, after cancel().
+        let listener = server.listener
+        listener.cancel()
+        listener.newConnectionGroupHandler = { _ in _ = listener.port }
+        listener.newConnectionHandler = { _ in _ = listener.port }
+        #expect(listener.newConnectionGroupHandler == nil && listener.newConnectionHandler == nil)
+    }
+
     /// A tunnel cancelled before it has connected starts no attempt afterwards, and is freed.
     @Test func aTunnelCancelledBeforeItConnectsIsFreed() async throws {
         let server = try await LoopbackServer()

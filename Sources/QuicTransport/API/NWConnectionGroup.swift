@@ -85,7 +85,7 @@ public final class NWConnectionGroup: @unchecked Sendable {
     private var pathContinuations: [Int: AsyncStream<NWPath>.Continuation] = [:]
     private var nextPathObserver = 0
     /// Set when the tunnel has ended: later observers of `inboundStreams`, `datagrams` and
-    /// `pathUpdates` finish at once.
+    /// `pathUpdates` finish at once, and handlers set later are not kept.
     private var observersEnded = false
     /// What the tunnel's QUIC metadata reports, shared with its streams' metadata.
     let tunnelMetadata: NWProtocolQUIC.TunnelMetadata
@@ -163,10 +163,11 @@ public final class NWConnectionGroup: @unchecked Sendable {
         set { observable.updateHandler = newValue }
     }
 
-    /// Called with each stream the peer opens; set it before `start(queue:)`.
+    /// Called with each stream the peer opens; set it before `start(queue:)`. Not kept if set
+    /// after the tunnel ended: nothing would call it, and it often captures the group.
     @preconcurrency public var newConnectionHandler: (@Sendable (NWConnection) -> Void)? {
         get { lock.withLock { _newConnectionHandler } }
-        set { lock.withLock { _newConnectionHandler = newValue } }
+        set { lock.withLock { _newConnectionHandler = observersEnded ? nil : newValue } }
     }
 
     /// The tunnel's remote endpoint.
@@ -274,7 +275,9 @@ public final class NWConnectionGroup: @unchecked Sendable {
         handler: (@Sendable (Message, Data?, Bool) -> Void)?
     ) {
         lock.withLock {
-            _receiveHandler = handler
+            // After the end nothing would call it; kept, a handler that captures the group would
+            // keep it in memory for good (a task that set it late, on a busy machine).
+            _receiveHandler = observersEnded ? nil : handler
             receiveLimit = rejectOversizedMessages ? max(0, maximumMessageSize) : .max
         }
     }
@@ -652,6 +655,7 @@ public final class NWConnectionGroup: @unchecked Sendable {
         lock.withLock {
             _newConnectionHandler = nil
             _receiveHandler = nil
+            observersEnded = true  // Handlers set from now on are not kept either.
         }
         tunnelMetadata.setApplier(nil)
         finishObservers()

@@ -129,7 +129,7 @@ public final class NWListener: @unchecked Sendable {
     /// Called once per established tunnel; call `start(queue:)` on the group to receive its streams.
     @preconcurrency public var newConnectionGroupHandler: (@Sendable (NWConnectionGroup) -> Void)? {
         get { lock.withLock { _newConnectionGroupHandler } }
-        set { lock.withLock { _newConnectionGroupHandler = newValue } }
+        set { lock.withLock { _newConnectionGroupHandler = cancelled ? nil : newValue } }
     }
 
     /// Called once per accepted connection of a TCP or TLS listener, and once per remote address
@@ -137,7 +137,7 @@ public final class NWListener: @unchecked Sendable {
     /// it. QUIC listeners hand over tunnels through `newConnectionGroupHandler` instead.
     public var newConnectionHandler: (@Sendable (NWConnection) -> Void)? {
         get { lock.withLock { _newConnectionHandler } }
-        set { lock.withLock { _newConnectionHandler = newValue } }
+        set { lock.withLock { _newConnectionHandler = cancelled ? nil : newValue } }
     }
 
     /// The value of `newConnectionLimit` that turns it off, as Apple's
