@@ -131,7 +131,7 @@ struct HTTP3VaporResponder: Sendable {
             http3Response = HTTP3ServerResponse(head: head) { writer in
                 try await streaming.write(HTTP3VaporBodyWriter(writer: writer))
             }
-        } else if let buffer = try await response.body.collect(on: eventLoop).get(), buffer.readableBytes > 0 {
+        } else if let buffer = try await body(of: response, on: eventLoop), buffer.readableBytes > 0 {
             if buffer.readableBytes <= singlePieceLimit {
                 http3Response.body = Array(buffer.readableBytesView)
             } else {
@@ -141,6 +141,14 @@ struct HTTP3VaporResponder: Sendable {
         http3Response.priority = context.priorityOverride
         http3Response.trailers = context.responseTrailers
         return http3Response
+    }
+
+    /// The response's whole body: the one it holds, or else collected from its stream. Vapor's
+    /// `collect` would wrap a held body in a future, one more await for every request.
+    static func body(of response: Response, on eventLoop: any EventLoop) async throws -> ByteBuffer? {
+        if let held = response.body.buffer { return held }
+        if response.body.count == 0 { return nil }
+        return try await response.body.collect(on: eventLoop).get()
     }
 
     /// A large body as a stream of pieces, made only as the server pulls them.
