@@ -120,8 +120,8 @@ package enum SocketPeers {
     /// GnuTLS's `gnutls-serv --echo` with no certificate, authenticating clients by the external
     /// pre-shared key `keyHex` under `identity` (RFC 8446 §4.2.11, RFC 4279), with or without
     /// ECDHE. Line by line, as `gnutlsEchoServer`.
-    package static func gnutlsPSKEchoServer(identity: String, keyHex: String, in directory: URL) async throws -> (process: ChildProcess, port: UInt16) {
-        let passwords = directory.appendingPathComponent("psk-passwd.txt")
+    package static func gnutlsPSKEchoServer(identity: String, keyHex: String) async throws -> (process: ChildProcess, port: UInt16) {
+        let passwords = FileManager.default.temporaryDirectory.appendingPathComponent("gnutls-psk-passwd-\(UUID()).txt")
         try "\(identity):\(keyHex)\n".write(to: passwords, atomically: true, encoding: .utf8)
         return try await gnutlsEchoServer(["--pskpasswd", passwords.path, "--priority", preSharedKeyPriority])
     }

@@ -14,12 +14,17 @@ struct PreSharedKeyTests {
     static let key = Data((0..<32).map { UInt8($0 &* 7 &+ 3) })
     static var keyHex: String { key.map { String(format: "%02x", $0) }.joined() }
 
+    /// Adds `key` under `identity` to Security options, as an app does.
+    static func add(key: Data, identity: String, to options: sec_protocol_options_t) {
+        let keyData = key.withUnsafeBytes { DispatchData(bytes: $0) }
+        let identityData = Data(identity.utf8).withUnsafeBytes { DispatchData(bytes: $0) }
+        sec_protocol_options_add_pre_shared_key(options, keyData as __DispatchData, identityData as __DispatchData)
+    }
+
     /// TLS options that authenticate with `key` under `identity` and nothing else.
     static func options(key: Data = key, identity: String = identity, maximum: tls_protocol_version_t? = nil) -> NWProtocolTLS.Options {
         let tls = NWProtocolTLS.Options()
-        let keyData = key.withUnsafeBytes { DispatchData(bytes: $0) }
-        let identityData = Data(identity.utf8).withUnsafeBytes { DispatchData(bytes: $0) }
-        sec_protocol_options_add_pre_shared_key(tls.securityProtocolOptions, keyData as __DispatchData, identityData as __DispatchData)
+        add(key: key, identity: identity, to: tls.securityProtocolOptions)
         if let maximum { sec_protocol_options_set_max_tls_protocol_version(tls.securityProtocolOptions, maximum) }
         return tls
     }
@@ -27,25 +32,13 @@ struct PreSharedKeyTests {
     /// QUIC options for the `psk-echo` protocol that carry `key` under `identity`, if given.
     static func quicOptions(key: Data? = key, identity: String = identity) -> NWProtocolQUIC.Options {
         let options = NWProtocolQUIC.Options(alpn: ["psk-echo"])
-        if let key {
-            let keyData = key.withUnsafeBytes { DispatchData(bytes: $0) }
-            let identityData = Data(identity.utf8).withUnsafeBytes { DispatchData(bytes: $0) }
-            sec_protocol_options_add_pre_shared_key(options.securityProtocolOptions, keyData as __DispatchData, identityData as __DispatchData)
-        }
+        if let key { add(key: key, identity: identity, to: options.securityProtocolOptions) }
         return options
-    }
-
-    static func temporaryDirectory() throws -> URL {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("psk-\(UUID())")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        return directory
     }
 
     @Test("a client with the key reaches a certificate-less gnutls-serv, in TLS 1.3 and 1.2, and a line echoes at once")
     func clientWithTheKey() async throws {
-        let directory = try Self.temporaryDirectory()
-        defer { try? FileManager.default.removeItem(at: directory) }
-        let peer = try await SocketPeers.gnutlsPSKEchoServer(identity: Self.identity, keyHex: Self.keyHex, in: directory)
+        let peer = try await SocketPeers.gnutlsPSKEchoServer(identity: Self.identity, keyHex: Self.keyHex)
         defer { peer.process.stop() }
         for version in [tls_protocol_version_t.TLSv13, .TLSv12] {
             // Certificates would be checked against the system trust store, which would refuse
@@ -57,11 +50,7 @@ struct PreSharedKeyTests {
             #expect(sec_protocol_metadata_get_negotiated_tls_protocol_version(metadata.securityProtocolMetadata) == version)
             let line = Data("shared secret, TLS \(version)\n".utf8)
             try await connection.send(content: line, isComplete: false)
-            let (echoed, ended): (Data?, Bool) = try await withCheckedThrowingContinuation { continuation in
-                connection.receive(minimumIncompleteLength: line.count, maximumLength: 65_536) { content, _, isComplete, error in
-                    if let error { continuation.resume(throwing: error) } else { continuation.resume(returning: (content, isComplete)) }
-                }
-            }
+            let (echoed, ended) = try await connection.receive(minimumIncompleteLength: line.count)
             #expect(echoed == line)
             #expect(!ended)
             connection.cancel()
@@ -71,9 +60,7 @@ struct PreSharedKeyTests {
 
     @Test("a client with a different key, or another identity, fails the handshake with a TLS error")
     func wrongKeyOrIdentity() async throws {
-        let directory = try Self.temporaryDirectory()
-        defer { try? FileManager.default.removeItem(at: directory) }
-        let peer = try await SocketPeers.gnutlsPSKEchoServer(identity: Self.identity, keyHex: Self.keyHex, in: directory)
+        let peer = try await SocketPeers.gnutlsPSKEchoServer(identity: Self.identity, keyHex: Self.keyHex)
         defer { peer.process.stop() }
         for options in [Self.options(key: Data(repeating: 1, count: 32)), Self.options(identity: "stranger")] {
             let connection = NWConnection(host: "127.0.0.1", port: .init(rawValue: peer.port)!, using: NWParameters(tls: options))

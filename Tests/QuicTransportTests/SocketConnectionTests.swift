@@ -160,11 +160,7 @@ struct SocketConnectionTests {
         // behind them would only surface with the server's close_notify, 50 s later.
         let line = Data("pinned through the verify block\n".utf8)
         try await pinned.send(content: line, isComplete: false)
-        let (echoed, ended): (Data?, Bool) = try await withCheckedThrowingContinuation { continuation in
-            pinned.receive(minimumIncompleteLength: line.count, maximumLength: 65_536) { content, _, isComplete, error in
-                if let error { continuation.resume(throwing: error) } else { continuation.resume(returning: (content, isComplete)) }
-            }
-        }
+        let (echoed, ended) = try await pinned.receive(minimumIncompleteLength: line.count)
         #expect(echoed == line)
         #expect(!ended, "the echo came only with the end of the connection")
         pinned.cancel()
