@@ -8,14 +8,9 @@ struct BrowserTests {
     /// prints once the page has loaded.
     @Test func chromiumLoadsThePageOverHTTP3() async throws {
         let todos = try await RunningTodos.start(host: "localhost")
-        let dom: String
-        do {
-            dom = try await Chromium.dumpDOM(port: todos.http3Port, certificatePEM: todos.identity.certificatePEM)
-        } catch {
-            await todos.stop()
-            throw error
+        let dom: String = try await todos.stopping {
+            try await Chromium.dumpDOM(port: todos.http3Port, certificatePEM: todos.identity.certificatePEM)
         }
-        await todos.stop()
         #expect(dom.contains("This page came over h3"), "chromium's DOM: \(dom.suffix(800))")
     }
 }

@@ -16,7 +16,7 @@ import Glibc
 
 /// The example application, running for real on loopback: HTTPS on a TCP port and HTTP/3 on
 /// a UDP port, with a certificate generated for the run.
-final class RunningTodos: Sendable {
+final class RunningTodos: RunningApplication {
     let tcpPort: Int
     let http3Port: UInt16
     let identity: SelfSignedCertificate

@@ -1,3 +1,4 @@
+import ExampleTesting
 import Foundation
 import H3
 import HTTPTypes
@@ -9,7 +10,7 @@ import VaporTodosApp
 /// The example application as `configure(_:)` sets it up, running for real on loopback:
 /// Vapor's HTTP/1.1 server on a TCP port and HTTP/3 on a UDP port, both chosen by the system,
 /// with a certificate generated for the run.
-struct RunningTodos: Sendable {
+struct RunningTodos: RunningApplication {
     let app: Application
     let identity: SelfSignedCertificate
     /// The certificate as a PEM file, for peers that read one (curl, aioquic).

@@ -88,7 +88,7 @@ struct TodosOverHTTP3Tests {
         defer { client.shutdown() }
         let total = 50_000_000
         let expected = Pattern.sha256Hex(total: total)
-        do {
+        try await todos.stopping {
             let download = try await client.execute(todos.request(.get, "/stream?bytes=\(total)"))
             #expect(download.head.status == .ok)
             var received = 0
@@ -114,11 +114,7 @@ struct TodosOverHTTP3Tests {
             let digest = try JSONDecoder().decode(UploadDigest.self, from: Data(try await response.body.collect()))
             #expect(digest.size == total)
             #expect(digest.sha256 == expected)
-        } catch {
-            await todos.stop()
-            throw error
         }
-        await todos.stop()
     }
 
     /// Vapor's shutdown sends GOAWAY (RFC 9114 §5.2): the download in flight runs to its end,
