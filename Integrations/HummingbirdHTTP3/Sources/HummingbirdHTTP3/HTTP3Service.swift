@@ -120,7 +120,13 @@ where Responder.Context: InitializableFromSource<ApplicationRequestContextSource
             requestLogger.debug("Unrecognised Error", metadata: ["error.type": "\(error)"])
             response = Response(status: .internalServerError)
         }
-        response.headers[.date] = dates.current
+        // Over a date the handler set, as Hummingbird's own server does. Not through the
+        // subscript, which makes the field anew and reshapes the storage to replace it.
+        if let index = response.headers.firstIndex(where: { $0.name == .date }) {
+            response.headers[index] = dates.current
+        } else {
+            response.headers.append(dates.current)
+        }
         return try await HTTP3ResponseBody.make(response, for: channel)
     }
 }
