@@ -28,7 +28,16 @@ struct HTTP3RequestHeadTests {
         #expect(request.priority == HTTPPriority(urgency: 1, incremental: true))
         #expect(request.method == .get && request.path == head.path)
         #expect(request.headerField(.range) == "bytes=0-1, bytes=4-5" && request.headerField(.cookie) == nil)
+        #expect(request.authority == head.authority)
+        #expect(Self.fieldsVisited(request) == head.headerFields.map { "\($0.name.canonicalName): \($0.value)" })
         #expect(request.head == head)
+    }
+
+    /// What `forEachHeaderField` hands over, in order, as `name: value` lines.
+    static func fieldsVisited(_ request: HTTP3ServerRequest) -> [String] {
+        var visited: [String] = []
+        request.forEachHeaderField { name, value in visited.append("\(name): \(value)") }
+        return visited
     }
 
     @Test func aHeadTheCallerBuiltAnswersTheSame() throws {
@@ -36,6 +45,9 @@ struct HTTP3RequestHeadTests {
         let built = HTTP3RequestHeadSource(fromSection.head)
         #expect(built.method == fromSection.method && built.path == fromSection.path)
         #expect(built[.range] == fromSection[.range] && built.head == fromSection.head)
+        #expect(built.authority == fromSection.authority && built.authority == "example.com:4433")
+        let requests = [fromSection, built].map { HTTP3ServerRequest(source: $0, body: .empty, streamID: 0) }
+        #expect(Self.fieldsVisited(requests[0]) == Self.fieldsVisited(requests[1]) && Self.fieldsVisited(requests[1]).count == 5)
     }
 
     @Test(arguments: [

@@ -49,6 +49,24 @@ final class HTTP3RequestHeadSource: Sendable {
         return pathLine.map(fields.value(of:))
     }
 
+    /// The `:authority` pseudo-header field (RFC 9114 §4.3.1).
+    var authority: String? {
+        if let built { return built.authority }
+        return fields.firstPseudoHeader(NGHTTP3_QPACK_TOKEN__AUTHORITY).map(fields.value(of:))
+    }
+
+    /// Runs `body` with each header field, not the pseudo-header fields, in the order it came:
+    /// names in lower case (RFC 9114 §4.2), values as sent (nghttp3 has checked them).
+    func forEachHeaderField(_ body: (_ name: String, _ value: String) -> Void) {
+        if let built {
+            for field in built.headerFields { body(field.name.canonicalName, field.value) }
+            return
+        }
+        fields.forEachRegularLine { _, name, value in
+            body(String(decoding: name, as: UTF8.self), String(decoding: value, as: UTF8.self))
+        }
+    }
+
     /// Runs `body` with the `:path` value's UTF-8 bytes; nil when the request has none.
     func withPathBytes<R>(_ body: (UnsafeBufferPointer<UInt8>) -> R) -> R? {
         if let built {
@@ -106,7 +124,7 @@ final class HTTP3RequestHeadSource: Sendable {
         HTTPRequest(
             method: method,
             scheme: fields.firstPseudoHeader(NGHTTP3_QPACK_TOKEN__SCHEME).map(fields.value(of:)),
-            authority: fields.firstPseudoHeader(NGHTTP3_QPACK_TOKEN__AUTHORITY).map(fields.value(of:)),
+            authority: authority,
             path: path,
             headerFields: HTTPFields(fields)
         )

@@ -46,6 +46,17 @@ public struct HTTP3ServerRequest: Sendable {
     /// The `:path` pseudo-header field (RFC 9114 §4.3.1), read without building ``head``.
     public var path: String? { source.path }
 
+    /// The `:authority` pseudo-header field (RFC 9114 §4.3.1), read without building ``head``.
+    public var authority: String? { source.authority }
+
+    /// Calls `body` with each header field (not the pseudo-header fields) in the order the
+    /// client sent them, names in lower case (RFC 9114 §4.2), without building ``head``: for an
+    /// adapter that copies the fields into its framework's own type, which `HTTPFields`, with
+    /// its index and its second check of every value, would only slow down.
+    public func forEachHeaderField(_ body: (_ name: String, _ value: String) -> Void) {
+        source.forEachHeaderField(body)
+    }
+
     /// A header field's value as `HTTPFields` gives it (repeated fields joined by commas), read
     /// without building ``head``: a responder that looks at one or two fields skips the work
     /// of the whole head.
