@@ -25,12 +25,18 @@ struct HTTP3VaporResponder: Sendable {
     let streamedBodyRoutes: HTTP3StreamedBodyRoutes
     /// The largest body collected for the other routes.
     let maximumBodySize: Int
+    /// The `Date` field of every response, as Vapor's HTTP/1.1 encoder adds it.
+    let dates = HTTPDateField()
+    /// The application's allocator, read once: `Application.allocator` looks it up in the
+    /// application's storage at each read.
+    let allocator: ByteBufferAllocator
 
     init(application: Application, responder: any Responder) {
         self.application = application
         self.responder = responder
         self.streamedBodyRoutes = HTTP3StreamedBodyRoutes(routes: application.routes)
         self.maximumBodySize = (application.http3.configuration.maximumBodySize ?? application.routes.defaultMaxBodySize).value
+        self.allocator = application.allocator
     }
 
     /// The HTTP version Vapor's request says: 3.0 (RFC 9114).
@@ -41,31 +47,38 @@ struct HTTP3VaporResponder: Sendable {
     /// Bodies up to this size go in one piece.
     static let singlePieceLimit = 1 << 20
 
-    /// Header fields that are specific to an HTTP/1.1 connection and malformed in HTTP/3
-    /// (RFC 9114 §4.2).
-    static let connectionSpecificFields: Set<String> = ["connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade"]
+    /// Whether a field, by its lower-case name, is specific to an HTTP/1.1 connection and so
+    /// malformed in HTTP/3 (RFC 9114 §4.2). A switch: a set would hash every name it is asked.
+    static func isConnectionSpecific(_ canonicalName: String) -> Bool {
+        switch canonicalName {
+        case "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade": true
+        default: false
+        }
+    }
 
     func respond(to h3Request: HTTP3ServerRequest) async throws -> HTTP3ServerResponse {
-        let head = h3Request.head
         let eventLoop = h3Request.eventLoop ?? application.eventLoopGroup.any()
+        // Straight from the field section into Vapor's type: an `HTTPRequest` in between
+        // (`h3Request.head`) would index and check every field again, for nothing Vapor reads.
         var headers = HTTPHeaders()
-        headers.reserveCapacity(head.headerFields.count + 1)
-        for field in head.headerFields {
-            headers.add(name: field.name.canonicalName, value: field.value)
+        var declaredLength: Int?
+        h3Request.forEachHeaderField { name, value in
+            if name == "content-length" { declaredLength = Int(value) }
+            headers.add(name: name, value: value)
         }
         // HTTP/3 carries the authority in `:authority` (RFC 9114 §4.3.1); Vapor reads `Host`.
-        if let authority = head.authority, !headers.contains(name: .host) {
+        if let authority = h3Request.authority, !headers.contains(name: .host) {
             headers.add(name: .host, value: authority)
         }
-        let method = HTTPMethod(rawValue: head.method.rawValue)
+        let method = HTTPMethod(rawValue: h3Request.method.rawValue)
         // The request target as Vapor's HTTP/1.1 decoder takes it: path and query, unparsed.
-        let url = URI(path: head.path ?? "/")
+        let url = URI(path: h3Request.path ?? "/")
         let streamsBody = streamedBodyRoutes.streamsBody(method: method, path: url.path)
         let body: ByteBuffer?
         if streamsBody {
             body = ByteBuffer()
         } else {
-            body = try await Self.collect(h3Request.body, limit: maximumBodySize, declaredLength: head.headerFields[.contentLength].flatMap { Int($0) })
+            body = try await Self.collect(h3Request.body, limit: maximumBodySize, declaredLength: declaredLength)
         }
 
         // Vapor sets `request-id` on the request's logger: held beside the application's
@@ -81,7 +94,7 @@ struct HTTP3VaporResponder: Sendable {
             collectedBody: body.flatMap { $0.readableBytes > 0 ? $0 : nil },
             remoteAddress: h3Request.remoteSocketAddress,
             logger: logger,
-            byteBufferAllocator: application.allocator,
+            byteBufferAllocator: allocator,
             on: eventLoop
         )
         let context = HTTP3RequestContext(
@@ -97,7 +110,7 @@ struct HTTP3VaporResponder: Sendable {
         } else {
             response = try await responder.respond(to: request).get()
         }
-        return try await Self.http3Response(from: response, for: request, context: context, on: eventLoop)
+        return try await Self.http3Response(from: response, for: request, context: context, date: dates.current, on: eventLoop)
     }
 
     /// Reads the body as QUIC delivers it, which is what opens the client's flow control
@@ -114,14 +127,19 @@ struct HTTP3VaporResponder: Sendable {
     }
 
     /// The Vapor response as an HTTP/3 one: status, header fields without the connection-specific
-    /// ones, the body (a streamed one once Vapor has produced it), the handler's priority
-    /// override and trailers.
-    static func http3Response(from response: Response, for request: Request, context: HTTP3RequestContext, on eventLoop: any EventLoop) async throws -> HTTP3ServerResponse {
+    /// ones, `date` unless the handler set one (RFC 9110 §6.6.1), the body (a streamed one once
+    /// Vapor has produced it), the handler's priority override and trailers.
+    static func http3Response(
+        from response: Response, for request: Request, context: HTTP3RequestContext, date: HTTPField, on eventLoop: any EventLoop
+    ) async throws -> HTTP3ServerResponse {
         var fields = HTTPFields()
+        fields.reserveCapacity(response.headers.count + 1)
         for (name, value) in response.headers {
-            guard !connectionSpecificFields.contains(name.lowercased()), let fieldName = HTTPField.Name(name) else { continue }
+            // The name's canonical form is lower case already: no second lower-cased copy.
+            guard let fieldName = HTTPField.Name(name), !isConnectionSpecific(fieldName.canonicalName) else { continue }
             fields.append(HTTPField(name: fieldName, value: value))
         }
+        if !response.headers.contains(name: .date) { fields.append(date) }
         let head = HTTPResponse(status: HTTPResponse.Status(code: Int(response.status.code), reasonPhrase: response.status.reasonPhrase), headerFields: fields)
         var http3Response = HTTP3ServerResponse(head: head)
         if request.method == .HEAD {
@@ -133,7 +151,9 @@ struct HTTP3VaporResponder: Sendable {
             }
         } else if let buffer = try await body(of: response, on: eventLoop), buffer.readableBytes > 0 {
             if buffer.readableBytes <= singlePieceLimit {
-                http3Response.body = Array(buffer.readableBytesView)
+                // One memcpy (NIO's `getBytes`): an array made from the bytes' view, or from a
+                // raw buffer pointer, copies them one at a time.
+                http3Response.body = Array(buffer: buffer)
             } else {
                 http3Response.bodyStream = pieces(of: buffer)
             }

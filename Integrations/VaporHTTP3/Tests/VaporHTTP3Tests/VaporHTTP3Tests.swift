@@ -15,12 +15,16 @@ struct VaporHTTP3Tests {
     /// Status and body of one exchange, the same shape for either protocol.
     struct Exchange: Equatable, CustomStringConvertible {
         var status: Int
+        /// The response's field names, sorted, without those that belong to one transport:
+        /// TCP's `connection` and the `alt-svc` it advertises HTTP/3 with.
+        var fieldNames: [String]
         var body: String
-        var description: String { "\(status) \(body)" }
+        var description: String { "\(status) \(fieldNames) \(body)" }
 
         /// `body` with JSON objects' keys sorted: Foundation's encoder writes them in no fixed order.
-        init(status: Int, body: [UInt8]) throws {
+        init(status: Int, fieldNames: some Sequence<String>, body: [UInt8]) throws {
             self.status = status
+            self.fieldNames = Set(fieldNames.map { $0.lowercased() }).subtracting(["connection", "alt-svc"]).sorted()
             if let object = try? JSONSerialization.jsonObject(with: Data(body), options: [.fragmentsAllowed]) {
                 self.body = String(decoding: try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .fragmentsAllowed]), as: UTF8.self)
             } else {
@@ -38,7 +42,8 @@ struct VaporHTTP3Tests {
     ]
 
     /// GET, POST and DELETE JSON routes answer over HTTP/3 (certificate from PEM files) exactly
-    /// as they answer over TCP through Vapor's own server.
+    /// as they answer over TCP through Vapor's own server: status, body, and the same header
+    /// fields, `date` among them.
     @Test func jsonRoutesAnswerTheSameOverHTTP3AndTCP() async throws {
         let server = try await TestServer.start(usesPEMFiles: true)
         let client = server.http3Client()
@@ -47,7 +52,8 @@ struct VaporHTTP3Tests {
             for (method, path, body) in Self.exchanges {
                 let request = server.http3Request(method, path, contentType: body == nil ? nil : "application/json")
                 let h3 = try await client.execute(request, body: body.map { Array($0.utf8) })
-                let overHTTP3 = try Exchange(status: h3.head.status.code, body: try await h3.body.collect())
+                let overHTTP3 = try Exchange(
+                    status: h3.head.status.code, fieldNames: h3.head.headerFields.map(\.name.canonicalName), body: try await h3.body.collect())
 
                 var tcpRequest = HTTPClientRequest(url: "http://127.0.0.1:\(server.tcpPort)\(path)")
                 tcpRequest.method = .init(rawValue: method.rawValue)
@@ -56,8 +62,10 @@ struct VaporHTTP3Tests {
                     tcpRequest.body = .bytes(ByteBuffer(string: body))
                 }
                 let tcp = try await tcpClient.execute(tcpRequest, timeout: .seconds(30))
-                let overTCP = try Exchange(status: Int(tcp.status.code), body: Array(buffer: try await tcp.body.collect(upTo: 1 << 20)))
+                let overTCP = try Exchange(
+                    status: Int(tcp.status.code), fieldNames: tcp.headers.map(\.name), body: Array(buffer: try await tcp.body.collect(upTo: 1 << 20)))
                 #expect(overHTTP3 == overTCP, "\(method) \(path)")
+                #expect(overHTTP3.fieldNames.contains("date"), "RFC 9110 §6.6.1: \(method) \(path)")
             }
             let created = try await client.execute(server.http3Request(.post, "/todos", contentType: "application/json"), body: Array(#"{"title":"abc"}"#.utf8))
             #expect(created.head.status == .created)
@@ -173,7 +181,7 @@ struct VaporHTTP3Tests {
         let missing = try await client.execute(server.http3Request(.get, "/missing"))
         #expect(missing.head.status == .notFound)
         let body = String(decoding: try await missing.body.collect(), as: UTF8.self)
-        #expect(try Exchange(status: 404, body: Array(body.utf8)).body == #"{"error":true,"reason":"Not Found"}"#)
+        #expect(try Exchange(status: 404, fieldNames: [], body: Array(body.utf8)).body == #"{"error":true,"reason":"Not Found"}"#)
         let boom = try await client.execute(server.http3Request(.get, "/boom"))
         #expect(boom.head.status == .internalServerError, "any other error is ErrorMiddleware's 500")
         _ = try await boom.body.collect()
