@@ -48,6 +48,7 @@ let package = Package(
                 "VaporTodosApp",
                 .product(name: "H3", package: "swift-quic-transport"),
                 .product(name: "QuicTransport", package: "swift-quic-transport"),
+                .product(name: "Vapor", package: "vapor"),
             ]
         ),
         .executableTarget(

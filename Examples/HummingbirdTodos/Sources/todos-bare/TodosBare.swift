@@ -17,6 +17,7 @@ import TodosApp
 /// framework and its adapter cost per request.
 ///
 ///     todos-bare PORT [--through-adapter | --framework-fields]
+///     todos-bare --hummingbird-only COUNT
 ///
 /// `--framework-fields` answers with the header fields Hummingbird's response carries, not
 /// only `content-type`: `content-length` and `date` (made once a second), so that what the
@@ -42,10 +43,13 @@ struct TodosBare {
 
     static func serve() async throws {
         let arguments = CommandLine.arguments
+        if arguments.count == 3, arguments[1] == "--hummingbird-only", let count = Int(arguments[2]) {
+            return try await HummingbirdOnly.run(count: count)
+        }
         guard (2...3).contains(arguments.count), let port = UInt16(arguments[1]),
             arguments.count == 2 || ["--through-adapter", "--framework-fields"].contains(arguments[2])
         else {
-            print("usage: todos-bare PORT [--through-adapter | --framework-fields]")
+            print("usage: todos-bare PORT [--through-adapter | --framework-fields] | --hummingbird-only COUNT")
             exit(2)
         }
         var configuration = HTTP3Server.Configuration()

@@ -2,6 +2,7 @@ import Dispatch
 import H3
 import HTTPTypes
 import QuicTransport
+import Vapor
 import VaporTodosApp
 
 #if canImport(Glibc)
@@ -13,7 +14,12 @@ import Glibc
 /// its adapter cost per request. Hummingbird's `todos-bare` is the same handler; each example
 /// has its own so that its benchmark builds from its own package.
 ///
-///     vapor-todos-bare PORT
+///     vapor-todos-bare PORT [--framework-fields]
+///     vapor-todos-bare --vapor-only COUNT
+///
+/// `--framework-fields` answers with the header fields Vapor's response carries over HTTP/3,
+/// `content-length` and `date` beside `content-type`, so that encoding them is not counted as
+/// the adapter's.
 @main
 struct VaporTodosBare {
     /// Runs on a blocked main thread, not one parked in `dispatch_main`, where Valgrind 3.19
@@ -35,8 +41,13 @@ struct VaporTodosBare {
 
     static func serve() async throws {
         let arguments = CommandLine.arguments
-        guard arguments.count == 2, let port = UInt16(arguments[1]) else {
-            print("usage: vapor-todos-bare PORT")
+        if arguments.count == 3, arguments[1] == "--vapor-only", let count = Int(arguments[2]) {
+            return try await vaporOnly(count: count)
+        }
+        guard (2...3).contains(arguments.count), let port = UInt16(arguments[1]),
+            arguments.count == 2 || arguments[2] == "--framework-fields"
+        else {
+            print("usage: vapor-todos-bare PORT [--framework-fields] | --vapor-only COUNT")
             exit(2)
         }
         var configuration = HTTP3Server.Configuration()
@@ -45,12 +56,67 @@ struct VaporTodosBare {
         let identity = try SelfSignedCertificate.generate()
         configuration.identity = identity
         let body = TodosKiB.body
-        let server = try HTTP3Server(configuration: configuration) { _ in
-            HTTP3ServerResponse(status: .ok, headerFields: [.contentType: "application/octet-stream"], body: body)
+        let server: HTTP3Server
+        if arguments.count == 3 {
+            // The date made once a second, as the adapter makes it (`HTTPDateField`).
+            let dates = HTTPDateField()
+            let fields: HTTPFields = [.contentType: "application/octet-stream", .contentLength: String(body.count)]
+            server = try HTTP3Server(configuration: configuration) { _ in
+                var withDate = fields
+                withDate.append(dates.current)
+                return HTTP3ServerResponse(status: .ok, headerFields: withDate, body: body)
+            }
+        } else {
+            server = try HTTP3Server(configuration: configuration) { _ in
+                HTTP3ServerResponse(status: .ok, headerFields: [.contentType: "application/octet-stream"], body: body)
+            }
         }
         let bound = try await server.start()
         print("HTTP/3 https://127.0.0.1:\(bound)/kib  SHA-256 \(identity.sha256FingerprintHex)")
         fflush(nil)  // also into a pipe, where stdout is fully buffered
         while true { try await Task.sleep(for: .seconds(3600)) }
+    }
+
+    /// `--vapor-only COUNT`: the Vapor application's own work for COUNT requests of `/kib`,
+    /// with no transport at all, so that the benchmark can tell Vapor's cost per request from
+    /// its adapter's.
+    ///
+    /// The application is set up by the example's own `configure(_:)`, and no server is
+    /// started. Each request is made as Vapor's HTTP/1.1 decoder makes one (`URI(path:)`, the
+    /// headers h3load sends), with a logger whose `request-id` is held back as the adapter holds
+    /// it, and goes through the application's responder: `FileMiddleware`, then the router.
+    /// The benchmark runs it under callgrind at two counts; the difference, divided by the
+    /// difference in requests, is the cost per request, with start-up cancelled out.
+    static func vaporOnly(count: Int) async throws {
+        // Logging as `VaporTodos serve --env production` sets it up: notices and above.
+        var environment = Environment(name: "production", arguments: ["vapor-todos-bare"])
+        try LoggingSystem.bootstrap(from: &environment)
+        let app = try await Application.make(environment)
+        do {
+            try await configure(app)
+            try await app.asyncBoot()
+            let responder = app.responder.current
+            let eventLoop = app.eventLoopGroup.any()
+            var written = 0
+            for _ in 0..<count {
+                var logger = app.logger
+                logger.handler = DeferredMetadataLogHandler(base: logger.handler)
+                let request = Request(
+                    application: app, method: .GET, url: URI(path: "/kib"), version: .http1_1,
+                    headersNoUpdate: ["host": "127.0.0.1:4433", "user-agent": "h3load/0.1"], collectedBody: nil,
+                    remoteAddress: nil, logger: logger, byteBufferAllocator: app.allocator, on: eventLoop
+                )
+                let response = try await responder.respond(to: request).get()
+                written += response.body.buffer?.readableBytes ?? 0
+            }
+            guard written == count * TodosKiB.body.count else {
+                throw Abort(.internalServerError, reason: "\(count) responses carried \(written) bytes, not \(count) KiB")
+            }
+            print("vapor-todos-bare: \(count) requests through Vapor alone")
+        } catch {
+            try await app.asyncShutdown()
+            throw error
+        }
+        try await app.asyncShutdown()
     }
 }
