@@ -15,6 +15,7 @@ import Synchronization
 public final class HTTPDateField: Sendable {
     private let cache = Mutex<(second: Int, field: HTTPField)>((-1, HTTPField(name: .date, value: "")))
 
+    /// A cache that makes its first field when first read.
     public init() {}
 
     /// `date: Sun, 06 Nov 1994 08:49:37 GMT`, the current time as an IMF-fixdate (§5.6.7).
