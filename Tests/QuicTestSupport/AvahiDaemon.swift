@@ -7,7 +7,8 @@ import Glibc
 /// Makes sure avahi-daemon runs on a D-Bus system bus, for the Bonjour tests.
 ///
 /// When no system bus answers (`dbus-send --system`) it starts one (`dbus-daemon --system
-/// --fork`, after removing a dead bus's socket and pid file); when no avahi-daemon runs it starts one as root
+/// --fork`, after removing a dead bus's socket and pid file); when no avahi-daemon answers on
+/// the bus it stops a stale one (`--kill`) and starts one as root
 /// (`--daemonize --no-drop-root`) with a configuration of its own: multicast DNS on the
 /// loopback interface only (`allow-interfaces=lo`), so the tests' announcements never leave the
 /// machine, and no wide-area DNS-SD. A daemon already running is used as it is. Anything
@@ -37,11 +38,20 @@ package enum AvahiDaemon {
     private static let started = Task<Void, any Error> {
         let install = "run `bash scripts/setup` (apt-get install -y avahi-daemon avahi-utils libavahi-compat-libdnssd1 dbus)"
         let avahi = try TestEnvironment.systemTool("avahi-daemon", package: "avahi-daemon")
-        if try await run(avahi, ["--check"]) == 0 { return }
-        guard getuid() == 0 else {
-            throw SetupError("avahi-daemon is not running and only root can start it here: start it (service avahi-daemon start) or run the tests as root")
-        }
         let dbusSend = try TestEnvironment.systemTool("dbus-send", package: "dbus")
+        // The daemon's clients (the DNS-SD library, avahi-browse) reach it over the bus, so a
+        // daemon counts only once it answers there: one whose bus has died still passes
+        // `--check`, and every lookup through it fails.
+        let avahiPing = ["--system", "--print-reply", "--dest=org.freedesktop.Avahi", "/", "org.freedesktop.Avahi.Server.GetVersionString"]
+        let running = try await run(avahi, ["--check"]) == 0
+        if running, try await run(dbusSend, avahiPing) == 0 { return }
+        guard getuid() == 0 else {
+            throw SetupError("avahi-daemon is not running, or not on the system bus, and only root can start it here: start it (service avahi-daemon start) or run the tests as root")
+        }
+        if running {
+            _ = try await run(avahi, ["--kill"])
+            _ = try await waitUntil({ try await run(avahi, ["--check"]) != 0 })
+        }
         let ping = ["--system", "--print-reply", "--dest=org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus.GetId"]
         if try await run(dbusSend, ping) != 0 {
             // No bus answers: a bus that died leaves its socket and pid file, which stop a new one.
@@ -58,7 +68,11 @@ package enum AvahiDaemon {
         try configuration.write(toFile: path, atomically: true, encoding: .utf8)
         try startDaemon(avahi, ["--daemonize", "--no-drop-root", "--file", path])
         // The daemon is ready once it has registered on the bus and claimed its host name.
-        guard try await waitUntil({ try await run(avahi, ["--check"]) == 0 }) else {
+        let answers = {
+            guard try await run(avahi, ["--check"]) == 0 else { return false }
+            return try await run(dbusSend, avahiPing) == 0
+        }
+        guard try await waitUntil(answers) else {
             throw SetupError("avahi-daemon --daemonize started no daemon that runs; \(install)")
         }
         try await Task.sleep(for: .milliseconds(500))
