@@ -42,20 +42,27 @@ struct PortedAppTests {
     }
 
     /// Runs `body` on the app and waits for it to call `done`, for at most `seconds`.
+    ///
+    /// An app that never calls back fails at the deadline: the wait gives up when cancelled, so
+    /// the task group that races it against the timer can end. (A plain checked continuation
+    /// kept the group waiting for good, and with it the whole test run.)
     static func waitFor<T: Sendable>(
         seconds: Double = 20, _ body: @escaping @Sendable (@escaping @Sendable (T) -> Void) -> Void
     ) async throws -> T {
         try await withThrowingTaskGroup(of: T.self) { tasks in
             tasks.addTask {
-                await withCheckedContinuation { continuation in
-                    // Apps may report more than once (a failure after the result): the first counts.
-                    let once = NIOLockedValueBox(false)
-                    body { value in
-                        if once.withLockedValue({ done in defer { done = true }; return !done }) {
-                            continuation.resume(returning: value)
-                        }
+                let result = FirstResult<T>()
+                let value = await withTaskCancellationHandler {
+                    await withCheckedContinuation { continuation in
+                        result.wait(continuation)
+                        // Apps may report more than once (a failure after the result): the first counts.
+                        body { value in result.finish(value) }
                     }
+                } onCancel: {
+                    result.finish(nil)
                 }
+                guard let value else { throw CancellationError() }
+                return value
             }
             tasks.addTask {
                 try await Task.sleep(for: .seconds(seconds))
@@ -64,6 +71,47 @@ struct PortedAppTests {
             defer { tasks.cancelAll() }
             return try #require(try await tasks.next())
         }
+    }
+
+    /// The first of the values reported, or nil for a wait given up; handed to the one waiter,
+    /// whether it came before or after the waiter.
+    final class FirstResult<T: Sendable>: Sendable {
+        private struct State {
+            var waiter: CheckedContinuation<T?, Never>?
+            var outcome: T?
+            var finished = false
+        }
+
+        private let state = NIOLockedValueBox(State())
+
+        func wait(_ continuation: CheckedContinuation<T?, Never>) {
+            let ready = state.withLockedValue { state -> (Bool, T?) in
+                if state.finished { return (true, state.outcome) }
+                state.waiter = continuation
+                return (false, nil)
+            }
+            if ready.0 { continuation.resume(returning: ready.1) }
+        }
+
+        func finish(_ value: T?) {
+            let waiter = state.withLockedValue { state -> CheckedContinuation<T?, Never>? in
+                guard !state.finished else { return nil }
+                state.finished = true
+                state.outcome = value
+                defer { state.waiter = nil }
+                return state.waiter
+            }
+            waiter?.resume(returning: value)
+        }
+    }
+
+    /// An app that never calls back fails the wait at its deadline; it does not hang the run.
+    @Test func aWaitForACallbackThatNeverComesEndsAtItsDeadline() async {
+        let started = ContinuousClock.now
+        await #expect(throws: SetupError.self) {
+            let _: Int = try await Self.waitFor(seconds: 0.2) { _ in }
+        }
+        #expect(ContinuousClock.now - started < .seconds(TestEnvironment.scaled(10)))
     }
 
     static func startedClient(for peer: EchoPeer, configure: @escaping (NWProtocolQUIC.Options) -> Void = { _ in }) async throws -> EchoClientApp {
