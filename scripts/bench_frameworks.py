@@ -189,25 +189,14 @@ def vapor_rows(args, bin_dir: str, work: str) -> None:
     # (content-type, content-length, date).
     bare = [stripped["vapor-todos-bare"], str(port), "--framework-fields"]
     plain_bare = [stripped["vapor-todos-bare"], str(port)]
-    app_ir, app_low, app_high = median_of(
-        args.repeats, lambda: instructions_per_request(args, app, port, work, "VaporTodos", ready=VAPOR_READY, cwd=work))
-    bare_ir = instructions_per_request(args, bare, port, work, "vapor-bare")
+    served = lambda: instructions_per_request(args, app, port, work, "VaporTodos", ready=VAPOR_READY, cwd=work)
+    bare_handler = lambda: instructions_per_request(args, bare, port, work, "vapor-bare")
+    alone = lambda: framework_alone([stripped["vapor-todos-bare"], "--vapor-only"], work, "VaporTodos", cwd=work)
+    bare_ir = split_rows(args, "VaporTodos", "instructions per 1 KiB GET, application", served, bare_handler, alone, "Vapor")
     plain_ir = instructions_per_request(args, plain_bare, port, work, "vapor-plain")
-    alone_ir, alone_low, alone_high = median_of(
-        args.repeats, lambda: framework_alone([stripped["vapor-todos-bare"], "--vapor-only"], work, "VaporTodos", cwd=work))
-    row("VaporTodos: instructions per 1 KiB GET, application", "k instr", app_ir / 1e3, bare_ir / 1e3, spread(app_low, app_high))
-    row("VaporTodos:   of which Vapor alone, in-process", "k instr", alone_ir / 1e3, bare_ir / 1e3, spread(alone_low, alone_high))
-    row("VaporTodos:   of which the adapter's own (target 0.15)", "k instr", (app_ir - bare_ir - alone_ir) / 1e3, bare_ir / 1e3)
     row("VaporTodos: bare handler, content-type only", "k instr", plain_ir / 1e3, bare_ir / 1e3)
     with larger_thread_cache():
-        app_ir, _, _ = median_of(
-            args.repeats, lambda: instructions_per_request(args, app, port, work, "VaporTodos", ready=VAPOR_READY, cwd=work))
-        bare_ir = instructions_per_request(args, bare, port, work, "vapor-bare")
-        alone_ir, _, _ = median_of(
-            args.repeats, lambda: framework_alone([stripped["vapor-todos-bare"], "--vapor-only"], work, "VaporTodos", cwd=work))
-    row(f"VaporTodos: {LARGER_THREAD_CACHE}: application", "k instr", app_ir / 1e3, bare_ir / 1e3)
-    row("VaporTodos:   of which Vapor alone, in-process", "k instr", alone_ir / 1e3, bare_ir / 1e3)
-    row("VaporTodos:   of which the adapter's own", "k instr", (app_ir - bare_ir - alone_ir) / 1e3, bare_ir / 1e3)
+        split_rows(args, "VaporTodos", f"{LARGER_THREAD_CACHE}: application", served, bare_handler, alone, "Vapor")
     app_cpu = cpu_per_request(args, app, port, ready=VAPOR_READY, cwd=work)
     bare_cpu = cpu_per_request(args, bare, port)
     row("VaporTodos: server CPU per 1 KiB GET, application", "µs", app_cpu, bare_cpu)
@@ -217,6 +206,20 @@ def vapor_rows(args, bin_dir: str, work: str) -> None:
     if tcp:
         rate, cpu = tcp
         row("VaporTodos: own HTTP/1.1 server (no TLS), wrk -c50", "µs CPU", cpu, None, f"  ({rate:,.0f} req/s)")
+
+
+def split_rows(args, name: str, served_what: str, served, bare, alone, framework: str) -> float:
+    """Prints the served cost per request and its split: the framework alone, and the adapter's own,
+    what is left over the bare handler. `served` and `alone` are measured `args.repeats` times (their
+    medians count), `bare` once; each is a function that returns instructions per request. Returns
+    the bare handler's, for the rows that compare with it."""
+    served_ir, served_low, served_high = median_of(args.repeats, served)
+    bare_ir = bare()
+    alone_ir, alone_low, alone_high = median_of(args.repeats, alone)
+    row(f"{name}: {served_what}", "k instr", served_ir / 1e3, bare_ir / 1e3, spread(served_low, served_high))
+    row(f"{name}:   of which {framework} alone, in-process", "k instr", alone_ir / 1e3, bare_ir / 1e3, spread(alone_low, alone_high))
+    row(f"{name}:   of which the adapter's own (target 0.15)", "k instr", (served_ir - bare_ir - alone_ir) / 1e3, bare_ir / 1e3)
+    return bare_ir
 
 
 WIDTH = 60
@@ -267,28 +270,16 @@ def main() -> int:
             bare = [stripped["todos-bare"], str(udp), "--framework-fields"]
             plain_bare = [stripped["todos-bare"], str(udp)]
             adapter_only = [stripped["todos-bare"], str(udp), "--through-adapter"]
+            adapter = lambda: instructions_per_request(args, adapter_only, udp, work, "adapter")
+            bare_handler = lambda: instructions_per_request(args, bare, udp, work, "bare")
+            alone = lambda: framework_alone([stripped["todos-bare"], "--hummingbird-only"], work, name)
             app_ir = instructions_per_request(args, app, udp, work, name)
-            adapter_ir, adapter_low, adapter_high = median_of(
-                args.repeats, lambda: instructions_per_request(args, adapter_only, udp, work, "adapter"))
-            bare_ir = instructions_per_request(args, bare, udp, work, "bare")
-            plain_ir = instructions_per_request(args, plain_bare, udp, work, "plain")
-            alone_ir, alone_low, alone_high = median_of(
-                args.repeats, lambda: framework_alone([stripped["todos-bare"], "--hummingbird-only"], work, name))
-            share_ir = adapter_ir - bare_ir - alone_ir
+            bare_ir = split_rows(args, name, "instructions, adapter without router", adapter, bare_handler, alone, "Hummingbird")
             row(f"{name}: instructions per 1 KiB GET, application", "k instr", app_ir / 1e3, bare_ir / 1e3)
-            row(f"{name}: instructions, adapter without router", "k instr", adapter_ir / 1e3, bare_ir / 1e3, spread(adapter_low, adapter_high))
-            row(f"{name}:   of which Hummingbird alone, in-process", "k instr", alone_ir / 1e3, bare_ir / 1e3, spread(alone_low, alone_high))
-            row(f"{name}:   of which the adapter's own (target 0.15)", "k instr", share_ir / 1e3, bare_ir / 1e3)
+            plain_ir = instructions_per_request(args, plain_bare, udp, work, "plain")
             row(f"{name}: bare handler, content-type only", "k instr", plain_ir / 1e3, bare_ir / 1e3)
             with larger_thread_cache():
-                adapter_ir, _, _ = median_of(
-                    args.repeats, lambda: instructions_per_request(args, adapter_only, udp, work, "adapter"))
-                bare_ir = instructions_per_request(args, bare, udp, work, "bare")
-                alone_ir, _, _ = median_of(
-                    args.repeats, lambda: framework_alone([stripped["todos-bare"], "--hummingbird-only"], work, name))
-            row(f"{name}: {LARGER_THREAD_CACHE}: adapter without router", "k instr", adapter_ir / 1e3, bare_ir / 1e3)
-            row(f"{name}:   of which Hummingbird alone, in-process", "k instr", alone_ir / 1e3, bare_ir / 1e3)
-            row(f"{name}:   of which the adapter's own", "k instr", (adapter_ir - bare_ir - alone_ir) / 1e3, bare_ir / 1e3)
+                split_rows(args, name, f"{LARGER_THREAD_CACHE}: adapter without router", adapter, bare_handler, alone, "Hummingbird")
             app_cpu = cpu_per_request(args, app, udp)
             adapter_cpu = cpu_per_request(args, adapter_only, udp)
             bare_cpu = cpu_per_request(args, bare, udp)
