@@ -69,7 +69,11 @@ package final class ChildProcess: Sendable {
     package func waitForLine(containing marker: String, seconds: Double = 15) async throws -> String {
         let deadline = ContinuousClock.now + .milliseconds(Int(TestEnvironment.scaled(seconds) * 1000))
         while ContinuousClock.now < deadline {
-            if let line = standardOutput.split(separator: "\n").first(where: { $0.contains(marker) }) {
+            // Only lines the process has ended: a pipe can hand over `LISTENING` before the port
+            // that follows it on the same line.
+            let output = standardOutput
+            let complete = output.lastIndex(of: "\n").map { output[..<$0] } ?? ""
+            if let line = complete.split(separator: "\n").first(where: { $0.contains(marker) }) {
                 return String(line)
             }
             // A process that exited may still have output in its pipes: look once more after they end.
