@@ -724,6 +724,26 @@ struct HTTP3LoopbackTests {
         private var value = 0
         func add(_ count: Int) { lock.lock(); value += count; lock.unlock() }
         var total: Int { lock.lock(); defer { lock.unlock() }; return value }
+
+        /// Waits until the total reaches `target` for as long as it keeps moving; false once it
+        /// has stood still for `stall` seconds. A lost flow-control window stops a transfer for
+        /// good, while a loaded machine only slows it: on the 2-core CI machine, with the other
+        /// suites running, 6 MB of upload has taken 15 s that takes 0.03 s alone.
+        func reaches(_ target: Int, unlessStillFor stall: Double = 20) async -> Bool {
+            var last = total
+            var lastMoved = ContinuousClock.now
+            while last < target {
+                try? await Task.sleep(for: .milliseconds(20))
+                if Task.isCancelled { return false }
+                let now = total
+                if now != last {
+                    (last, lastMoved) = (now, .now)
+                } else if ContinuousClock.now - lastMoved > TestEnvironment.scaled(.seconds(stall)) {
+                    return false
+                }
+            }
+            return true
+        }
     }
 
     @Test func aSlowReaderHoldsTheServerBackThroughFlowControl() async throws {
@@ -750,7 +770,7 @@ struct HTTP3LoopbackTests {
         var received = try await iterator.next()?.count ?? 0
         // While the reader waits, the producer fills the stream window and the server's send
         // buffer, and no more: `HTTP3BackpressureTests` proves the bound on the virtual clock.
-        let filled = await eventually { produced.total >= 4 << 20 }
+        let filled = await produced.reaches(4 << 20)
         #expect(filled, "the producer stopped at \(produced.total) bytes, short of the stream window")
         #expect(produced.total < 24 << 20, "produced \(produced.total) bytes for a reader that took \(received)")
         while let next = try await iterator.next() { received += next.count }
@@ -779,7 +799,7 @@ struct HTTP3LoopbackTests {
         let response = try await client.execute(HTTPRequest(method: .get, scheme: "https", authority: "localhost:\(port)", path: "/written"))
         var iterator = response.body.makeAsyncIterator()
         var received = try await iterator.next()?.count ?? 0
-        let filled = await eventually { taken.total >= 4 << 20 }
+        let filled = await taken.reaches(4 << 20)
         #expect(filled, "the writer stopped at \(taken.total) bytes, short of the stream window")
         #expect(taken.total < 24 << 20, "the writer got \(taken.total) bytes ahead of a reader that took \(received)")
         while let next = try await iterator.next() { received += next.count }
@@ -994,7 +1014,7 @@ struct HTTP3LoopbackTests {
             var received = try await iterator.next()?.count ?? 0
             // The client fills the stream window while the handler waits, and no more
             // (`HTTP3BackpressureTests` proves the bound on the virtual clock).
-            _ = await eventually { produced.total >= 4 << 20 }
+            _ = await produced.reaches(4 << 20)
             observed.add(produced.total)
             while let chunk = try await iterator.next() { received += chunk.count }
             return HTTP3ServerResponse(status: .ok, body: Array("\(received)".utf8))
