@@ -59,6 +59,63 @@ struct HTTP3LoopbackTests {
         #expect(responderCalls.withLockedValue { $0 } == 2)
     }
 
+    /// A future responder answers requests that ended with their head, as NIO frameworks
+    /// answer, with no task: its future may complete later, on the connection's loop or another,
+    /// and a failed one answers 500 and costs only its own stream. A HEAD request's answer goes
+    /// without content. What it passes on (nil), here an upload, reaches the handler.
+    @Test func aFutureResponderAnswersLaterOnAnyLoopAndPassesTheRestOn() async throws {
+        let identity = try SelfSignedCertificate.generate()
+        var configuration = HTTP3Server.Configuration()
+        configuration.port = 0
+        configuration.identity = identity
+        let elsewhere = try QUICEventLoop(name: "test-elsewhere")
+        let sawBodies = NIOLockedValueBox<[String: Bool]>([:])
+        let server = try HTTP3Server(
+            configuration: configuration,
+            futureResponder: { request in
+                let path = request.path ?? ""
+                sawBodies.withLockedValue { $0[path] = !request.body.endedWithHead }
+                guard request.body.endedWithHead, let loop = request.eventLoop else { return nil }
+                let answer = HTTP3ServerResponse(status: .ok, body: Array("later from \(path)".utf8))
+                switch path {
+                case "/fail":
+                    struct Refused: Error {}
+                    return loop.makeFailedFuture(Refused())
+                case "/elsewhere":
+                    return elsewhere.scheduleTask(in: .milliseconds(20)) { answer }.futureResult
+                default:
+                    return loop.scheduleTask(in: .milliseconds(20)) { answer }.futureResult
+                }
+            },
+            handler: { request in
+                let body = try await request.body.collect()
+                return HTTP3ServerResponse(status: .accepted, body: Array("from the handler, \(body.count) bytes".utf8))
+            }
+        )
+        let port = try await server.start()
+        defer { server.shutdown() }
+        let client = Self.client(trusting: identity)
+        defer { client.shutdown() }
+        func get(_ path: String, method: HTTPRequest.Method = .get) async throws -> (HTTPResponse.Status, String) {
+            let response = try await client.execute(HTTPRequest(method: method, scheme: "https", authority: "localhost:\(port)", path: path))
+            return (response.head.status, String(decoding: try await response.body.collect(), as: UTF8.self))
+        }
+        #expect(try await get("/loop") == (.ok, "later from /loop"))
+        #expect(try await get("/elsewhere") == (.ok, "later from /elsewhere"))
+        let (failed, _) = try await get("/fail")
+        #expect(failed == .internalServerError)
+        #expect(try await get("/head", method: .head) == (.ok, ""))
+        let upload = try await client.execute(
+            HTTPRequest(method: .post, scheme: "https", authority: "localhost:\(port)", path: "/upload"), body: Array(repeating: 7, count: 5000)
+        )
+        #expect(upload.head.status == .accepted)
+        #expect(String(decoding: try await upload.body.collect(), as: UTF8.self) == "from the handler, 5000 bytes")
+        #expect(try await get("/loop") == (.ok, "later from /loop"), "the connection outlived the failed future")
+        #expect(sawBodies.withLockedValue { $0 } == ["/loop": false, "/elsewhere": false, "/fail": false, "/head": false, "/upload": true])
+        let accepted = await server.workerStatistics().map(\.connectionsAccepted).reduce(0, +)
+        #expect(accepted == 1)
+    }
+
     static func client(trusting identity: SelfSignedCertificate) -> HTTP3Client {
         var configuration = HTTP3Client.Configuration()
         configuration.certificateVerification = .pinnedSHA256(identity.sha256Fingerprint)

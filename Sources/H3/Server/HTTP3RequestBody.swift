@@ -52,6 +52,10 @@ public struct HTTP3RequestBody: AsyncSequence, Sendable {
     /// No body and no trailers.
     static let empty = HTTP3RequestBody()
 
+    /// Whether the request ended with its head (RFC 9114 §4.1: its HEADERS frame came with the
+    /// stream's end), so that there is no body and no trailers to wait for.
+    public var endedWithHead: Bool { storage == nil }
+
     public func makeAsyncIterator() -> Iterator {
         guard let storage else { return Iterator(base: nil, consumed: { _ in }) }
         return Iterator(base: storage.stream.makeAsyncIterator(), consumed: storage.consumed)

@@ -31,12 +31,24 @@ public final class HTTP3Server: Sendable {
     /// body (the body is still arriving; hand such requests to the handler).
     public typealias Responder = @Sendable (HTTP3ServerRequest) -> HTTP3ServerResponse?
 
+    /// Answers a request with a future, on the connection's event loop without a task, as soon
+    /// as its head arrives: return the future of the response, or nil to pass the request on to
+    /// the ``Handler``.
+    ///
+    /// For frameworks built on NIO futures, such as Vapor, whose responders return one: the
+    /// request goes through them as their own HTTP/1.1 server sends it, with no task to create
+    /// and no continuation to resume. The future may complete on any event loop; a failed one
+    /// answers 500, as a handler's error does. It runs beside the connection's I/O, so it must
+    /// neither block nor take long, and, like a ``Responder``, it cannot read the request body.
+    public typealias FutureResponder = @Sendable (HTTP3ServerRequest) -> EventLoopFuture<HTTP3ServerResponse>?
+
     /// The configuration the server was created with.
     public let configuration: Configuration
     /// The certificate the server generated because the configuration named none.
     public let generatedCertificate: SelfSignedCertificate?
     private let handler: Handler
     private let responder: Responder?
+    private let futureResponder: FutureResponder?
     private let credentials: TLSCredentials
     private let logger: Logger
     private let workers = NIOLockedValueBox<QUICServerWorkerGroup?>(nil)
@@ -49,12 +61,16 @@ public final class HTTP3Server: Sendable {
     /// `start()`. Throws when a certificate file has no key, or a certificate cannot be loaded
     /// or generated.
     ///
-    /// A `responder` answers first, without a task; the requests it passes on (nil) go to the
-    /// `handler`.
-    public init(configuration: Configuration, responder: Responder? = nil, handler: @escaping Handler) throws {
+    /// A `responder` answers first, without a task, then a `futureResponder`; the requests both
+    /// pass on (nil) go to the `handler`.
+    public init(
+        configuration: Configuration, responder: Responder? = nil, futureResponder: FutureResponder? = nil,
+        handler: @escaping Handler
+    ) throws {
         self.configuration = configuration
         self.handler = handler
         self.responder = responder
+        self.futureResponder = futureResponder
         self.logger = Logger(label: "h3.server")
         if let chain = configuration.certificateChainFile {
             guard let key = configuration.privateKeyFile else { throw TLSError.missingFile(path: "(no private key given for \(chain))") }
@@ -91,6 +107,7 @@ public final class HTTP3Server: Sendable {
         endpointConfiguration.loadBalancer = configuration.loadBalancer
         let handler = self.handler
         let responder = self.responder
+        let futureResponder = self.futureResponder
         let logger = self.logger
         let connections = self.connections
         let workers = try await QUICServerWorkerGroup.bind(
@@ -103,7 +120,8 @@ public final class HTTP3Server: Sendable {
             logger: logger
         ) { driver in
             let connection = HTTP3ServerConnection(
-                driver: driver, responder: responder, handler: handler, requestHeaderTimeout: requestHeaderTimeout, logger: logger
+                driver: driver, responder: responder, futureResponder: futureResponder, handler: handler,
+                requestHeaderTimeout: requestHeaderTimeout, logger: logger
             )
             connection.attach()
             let key = ObjectIdentifier(connection)

@@ -28,6 +28,7 @@ final class HTTP3ServerConnection: @unchecked Sendable {
     /// while `driver.core`, a property from another module, is retained around each use.
     private let core: QUICConnectionCore
     private let responder: HTTP3Server.Responder?
+    private let futureResponder: HTTP3Server.FutureResponder?
     private let handler: HTTP3Server.Handler
     let logger: Logger
     @exclusivity(unchecked) private var incoming: [Int64: Incoming] = [:]
@@ -62,6 +63,7 @@ final class HTTP3ServerConnection: @unchecked Sendable {
     init(
         driver: QUICConnectionDriver,
         responder: HTTP3Server.Responder? = nil,
+        futureResponder: HTTP3Server.FutureResponder? = nil,
         handler: @escaping HTTP3Server.Handler,
         requestHeaderTimeout: UInt64? = nil,
         logger: Logger
@@ -69,6 +71,7 @@ final class HTTP3ServerConnection: @unchecked Sendable {
         self.driver = driver
         self.core = driver.core
         self.responder = responder
+        self.futureResponder = futureResponder
         self.handler = handler
         self.requestHeaderTimeout = requestHeaderTimeout
         self.logger = logger
@@ -271,7 +274,31 @@ final class HTTP3ServerConnection: @unchecked Sendable {
             respond(streamID: streamID, response, toHead: response.hasContent && request.method == .head)
             return
         }
+        if let futureResponder, let future = futureResponder(request) {
+            respond(streamID: streamID, when: future, toHead: request.method == .head)
+            return
+        }
         runHandler(for: request)
+    }
+
+    /// Sends the response `future` completes with, from this connection's loop; a failed
+    /// future answers 500, as a handler's error does.
+    @inline(never)
+    private func respond(streamID: Int64, when future: EventLoopFuture<HTTP3ServerResponse>, toHead: Bool) {
+        future.hop(to: driver.eventLoop).whenComplete { result in
+            switch result {
+            case .success(let response):
+                self.respond(streamID: streamID, response, toHead: toHead)
+            case .failure(let error):
+                self.respond(streamID: streamID, self.internalError(error, streamID: streamID), toHead: toHead)
+            }
+        }
+    }
+
+    /// The 500 for a handler's or a future's error, which is logged.
+    private func internalError(_ error: any Error, streamID: Int64) -> HTTP3ServerResponse {
+        logger.warning("handler failed", metadata: ["stream": "\(streamID)", "error": "\(error)"])
+        return HTTP3ServerResponse(status: .internalServerError, body: Array("internal error\n".utf8))
     }
 
     /// Starts the async handler on `request`. Out of line, as the other places that hold a
@@ -282,7 +309,6 @@ final class HTTP3ServerConnection: @unchecked Sendable {
         let streamID = request.streamID
         let isHead = request.method == .head
         let handler = self.handler
-        let logger = self.logger
         // Started at once, on this loop (SE-0472): a handler that answers without suspending
         // responds within this pass, with no enqueue and no hop. One that suspends resumes on
         // the connection's loop, its preferred executor.
@@ -291,8 +317,7 @@ final class HTTP3ServerConnection: @unchecked Sendable {
             do {
                 response = try await handler(request)
             } catch {
-                logger.warning("handler failed", metadata: ["stream": "\(streamID)", "error": "\(error)"])
-                response = HTTP3ServerResponse(status: .internalServerError, body: Array("internal error\n".utf8))
+                response = self.internalError(error, streamID: streamID)
             }
             // A handler may have moved itself elsewhere (Task.detached work, another executor).
             if self.driver.eventLoop.inEventLoop {
