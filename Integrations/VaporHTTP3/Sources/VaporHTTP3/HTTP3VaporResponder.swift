@@ -50,37 +50,61 @@ struct HTTP3VaporResponder: Sendable {
     /// Whether a field, by its lower-case name, is specific to an HTTP/1.1 connection and so
     /// malformed in HTTP/3 (RFC 9114 §4.2). A switch: a set would hash every name it is asked.
     static func isConnectionSpecific(_ canonicalName: String) -> Bool {
+        // By length first: most names are none of these lengths, and need no comparison.
+        switch canonicalName.utf8.count {
+        case 7, 10, 16, 17: break
+        default: return false
+        }
         switch canonicalName {
-        case "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade": true
-        default: false
+        case "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade": return true
+        default: return false
         }
     }
 
+    /// Answers a request that ended with its head (a GET, say) without a task: it goes through
+    /// Vapor's responder as Vapor's own HTTP/1.1 server sends it, futures on the connection's
+    /// loop. Requests with a body go to ``respond(to:)``, which reads it first; nil passes them on.
+    func respondWithoutTask(to h3Request: HTTP3ServerRequest) -> EventLoopFuture<HTTP3ServerResponse>? {
+        guard h3Request.body.endedWithHead, let eventLoop = h3Request.eventLoop else { return nil }
+        let (request, context) = vaporRequest(from: h3Request, body: ByteBuffer(), on: eventLoop)
+        return answer(request, context: context, bodyTooLarge: false, on: eventLoop)
+    }
+
+    /// Answers any request, reading its body first (streamed, for the routes marked so).
     func respond(to h3Request: HTTP3ServerRequest) async throws -> HTTP3ServerResponse {
         let eventLoop = h3Request.eventLoop ?? application.eventLoopGroup.any()
+        let body: ByteBuffer?
+        if streamedBodyRoutes.streamsBody(method: HTTPMethod(rawValue: h3Request.method.rawValue), path: URI(path: h3Request.path ?? "/").path) {
+            body = ByteBuffer()
+        } else {
+            let declaredLength = h3Request.headerField(.contentLength).flatMap { Int($0) }
+            body = try await Self.collect(h3Request.body, limit: maximumBodySize, declaredLength: declaredLength)
+        }
+        let (request, context) = vaporRequest(from: h3Request, body: body, on: eventLoop)
+        return try await answer(request, context: context, bodyTooLarge: body == nil, on: eventLoop).get()
+    }
+
+    /// Vapor's request for `h3Request`, with `body` collected (nil when it was over the limit),
+    /// and the HTTP/3 context it carries (`Request.http3`).
+    func vaporRequest(from h3Request: HTTP3ServerRequest, body: ByteBuffer?, on eventLoop: any EventLoop) -> (Request, HTTP3RequestContext) {
         // Straight from the field section into Vapor's type: an `HTTPRequest` in between
         // (`h3Request.head`) would index and check every field again, for nothing Vapor reads.
-        var headers = HTTPHeaders()
-        var declaredLength: Int?
+        // All at once: `HTTPHeaders.add` checks each name is ASCII, which nghttp3 made sure of
+        // (RFC 9114 §4.2: it drops a field whose name is not a lower-case token).
+        var fields: [(String, String)] = []
+        fields.reserveCapacity(8)
+        var hasHost = false
         h3Request.forEachHeaderField { name, value in
-            if name == "content-length" { declaredLength = Int(value) }
-            headers.add(name: name, value: value)
+            if name == "host" { hasHost = true }
+            fields.append((name, value))
         }
         // HTTP/3 carries the authority in `:authority` (RFC 9114 §4.3.1); Vapor reads `Host`.
-        if let authority = h3Request.authority, !headers.contains(name: .host) {
-            headers.add(name: .host, value: authority)
-        }
+        if !hasHost, let authority = h3Request.authority { fields.append(("host", authority)) }
+        let headers = HTTPHeaders(fields)
         let method = HTTPMethod(rawValue: h3Request.method.rawValue)
         // The request target as Vapor's HTTP/1.1 decoder takes it: path and query, unparsed.
         let url = URI(path: h3Request.path ?? "/")
         let streamsBody = streamedBodyRoutes.streamsBody(method: method, path: url.path)
-        let body: ByteBuffer?
-        if streamsBody {
-            body = ByteBuffer()
-        } else {
-            body = try await Self.collect(h3Request.body, limit: maximumBodySize, declaredLength: declaredLength)
-        }
-
         // Vapor sets `request-id` on the request's logger: held beside the application's
         // handler until a message is written, rather than rendered into it on every request.
         var logger = application.logger
@@ -100,17 +124,26 @@ struct HTTP3VaporResponder: Sendable {
         let context = HTTP3RequestContext(
             clientPriority: h3Request.priority, streamID: h3Request.streamID, body: h3Request.body, streamsBody: streamsBody)
         request.http3 = context
+        return (request, context)
+    }
 
-        let response: Response
-        if body == nil {
+    /// Vapor's response to `request`, as an HTTP/3 one; `bodyTooLarge`, Vapor's 413.
+    func answer(
+        _ request: Request, context: HTTP3RequestContext, bodyTooLarge: Bool, on eventLoop: any EventLoop
+    ) -> EventLoopFuture<HTTP3ServerResponse> {
+        let vaporResponse: EventLoopFuture<Response>
+        if bodyTooLarge {
             // Larger than the limit: Vapor's own answer to a `.collect` route over TCP, through
             // the application's middleware so that its ErrorMiddleware shapes it.
             let tooLarge = application.middleware.resolve().makeResponder(chainingTo: FailingResponder(error: Abort(.payloadTooLarge)))
-            response = try await tooLarge.respond(to: request).get()
+            vaporResponse = tooLarge.respond(to: request)
         } else {
-            response = try await responder.respond(to: request).get()
+            vaporResponse = responder.respond(to: request)
         }
-        return try await Self.http3Response(from: response, for: request, context: context, date: dates.current, on: eventLoop)
+        let date = dates.current
+        return vaporResponse.flatMap { response in
+            Self.http3Response(from: response, for: request, context: context, date: date, on: eventLoop)
+        }
     }
 
     /// Reads the body as QUIC delivers it, which is what opens the client's flow control
@@ -126,49 +159,60 @@ struct HTTP3VaporResponder: Sendable {
         return buffer
     }
 
-    /// The Vapor response as an HTTP/3 one: status, header fields without the connection-specific
-    /// ones, `date` unless the handler set one (RFC 9110 §6.6.1), the body (a streamed one once
-    /// Vapor has produced it), the handler's priority override and trailers.
+    /// The Vapor response as an HTTP/3 one, once its body is at hand: the one it holds, or else
+    /// collected from its stream, except for a HEAD request's and for a stream written as QUIC
+    /// takes it.
     static func http3Response(
         from response: Response, for request: Request, context: HTTP3RequestContext, date: HTTPField, on eventLoop: any EventLoop
-    ) async throws -> HTTP3ServerResponse {
+    ) -> EventLoopFuture<HTTP3ServerResponse> {
+        let streaming = response.body.count == -1 ? response.storage[HTTP3StreamingBodyKey.self] : nil
+        let held = response.body.buffer
+        guard request.method != .HEAD, streaming == nil, held == nil, response.body.count != 0 else {
+            return eventLoop.makeSucceededFuture(
+                http3Response(from: response, body: held, streaming: streaming, isHead: request.method == .HEAD, context: context, date: date))
+        }
+        return response.body.collect(on: eventLoop).map { collected in
+            http3Response(from: response, body: collected, streaming: nil, isHead: false, context: context, date: date)
+        }
+    }
+
+    /// The Vapor response as an HTTP/3 one: status, header fields without the connection-specific
+    /// ones, `date` unless the handler set one (RFC 9110 §6.6.1), the body (none for a HEAD
+    /// request, RFC 9110 §9.3.2), the handler's priority override and trailers.
+    static func http3Response(
+        from response: Response, body: ByteBuffer?, streaming: HTTP3StreamingBody?, isHead: Bool, context: HTTP3RequestContext, date: HTTPField
+    ) -> HTTP3ServerResponse {
         var fields = HTTPFields()
         fields.reserveCapacity(response.headers.count + 1)
+        var hasDate = false
         for (name, value) in response.headers {
             // The name's canonical form is lower case already: no second lower-cased copy.
             guard let fieldName = HTTPField.Name(name), !isConnectionSpecific(fieldName.canonicalName) else { continue }
+            if fieldName == .date { hasDate = true }
             fields.append(HTTPField(name: fieldName, value: value))
         }
-        if !response.headers.contains(name: .date) { fields.append(date) }
+        if !hasDate { fields.append(date) }
         let head = HTTPResponse(status: HTTPResponse.Status(code: Int(response.status.code), reasonPhrase: response.status.reasonPhrase), headerFields: fields)
         var http3Response = HTTP3ServerResponse(head: head)
-        if request.method == .HEAD {
-            // No content (RFC 9110 §9.3.2).
-        } else if response.body.count == -1, let streaming = response.storage[HTTP3StreamingBodyKey.self] {
+        if isHead {
+            // No content.
+        } else if let streaming {
             // Written as QUIC takes it; a middleware that replaced the body made it no stream.
             http3Response = HTTP3ServerResponse(head: head) { writer in
                 try await streaming.write(HTTP3VaporBodyWriter(writer: writer))
             }
-        } else if let buffer = try await body(of: response, on: eventLoop), buffer.readableBytes > 0 {
-            if buffer.readableBytes <= singlePieceLimit {
+        } else if let body, body.readableBytes > 0 {
+            if body.readableBytes <= singlePieceLimit {
                 // One memcpy (NIO's `getBytes`): an array made from the bytes' view, or from a
                 // raw buffer pointer, copies them one at a time.
-                http3Response.body = Array(buffer: buffer)
+                http3Response.body = Array(buffer: body)
             } else {
-                http3Response.bodyStream = pieces(of: buffer)
+                http3Response.bodyStream = pieces(of: body)
             }
         }
         http3Response.priority = context.priorityOverride
         http3Response.trailers = context.responseTrailers
         return http3Response
-    }
-
-    /// The response's whole body: the one it holds, or else collected from its stream. Vapor's
-    /// `collect` would wrap a held body in a future, one more await for every request.
-    static func body(of response: Response, on eventLoop: any EventLoop) async throws -> ByteBuffer? {
-        if let held = response.body.buffer { return held }
-        if response.body.count == 0 { return nil }
-        return try await response.body.collect(on: eventLoop).get()
     }
 
     /// A large body as a stream of pieces, made only as the server pulls them.

@@ -51,7 +51,8 @@ public final class VaporHTTP3Server: Vapor.Server, Sendable {
         serverConfiguration.port = port
         let responder = HTTP3VaporResponder(application: application, responder: application.responder.current)
         do {
-            let server = try HTTP3Server(configuration: serverConfiguration, handler: responder.respond)
+            let server = try HTTP3Server(
+                configuration: serverConfiguration, futureResponder: responder.respondWithoutTask, handler: responder.respond)
             let bound = try await server.start()
             http3.withLockedValue { $0 = server }
             boundPort.withLockedValue { $0 = bound }
