@@ -116,6 +116,33 @@ struct HTTP3LoopbackTests {
         #expect(accepted == 1)
     }
 
+    /// A body in a `ByteBuffer` goes after the array body, and reads back as part of `body`;
+    /// changing `body` keeps both parts. A HEAD request's answer carries neither.
+    @Test func aBufferBodyFollowsTheArrayBody() async throws {
+        var response = HTTP3ServerResponse(status: .ok, body: Array("array, ".utf8))
+        response.bodyBuffer = ByteBuffer(string: "then buffer")
+        #expect(response.body == Array("array, then buffer".utf8))
+        var changed = response
+        changed.body += Array("!".utf8)
+        #expect(changed.body == Array("array, then buffer!".utf8))
+        #expect(changed.bodyBuffer == nil)
+        #expect(response.bodyBuffer == ByteBuffer(string: "then buffer"), "a copy's change left the original as it was")
+        var emptied = response
+        emptied.bodyBuffer = ByteBuffer()
+        #expect(emptied.bodyBuffer == nil)
+
+        let sent = response
+        let (server, port, identity) = try await Self.startServer { _ in sent }
+        defer { server.shutdown() }
+        let client = Self.client(trusting: identity)
+        defer { client.shutdown() }
+        let get = try await client.execute(HTTPRequest(method: .get, scheme: "https", authority: "localhost:\(port)", path: "/"))
+        #expect(String(decoding: try await get.body.collect(), as: UTF8.self) == "array, then buffer")
+        let head = try await client.execute(HTTPRequest(method: .head, scheme: "https", authority: "localhost:\(port)", path: "/"))
+        #expect(head.head.status == .ok)
+        #expect(try await head.body.collect().isEmpty)
+    }
+
     static func client(trusting identity: SelfSignedCertificate) -> HTTP3Client {
         var configuration = HTTP3Client.Configuration()
         configuration.certificateVerification = .pinnedSHA256(identity.sha256Fingerprint)

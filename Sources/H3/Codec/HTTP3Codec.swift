@@ -1,4 +1,5 @@
 import CQuicShims
+import NIOCore
 @_spi(StreamTable) import QuicTransport
 
 /// HTTP/3 (RFC 9114) on nghttp3 0.8, running inside a QUIC connection core's read and write
@@ -194,16 +195,20 @@ package final class HTTP3Codec: QUICApplicationCodec {
 
     /// Sends a response on the request's stream (server). With `streaming`, the body arrives
     /// later through `appendBody(streamID:_:finished:)`. With `file`, the body is read from the
-    /// file region as the peer takes it; the server passes no other body with one.
+    /// file region as the peer takes it; the server passes no other body with one. A
+    /// `bodyBuffer` follows `body`.
     package func submitResponse(
         streamID: Int64,
         headers: some HTTP3FieldArraySource,
         body: [UInt8]?,
+        bodyBuffer: ByteBuffer? = nil,
         file: HTTP3FileRegion? = nil,
         streaming: Bool = false,
         trailers: [(name: String, value: String)]? = nil
     ) throws {
-        try submit(streamID: streamID, headers: headers, body: body, file: file, streaming: streaming, trailers: trailers) { conn, nva, count, reader in
+        try submit(
+            streamID: streamID, headers: headers, body: body, bodyBuffer: bodyBuffer, file: file, streaming: streaming, trailers: trailers
+        ) { conn, nva, count, reader in
             nghttp3_conn_submit_response(conn, streamID, nva, count, reader)
         }
     }
@@ -266,18 +271,19 @@ package final class HTTP3Codec: QUICApplicationCodec {
         streamID: Int64,
         headers: some HTTP3FieldArraySource,
         body: [UInt8]?,
+        bodyBuffer: ByteBuffer? = nil,
         file: HTTP3FileRegion? = nil,
         streaming: Bool,
         trailers: [(name: String, value: String)]?,
         call: (OpaquePointer, UnsafePointer<nghttp3_nv>, Int, UnsafePointer<nghttp3_data_reader>?) -> Int32
     ) throws {
         guard let conn else { return }
-        if body == nil, !streaming, trailers == nil, let file, file.inMemoryBytes != nil {
+        if body == nil, bodyBuffer == nil, !streaming, trailers == nil, let file, file.inMemoryBytes != nil {
             try submitResident(streamID: streamID, headers: headers, file: file, conn: conn, call: call)
             return
         }
-        let queued = body != nil || file != nil || streaming || trailers != nil
-            ? HTTP3OutgoingBody(copying: body, file: file, finished: !streaming, trailers: trailers) : nil
+        let queued = body != nil || bodyBuffer != nil || file != nil || streaming || trailers != nil
+            ? HTTP3OutgoingBody(copying: body, then: bodyBuffer, file: file, finished: !streaming, trailers: trailers) : nil
         noteSubmitted(headers, streamID: streamID)
         var reader = nghttp3_data_reader(read_data: Self.readBody)
         let rv = headers.withFieldArray { nva, count in

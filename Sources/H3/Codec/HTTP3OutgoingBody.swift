@@ -1,4 +1,5 @@
 import CQuicShims
+import NIOCore
 @_spi(StreamTable) import QuicTransport
 
 /// A request or response body nghttp3 sends from: a queue of chunks, each kept until the peer
@@ -74,8 +75,12 @@ final class HTTP3OutgoingBody {
     /// window's worth, since only acknowledged bytes free one.
     @exclusivity(unchecked) private var spareFileBuffers: [UnsafeMutableRawPointer] = []
 
-    init(copying source: [UInt8]?, file: HTTP3FileRegion?, finished: Bool, trailers: [(name: String, value: String)]?) {
+    init(
+        copying source: [UInt8]?, then buffer: ByteBuffer? = nil, file: HTTP3FileRegion?, finished: Bool,
+        trailers: [(name: String, value: String)]?
+    ) {
         if let source { append(source) }
+        if let buffer { append(buffer) }
         self.file = file.flatMap { $0.range.isEmpty ? nil : $0 }
         isFinished = finished
         self.trailers = trailers
@@ -85,6 +90,14 @@ final class HTTP3OutgoingBody {
         guard !source.isEmpty else { return }
         let bytes = UnsafeMutableRawBufferPointer.allocate(byteCount: source.count, alignment: 1)
         source.withUnsafeBytes { bytes.copyMemory(from: $0) }
+        enqueue(Chunk(bytes: UnsafeRawBufferPointer(bytes), memory: .owned))
+    }
+
+    /// Adds a copy of the buffer's readable bytes, as `append(_:)` adds an array's.
+    func append(_ buffer: ByteBuffer) {
+        guard buffer.readableBytes > 0 else { return }
+        let bytes = UnsafeMutableRawBufferPointer.allocate(byteCount: buffer.readableBytes, alignment: 1)
+        buffer.withUnsafeReadableBytes { bytes.copyMemory(from: $0) }
         enqueue(Chunk(bytes: UnsafeRawBufferPointer(bytes), memory: .owned))
     }
 

@@ -366,7 +366,8 @@ final class HTTP3ServerConnection: @unchecked Sendable {
             try codec.submitResponse(
                 streamID: streamID,
                 headers: fields,
-                body: !withContent || response.body.isEmpty || file != nil ? nil : response.body,
+                body: !withContent || response.givenBody.isEmpty || file != nil ? nil : response.givenBody,
+                bodyBuffer: !withContent || file != nil ? nil : response.bodyBuffer,
                 file: file,
                 streaming: streaming,
                 trailers: withContent ? response.trailers.map(\.pairs) : nil

@@ -28,12 +28,23 @@ public struct HTTP3ServerResponse: Sendable {
     }
     /// The body bytes, sent before any `bodyStream`; empty by default.
     public var body: [UInt8] {
-        get { storage.body }
+        get { storage.bodyBuffer.map { storage.body + Array(buffer: $0) } ?? storage.body }
         // In place, so appending to a response's body does not copy what it has.
         _modify {
             let storage = uniqueStorage()
+            if let buffer = storage.bodyBuffer {
+                storage.body += Array(buffer: buffer)
+                storage.bodyBuffer = nil
+            }
             yield &storage.body
         }
+    }
+    /// Body bytes in a NIO `ByteBuffer`, sent after `body` and before any `bodyStream`: for a
+    /// framework whose responses hold one (Vapor), which would otherwise copy it into an array
+    /// first. HTTP/3 copies the readable bytes once, into the memory it sends from.
+    public var bodyBuffer: ByteBuffer? {
+        get { storage.bodyBuffer }
+        set { uniqueStorage().bodyBuffer = newValue.flatMap { $0.readableBytes > 0 ? $0 : nil } }
     }
     /// A body produced piece by piece, sent after `body`; the server pulls the next piece only
     /// while less than `HTTP3BodyPump.bufferLimit` (4 MiB) waits for acknowledgement.
@@ -45,10 +56,14 @@ public struct HTTP3ServerResponse: Sendable {
             storage.hasBodyStream = newValue != nil
         }
     }
+    /// The bytes of `body` as given, without those of `bodyBuffer`, which the getter adds.
+    var givenBody: [UInt8] { storage.body }
+    /// The bytes of `body` and `bodyBuffer`, without copying either.
+    var bodyByteCount: Int { storage.body.count + (storage.bodyBuffer?.readableBytes ?? 0) }
     /// Whether the body goes on in a `bodyStream`.
     var hasBodyStream: Bool { storage.hasBodyStream }
     /// Whether it carries any content: bytes, a file or a stream.
-    var hasContent: Bool { !storage.body.isEmpty || storage.file != nil || storage.hasBodyStream }
+    var hasContent: Bool { !storage.body.isEmpty || storage.bodyBuffer != nil || storage.file != nil || storage.hasBodyStream }
     /// Overrides the client's priority for this response (RFC 9218 §8: the server decides).
     public var priority: HTTPPriority? {
         get { storage.priority }
@@ -89,6 +104,8 @@ public struct HTTP3ServerResponse: Sendable {
     private final class Storage: @unchecked Sendable {
         @exclusivity(unchecked) var head: HTTP3ResponseHead
         @exclusivity(unchecked) var body: [UInt8]
+        /// Never an empty buffer: `bodyBuffer`'s setter keeps nil instead.
+        @exclusivity(unchecked) var bodyBuffer: ByteBuffer?
         @exclusivity(unchecked) var bodyStream: AsyncThrowingStream<[UInt8], any Error>?
         /// Kept apart from `bodyStream`: telling that stream from nil goes through its type's
         /// metadata (the concurrency library is built for library evolution), and every
@@ -107,6 +124,7 @@ public struct HTTP3ServerResponse: Sendable {
 
         func copy() -> Storage {
             let copy = Storage(head: head, body: body, file: file)
+            copy.bodyBuffer = bodyBuffer
             copy.bodyStream = bodyStream
             copy.hasBodyStream = hasBodyStream
             copy.priority = priority

@@ -43,7 +43,7 @@ package enum HTTPAccessLogLine {
         let status = response.head.status
         if request.method == .head || status == .notModified || status == .noContent { return "0" }
         if response.file != nil || response.bodyStream != nil { return response.head.headerFields[.contentLength] ?? "-" }
-        return String(response.body.count)
+        return String(response.bodyByteCount)
     }
 
     /// `duration` in seconds with six decimals.
