@@ -117,7 +117,8 @@ struct HTTP3LoopbackTests {
     }
 
     /// A body in a `ByteBuffer` goes after the array body, and reads back as part of `body`;
-    /// changing `body` keeps both parts. A HEAD request's answer carries neither.
+    /// changing `body` keeps both parts. HTTP/3 sends the buffer's bytes from where they are,
+    /// and they stay as given until sent. A HEAD request's answer carries neither.
     @Test func aBufferBodyFollowsTheArrayBody() async throws {
         var response = HTTP3ServerResponse(status: .ok, body: Array("array, ".utf8))
         response.bodyBuffer = ByteBuffer(string: "then buffer")
@@ -132,12 +133,24 @@ struct HTTP3LoopbackTests {
         #expect(emptied.bodyBuffer == nil)
 
         let sent = response
-        let (server, port, identity) = try await Self.startServer { _ in sent }
+        // A large one goes out over many acknowledgements, long after the handler, and the
+        // buffer it made, are gone, while the handler's copy is written over.
+        let large = (0..<(3 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 31) }
+        let (server, port, identity) = try await Self.startServer { request in
+            guard request.path == "/large" else { return sent }
+            var buffer = ByteBuffer(bytes: large)
+            var answer = HTTP3ServerResponse(status: .ok)
+            answer.bodyBuffer = buffer
+            buffer.setBytes([UInt8](repeating: 0, count: 4096), at: 0)
+            return answer
+        }
         defer { server.shutdown() }
         let client = Self.client(trusting: identity)
         defer { client.shutdown() }
         let get = try await client.execute(HTTPRequest(method: .get, scheme: "https", authority: "localhost:\(port)", path: "/"))
         #expect(String(decoding: try await get.body.collect(), as: UTF8.self) == "array, then buffer")
+        let largeGet = try await client.execute(HTTPRequest(method: .get, scheme: "https", authority: "localhost:\(port)", path: "/large"))
+        #expect(try await largeGet.body.collect() == large)
         let head = try await client.execute(HTTPRequest(method: .head, scheme: "https", authority: "localhost:\(port)", path: "/"))
         #expect(head.head.status == .ok)
         #expect(try await head.body.collect().isEmpty)

@@ -17,8 +17,9 @@ final class HTTP3OutgoingBody {
     /// The body's bytes in order, one chunk each, let go as the peer acknowledges them.
     @exclusivity(unchecked) private var chunks = ChunkQueue()
     /// Bytes queued for sending: memory this body allocated and frees, a buffer of
-    /// `fileChunkSize` bytes a file was read into (used again for the next read), or a small
-    /// file's contents, which its reader keeps (held in `keptReader` until the body is done).
+    /// `fileChunkSize` bytes a file was read into (used again for the next read), a small
+    /// file's contents, which its reader keeps (held in `keptReader` until the body is done),
+    /// or a `ByteBuffer`'s bytes (its storage held in `keptStorage`).
     private struct Chunk {
         enum Memory { case owned, fileBuffer, borrowed }
         let bytes: UnsafeRawBufferPointer
@@ -54,6 +55,9 @@ final class HTTP3OutgoingBody {
     }
     /// The reader whose in-memory contents chunks point into.
     @exclusivity(unchecked) private var keptReader: HTTP3FileReader?
+    /// The storage of the `ByteBuffer` whose bytes are sent from where they are, retained
+    /// and released when the body is done.
+    @exclusivity(unchecked) private var keptStorage: Unmanaged<AnyObject>?
     /// Chunks already handed to nghttp3 (from the front of `chunks`).
     @exclusivity(unchecked) private var provided = 0
     /// Bytes of the front chunk already acknowledged.
@@ -80,7 +84,7 @@ final class HTTP3OutgoingBody {
         trailers: [(name: String, value: String)]?
     ) {
         if let source { append(source) }
-        if let buffer { append(buffer) }
+        if let buffer { sendInPlace(buffer) }
         self.file = file.flatMap { $0.range.isEmpty ? nil : $0 }
         isFinished = finished
         self.trailers = trailers
@@ -93,12 +97,17 @@ final class HTTP3OutgoingBody {
         enqueue(Chunk(bytes: UnsafeRawBufferPointer(bytes), memory: .owned))
     }
 
-    /// Adds a copy of the buffer's readable bytes, as `append(_:)` adds an array's.
-    func append(_ buffer: ByteBuffer) {
+    /// Adds the buffer's readable bytes, sent from where they are: its storage is kept, by a
+    /// reference of its own (NIO's storage management, for memory handed to C), until the body
+    /// is done. A `ByteBuffer` never changes storage it shares, so the bytes stay as they are.
+    /// Once per body, from `init`.
+    private func sendInPlace(_ buffer: ByteBuffer) {
         guard buffer.readableBytes > 0 else { return }
-        let bytes = UnsafeMutableRawBufferPointer.allocate(byteCount: buffer.readableBytes, alignment: 1)
-        buffer.withUnsafeReadableBytes { bytes.copyMemory(from: $0) }
-        enqueue(Chunk(bytes: UnsafeRawBufferPointer(bytes), memory: .owned))
+        let bytes = buffer.withUnsafeReadableBytesWithStorageManagement { bytes, storage in
+            keptStorage = storage.retain()
+            return bytes
+        }
+        enqueue(Chunk(bytes: bytes, memory: .borrowed))
     }
 
     private func enqueue(_ chunk: Chunk) {
@@ -185,6 +194,7 @@ final class HTTP3OutgoingBody {
 
     deinit {
         chunks.releaseAll()
+        keptStorage?.release()
         for buffer in spareFileBuffers { buffer.deallocate() }
     }
 }

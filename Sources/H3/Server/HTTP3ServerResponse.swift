@@ -41,7 +41,9 @@ public struct HTTP3ServerResponse: Sendable {
     }
     /// Body bytes in a NIO `ByteBuffer`, sent after `body` and before any `bodyStream`: for a
     /// framework whose responses hold one (Vapor), which would otherwise copy it into an array
-    /// first. HTTP/3 copies the readable bytes once, into the memory it sends from.
+    /// first. HTTP/3 sends the readable bytes from where they are, holding the buffer's storage
+    /// until the peer has them; the buffer may be changed meanwhile, since a `ByteBuffer`
+    /// copies storage it shares before writing.
     public var bodyBuffer: ByteBuffer? {
         get { storage.bodyBuffer }
         set { uniqueStorage().bodyBuffer = newValue.flatMap { $0.readableBytes > 0 ? $0 : nil } }
