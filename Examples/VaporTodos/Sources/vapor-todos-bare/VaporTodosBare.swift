@@ -14,12 +14,13 @@ import Glibc
 /// its adapter cost per request. Hummingbird's `todos-bare` is the same handler; each example
 /// has its own so that its benchmark builds from its own package.
 ///
-///     vapor-todos-bare PORT [--framework-fields]
+///     vapor-todos-bare PORT [--framework-fields] [--future-responder]
 ///     vapor-todos-bare --vapor-only COUNT
 ///
 /// `--framework-fields` answers with the header fields Vapor's response carries over HTTP/3,
 /// `content-length` and `date` beside `content-type`, so that encoding them is not counted as
-/// the adapter's.
+/// the adapter's. `--future-responder` answers as the adapter answers a request without a body,
+/// with a future from an `HTTP3Server.FutureResponder` and no task.
 @main
 struct VaporTodosBare {
     /// Runs on a blocked main thread, not one parked in `dispatch_main`, where Valgrind 3.19
@@ -44,10 +45,11 @@ struct VaporTodosBare {
         if arguments.count == 3, arguments[1] == "--vapor-only", let count = Int(arguments[2]) {
             return try await vaporOnly(count: count)
         }
-        guard (2...3).contains(arguments.count), let port = UInt16(arguments[1]),
-            arguments.count == 2 || arguments[2] == "--framework-fields"
+        let options = arguments.dropFirst(2)
+        guard arguments.count >= 2, let port = UInt16(arguments[1]),
+            options.allSatisfy({ ["--framework-fields", "--future-responder"].contains($0) })
         else {
-            print("usage: vapor-todos-bare PORT [--framework-fields] | --vapor-only COUNT")
+            print("usage: vapor-todos-bare PORT [--framework-fields] [--future-responder] | --vapor-only COUNT")
             exit(2)
         }
         var configuration = HTTP3Server.Configuration()
@@ -56,20 +58,29 @@ struct VaporTodosBare {
         let identity = try SelfSignedCertificate.generate()
         configuration.identity = identity
         let body = TodosKiB.body
-        let server: HTTP3Server
-        if arguments.count == 3 {
+        let answer: @Sendable () -> HTTP3ServerResponse
+        if options.contains("--framework-fields") {
             // The date made once a second, as the adapter makes it (`HTTPDateField`).
             let dates = HTTPDateField()
             let fields: HTTPFields = [.contentType: "application/octet-stream", .contentLength: String(body.count)]
-            server = try HTTP3Server(configuration: configuration) { _ in
+            answer = {
                 var withDate = fields
                 withDate.append(dates.current)
                 return HTTP3ServerResponse(status: .ok, headerFields: withDate, body: body)
             }
         } else {
-            server = try HTTP3Server(configuration: configuration) { _ in
-                HTTP3ServerResponse(status: .ok, headerFields: [.contentType: "application/octet-stream"], body: body)
-            }
+            answer = { HTTP3ServerResponse(status: .ok, headerFields: [.contentType: "application/octet-stream"], body: body) }
+        }
+        let server: HTTP3Server
+        if options.contains("--future-responder") {
+            // Answered as the adapter answers a request without a body: a future, no task.
+            server = try HTTP3Server(
+                configuration: configuration,
+                futureResponder: { request in request.eventLoop?.makeSucceededFuture(answer()) },
+                handler: { _ in answer() }
+            )
+        } else {
+            server = try HTTP3Server(configuration: configuration) { _ in answer() }
         }
         let bound = try await server.start()
         print("HTTP/3 https://127.0.0.1:\(bound)/kib  SHA-256 \(identity.sha256FingerprintHex)")
