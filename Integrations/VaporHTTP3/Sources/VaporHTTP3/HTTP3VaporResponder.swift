@@ -1,7 +1,6 @@
 import H3
 import HTTPTypes
 import Logging
-import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
 import Vapor
@@ -41,11 +40,6 @@ struct HTTP3VaporResponder: Sendable {
 
     /// The HTTP version Vapor's request says: 3.0 (RFC 9114).
     static let version = HTTPVersion(major: 3, minor: 0)
-
-    /// Pieces of a large body sent as a stream, the server pulling each as QUIC makes room.
-    static let responseChunkSize = 256 * 1024
-    /// Bodies up to this size go in one piece.
-    static let singlePieceLimit = 1 << 20
 
     /// Whether a field, by its lower-case name, is specific to an HTTP/1.1 connection and so
     /// malformed in HTTP/3 (RFC 9114 §4.2). A switch: a set would hash every name it is asked.
@@ -212,30 +206,16 @@ struct HTTP3VaporResponder: Sendable {
             http3Response = HTTP3ServerResponse(head: head) { writer in
                 try await streaming.write(HTTP3VaporBodyWriter(writer: writer))
             }
-        } else if let body, body.readableBytes > 0 {
-            if body.readableBytes <= singlePieceLimit {
-                // As it is: HTTP/3 copies it once into the memory it sends from. An array in
-                // between was a second copy, and for a body of 1 KiB or more an allocation too
-                // large for glibc's per-thread cache, 3.5k instructions.
-                http3Response.bodyBuffer = body
-            } else {
-                http3Response.bodyStream = pieces(of: body)
-            }
+        } else if let body {
+            // As it is, whatever its size: HTTP/3 sends the bytes from the buffer itself as QUIC
+            // takes them. Copied into an array, a 1 KiB body cost 3.5k instructions, an
+            // allocation too large for glibc's per-thread cache among them; and a large one went
+            // in 256 KiB pieces, each a copy, through a stream.
+            http3Response.bodyBuffer = body
         }
         http3Response.priority = context.priorityOverride
         http3Response.trailers = context.responseTrailers
         return http3Response
-    }
-
-    /// A large body as a stream of pieces, made only as the server pulls them.
-    static func pieces(of buffer: ByteBuffer) -> AsyncThrowingStream<[UInt8], any Error> {
-        let remaining = NIOLockedValueBox(buffer)
-        return AsyncThrowingStream(unfolding: {
-            remaining.withLockedValue { buffer in
-                guard buffer.readableBytes > 0 else { return nil }
-                return buffer.readBytes(length: min(responseChunkSize, buffer.readableBytes))
-            }
-        })
     }
 }
 
