@@ -12,6 +12,8 @@ import Testing
 struct HTTP3LoopbackTests {
     static func startServer(
         qlogDirectory: String? = nil,
+        responder: HTTP3Server.Responder? = nil,
+        futureResponder: HTTP3Server.FutureResponder? = nil,
         _ handler: @escaping HTTP3Server.Handler
     ) async throws -> (HTTP3Server, UInt16, SelfSignedCertificate) {
         let identity = try SelfSignedCertificate.generate()
@@ -19,32 +21,29 @@ struct HTTP3LoopbackTests {
         configuration.port = 0
         configuration.identity = identity
         if let qlogDirectory { configuration.qlogDirectory = qlogDirectory }
-        let server = try HTTP3Server(configuration: configuration, handler: handler)
+        let server = try HTTP3Server(configuration: configuration, responder: responder, futureResponder: futureResponder, handler: handler)
         let port = try await server.start()
         return (server, port, identity)
+    }
+
+    /// The handler behind a responder: 202 with the size of the body it read.
+    @Sendable static func countsTheBody(_ request: HTTP3ServerRequest) async throws -> HTTP3ServerResponse {
+        let body = try await request.body.collect()
+        return HTTP3ServerResponse(status: .accepted, body: Array("from the handler, \(body.count) bytes".utf8))
     }
 
     /// The responder answers what it can without a task, on the connection's loop; what it
     /// passes on (nil) reaches the async handler, request body included.
     @Test func aResponderAnswersFirstAndPassesTheRestToTheHandler() async throws {
-        let identity = try SelfSignedCertificate.generate()
-        var configuration = HTTP3Server.Configuration()
-        configuration.port = 0
-        configuration.identity = identity
         let responderCalls = NIOLockedValueBox(0)
-        let server = try HTTP3Server(
-            configuration: configuration,
+        let (server, port, identity) = try await Self.startServer(
             responder: { request in
                 responderCalls.withLockedValue { $0 += 1 }
                 guard request.head.path == "/now" else { return nil }
                 return HTTP3ServerResponse(status: .ok, body: Array("from the responder".utf8))
             },
-            handler: { request in
-                let body = try await request.body.collect()
-                return HTTP3ServerResponse(status: .accepted, body: Array("from the handler, \(body.count) bytes".utf8))
-            }
+            Self.countsTheBody
         )
-        let port = try await server.start()
         defer { server.shutdown() }
         let client = Self.client(trusting: identity)
         defer { client.shutdown() }
@@ -64,14 +63,9 @@ struct HTTP3LoopbackTests {
     /// and a failed one answers 500 and costs only its own stream. A HEAD request's answer goes
     /// without content. What it passes on (nil), here an upload, reaches the handler.
     @Test func aFutureResponderAnswersLaterOnAnyLoopAndPassesTheRestOn() async throws {
-        let identity = try SelfSignedCertificate.generate()
-        var configuration = HTTP3Server.Configuration()
-        configuration.port = 0
-        configuration.identity = identity
         let elsewhere = try QUICEventLoop(name: "test-elsewhere")
         let sawBodies = NIOLockedValueBox<[String: Bool]>([:])
-        let server = try HTTP3Server(
-            configuration: configuration,
+        let (server, port, identity) = try await Self.startServer(
             futureResponder: { request in
                 let path = request.path ?? ""
                 sawBodies.withLockedValue { $0[path] = !request.body.endedWithHead }
@@ -87,12 +81,8 @@ struct HTTP3LoopbackTests {
                     return loop.scheduleTask(in: .milliseconds(20)) { answer }.futureResult
                 }
             },
-            handler: { request in
-                let body = try await request.body.collect()
-                return HTTP3ServerResponse(status: .accepted, body: Array("from the handler, \(body.count) bytes".utf8))
-            }
+            Self.countsTheBody
         )
-        let port = try await server.start()
         defer { server.shutdown() }
         let client = Self.client(trusting: identity)
         defer { client.shutdown() }
