@@ -122,7 +122,7 @@ def median_of(repeats: int, measure) -> tuple[float, float, float]:
 
 # glibc keeps up to 7 freed blocks of each size per thread (tcache). With fifty requests in flight
 # a framework's blocks overflow it, and each allocation past it takes malloc's slow path, about
-# 210 instructions more: Vapor's route makes some 35 more such allocations per request served
+# 210 instructions more: Vapor's route makes some 33 more such allocations per request served
 # than Vapor alone does one request at a time. The same runs with the cache h3serve sets for
 # itself (32 blocks of each size, CommandLineSupport's MallocCache.server, the setting the
 # performance articles recommend for servers) show how much of each cost is that, not code.
