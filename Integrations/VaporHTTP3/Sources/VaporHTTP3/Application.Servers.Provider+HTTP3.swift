@@ -20,7 +20,7 @@ extension Application.Servers.Provider {
     public static func http3(_ configuration: Application.HTTP3.Configuration? = nil) -> Self {
         .init { application in
             if let configuration { application.http3.configuration = configuration }
-            application.middleware.use(HTTP3AltSvcMiddleware(), at: .beginning)
+            application.middleware.use(HTTP3AltSvcMiddleware(application: application), at: .beginning)
             application.servers.use { $0.http3.server }
         }
     }

@@ -7,21 +7,28 @@ import Vapor
 /// tries HTTP/3 next. `.http3()` puts it first in `app.middleware`, outside `ErrorMiddleware`,
 /// so error responses carry it too. Responses over HTTP/3 go without: the client is there.
 ///
+/// The field's value is rendered once, when the server starts (``VaporHTTP3Server/altSvc``):
+/// looking the port and the settings up in the application's storage cost some 5k
+/// instructions on every response.
+///
 /// A `Middleware` on futures, not an `AsyncMiddleware`: Vapor runs an async one in tasks of its
 /// own, two task hops for every request over either transport.
 public struct HTTP3AltSvcMiddleware: Middleware {
-    public init() {}
+    private let server: VaporHTTP3Server
+
+    /// Advertises `application`'s HTTP/3 server while it runs.
+    public init(application: Application) {
+        self.server = application.http3.server
+    }
 
     public func respond(to request: Request, chainingTo next: any Responder) -> EventLoopFuture<Response> {
-        guard request.http3 == nil else { return next.respond(to: request) }
-        return next.respond(to: request).map { response in
-            let http3 = request.application.http3
-            let configuration = http3.configuration
-            guard configuration.advertisesAlternativeService, let port = http3.port,
-                  !response.headers.contains(name: HTTPField.Name.altSvc.canonicalName)
-            else { return response }
-            let service = AltService(protocolID: HTTP3.alpn, port: port, maxAge: configuration.alternativeServiceMaxAge)
-            response.headers.add(name: HTTPField.Name.altSvc.canonicalName, value: service.description)
+        // Over HTTP/3 (which ``HTTP3VaporResponder`` marks as version 3.0) the client is there.
+        guard request.version.major < 3 else { return next.respond(to: request) }
+        return next.respond(to: request).map { [server] response in
+            guard let altSvc = server.altSvc, !response.headers.contains(name: HTTPField.Name.altSvc.canonicalName) else {
+                return response
+            }
+            response.headers.add(name: HTTPField.Name.altSvc.canonicalName, value: altSvc)
             return response
         }
     }

@@ -13,7 +13,14 @@ import Vapor
 public final class VaporHTTP3Server: Vapor.Server, Sendable {
     private let application: Application
     private let http3 = NIOLockedValueBox<HTTP3Server?>(nil)
-    private let boundPort = NIOLockedValueBox<UInt16?>(nil)
+    private let running = NIOLockedValueBox<Running?>(nil)
+
+    /// What the HTTP/3 side is, while it runs.
+    private struct Running {
+        let port: UInt16
+        /// The `Alt-Svc` field value advertising it, nil when the configuration says not to.
+        let altSvc: String?
+    }
 
     init(application: Application) {
         self.application = application
@@ -23,7 +30,12 @@ public final class VaporHTTP3Server: Vapor.Server, Sendable {
     public var tcp: HTTPServer { application.http.server.shared }
 
     /// The UDP port HTTP/3 is served on while running.
-    public var http3Port: UInt16? { boundPort.withLockedValue { $0 } }
+    public var http3Port: UInt16? { running.withLockedValue { $0?.port } }
+
+    /// The `Alt-Svc` field value that sends TCP clients to HTTP/3 (RFC 7838 §3), such as
+    /// `h3=":8080"; ma=86400`, while the server runs and
+    /// `advertisesAlternativeService` is set; nil otherwise.
+    public var altSvc: String? { running.withLockedValue { $0?.altSvc } }
 
     /// Completes when Vapor's HTTP server has shut down.
     public var onShutdown: EventLoopFuture<Void> { tcp.onShutdown }
@@ -55,7 +67,9 @@ public final class VaporHTTP3Server: Vapor.Server, Sendable {
                 configuration: serverConfiguration, futureResponder: responder.respondWithoutTask, handler: responder.respond)
             let bound = try await server.start()
             http3.withLockedValue { $0 = server }
-            boundPort.withLockedValue { $0 = bound }
+            let altSvc = configuration.advertisesAlternativeService
+                ? AltService(protocolID: HTTP3.alpn, port: bound, maxAge: configuration.alternativeServiceMaxAge).description : nil
+            running.withLockedValue { $0 = Running(port: bound, altSvc: altSvc) }
             application.logger.notice("HTTP/3 server started on \(serverConfiguration.host):\(bound) (UDP)")
         } catch {
             await tcp.shutdown()
@@ -72,7 +86,7 @@ public final class VaporHTTP3Server: Vapor.Server, Sendable {
         async let http3Stopped: Void = { await server?.shutdownGracefully(gracePeriod: gracePeriod) }()
         await tcp.shutdown()
         await http3Stopped
-        boundPort.withLockedValue { $0 = nil }
+        running.withLockedValue { $0 = nil }
     }
 
     /// For Vapor's synchronous callers; blocks the calling thread, never call it on an event loop.

@@ -89,7 +89,7 @@ struct TestServer {
     var http3Port: UInt16 { app.http3.port! }
 
     /// Starts the application with `.http3`, the certificate in PEM files when `usesPEMFiles`.
-    static func start(usesPEMFiles: Bool = false, http3Port: UInt16? = 0) async throws -> TestServer {
+    static func start(usesPEMFiles: Bool = false, http3Port: UInt16? = 0, advertisesHTTP3: Bool = true) async throws -> TestServer {
         let identity = try SelfSignedCertificate.generate()
         let app = try await Application.make(.testing)
         var configuration: Application.HTTP3.Configuration
@@ -106,6 +106,7 @@ struct TestServer {
             configuration.server.identity = identity
         }
         configuration.port = http3Port
+        configuration.advertisesAlternativeService = advertisesHTTP3
         configuration.maximumBodySize = "64mb"
         configuration.shutdownGracePeriod = .seconds(20)
         app.servers.use(.http3(configuration))

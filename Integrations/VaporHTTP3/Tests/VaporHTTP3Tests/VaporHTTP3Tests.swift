@@ -101,6 +101,27 @@ struct VaporHTTP3Tests {
         _ = try await overHTTP3.body.collect()
         #expect(overHTTP3.head.headerFields[.altSvc] == nil, "HTTP/3 responses need no advertisement")
         client.shutdown()
+        let http3Server = server.app.http3.server
+        #expect(http3Server.altSvc == "h3=\":\(server.http3Port)\"; ma=86400")
+        try await server.stop()
+        #expect(http3Server.altSvc == nil, "a stopped server advertises nothing")
+    }
+
+    /// With `advertisesAlternativeService` off, TCP responses stay silent about HTTP/3, which
+    /// still serves.
+    @Test func anApplicationCanLeaveHTTP3Unadvertised() async throws {
+        let server = try await TestServer.start(advertisesHTTP3: false)
+        let tcpClient = HTTPClient(eventLoopGroupProvider: .singleton)
+        let response = try await tcpClient.execute(HTTPClientRequest(url: "http://127.0.0.1:\(server.tcpPort)/todos"), timeout: .seconds(30))
+        _ = try await response.body.collect(upTo: 1 << 20)
+        #expect(response.status == .ok)
+        #expect(response.headers.first(name: "alt-svc") == nil)
+        try await tcpClient.shutdown()
+        let client = server.http3Client()
+        let overHTTP3 = try await client.execute(server.http3Request(.get, "/todos"))
+        _ = try await overHTTP3.body.collect()
+        #expect(overHTTP3.head.status == .ok)
+        client.shutdown()
         try await server.stop()
     }
 
