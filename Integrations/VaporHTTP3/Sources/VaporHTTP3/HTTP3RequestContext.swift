@@ -1,6 +1,6 @@
 import H3
 import HTTPTypes
-import NIOConcurrencyHelpers
+import Synchronization
 import Vapor
 
 /// What HTTP/3 adds to a Vapor request: its priority (RFC 9218), which a handler may override
@@ -20,7 +20,9 @@ public final class HTTP3RequestContext: Sendable {
     public var requestTrailers: HTTPFields? { body.trailers }
     private let body: HTTP3RequestBody
     private let streamsBody: Bool
-    private let state = NIOLockedValueBox(State())
+    /// Held in the context itself: a lock box beside it would be a second allocation for every
+    /// request.
+    private let state = Mutex(State())
 
     private struct State {
         var priorityOverride: HTTPPriority?
@@ -37,18 +39,20 @@ public final class HTTP3RequestContext: Sendable {
     /// The priority the response is sent with: the client's, until a handler sets another,
     /// which the server then uses instead (RFC 9218 §8: the server decides).
     public var priority: HTTPPriority {
-        get { state.withLockedValue { $0.priorityOverride } ?? clientPriority }
-        set { state.withLockedValue { $0.priorityOverride = newValue } }
+        get { state.withLock { $0.priorityOverride } ?? clientPriority }
+        set { state.withLock { $0.priorityOverride = newValue } }
     }
 
-    /// The priority a handler set, if any.
-    var priorityOverride: HTTPPriority? { state.withLockedValue { $0.priorityOverride } }
+    /// The priority and the trailers a handler set, if any, read together for the response.
+    var handlerSettings: (priority: HTTPPriority?, trailers: HTTPFields?) {
+        state.withLock { ($0.priorityOverride, $0.responseTrailers) }
+    }
 
     /// Trailer fields to send after the response body (RFC 9114 §4.1); Vapor's `Response` has
     /// no place for them.
     public var responseTrailers: HTTPFields? {
-        get { state.withLockedValue { $0.responseTrailers } }
-        set { state.withLockedValue { $0.responseTrailers = newValue } }
+        get { state.withLock { $0.responseTrailers } }
+        set { state.withLock { $0.responseTrailers = newValue } }
     }
 }
 

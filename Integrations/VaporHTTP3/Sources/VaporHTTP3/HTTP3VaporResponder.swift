@@ -88,11 +88,13 @@ struct HTTP3VaporResponder: Sendable {
     }
 
     /// The target of `h3Request`, made once: `URI(path:)` goes through Foundation's
-    /// `URLComponents`, some 7k instructions.
+    /// `URLComponents`, some 7k instructions. A request that ended with its head has no body to
+    /// stream, and its route is not looked up for one.
     func target(of h3Request: HTTP3ServerRequest) -> Target {
         let method = HTTPMethod(rawValue: h3Request.method.rawValue)
         let url = URI(path: h3Request.path ?? "/")
-        return Target(method: method, url: url, streamsBody: streamedBodyRoutes.streamsBody(method: method, path: url.path))
+        let streamsBody = !h3Request.body.endedWithHead && streamedBodyRoutes.streamsBody(method: method, path: url.path)
+        return Target(method: method, url: url, streamsBody: streamsBody)
     }
 
     /// Vapor's request for `h3Request`, with `body` collected (nil when it was over the limit),
@@ -184,14 +186,16 @@ struct HTTP3VaporResponder: Sendable {
         _ answered: EventLoopPromise<HTTP3ServerResponse>, with response: Response, for request: Request,
         context: HTTP3RequestContext, date: HTTPField, on eventLoop: any EventLoop
     ) {
-        let streaming = response.body.count == -1 ? response.storage[HTTP3StreamingBodyKey.self] : nil
-        let held = response.body.buffer
-        guard request.method != .HEAD, streaming == nil, held == nil, response.body.count != 0 else {
-            answered.succeed(
-                http3Response(from: response, body: held, streaming: streaming, isHead: request.method == .HEAD, context: context, date: date))
+        // Each of Vapor's accessors takes a lock and copies: read once.
+        let body = response.body
+        let isHead = request.method == .HEAD
+        let streaming = body.count == -1 ? response.storage[HTTP3StreamingBodyKey.self] : nil
+        let held = body.buffer
+        guard !isHead, streaming == nil, held == nil, body.count != 0 else {
+            answered.succeed(http3Response(from: response, body: held, streaming: streaming, isHead: isHead, context: context, date: date))
             return
         }
-        response.body.collect(on: eventLoop).map { collected in
+        body.collect(on: eventLoop).map { collected in
             http3Response(from: response, body: collected, streaming: nil, isHead: false, context: context, date: date)
         }.cascade(to: answered)
     }
@@ -202,17 +206,19 @@ struct HTTP3VaporResponder: Sendable {
     static func http3Response(
         from response: Response, body: ByteBuffer?, streaming: HTTP3StreamingBody?, isHead: Bool, context: HTTP3RequestContext, date: HTTPField
     ) -> HTTP3ServerResponse {
+        let headers = response.headers
         var fields = HTTPFields()
-        fields.reserveCapacity(response.headers.count + 1)
+        fields.reserveCapacity(headers.count + 1)
         var hasDate = false
-        for (name, value) in response.headers {
+        for (name, value) in headers {
             // The name's canonical form is lower case already: no second lower-cased copy.
             guard let fieldName = HTTPField.Name(name), !isConnectionSpecific(fieldName.canonicalName) else { continue }
             if fieldName == .date { hasDate = true }
             fields.append(HTTPField(name: fieldName, value: value))
         }
         if !hasDate { fields.append(date) }
-        let head = HTTPResponse(status: HTTPResponse.Status(code: Int(response.status.code), reasonPhrase: response.status.reasonPhrase), headerFields: fields)
+        let status = response.status
+        let head = HTTPResponse(status: HTTPResponse.Status(code: Int(status.code), reasonPhrase: status.reasonPhrase), headerFields: fields)
         var http3Response = HTTP3ServerResponse(head: head)
         if isHead {
             // No content.
@@ -228,8 +234,7 @@ struct HTTP3VaporResponder: Sendable {
             // in 256 KiB pieces, each a copy, through a stream.
             http3Response.bodyBuffer = body
         }
-        http3Response.priority = context.priorityOverride
-        http3Response.trailers = context.responseTrailers
+        (http3Response.priority, http3Response.trailers) = context.handlerSettings
         return http3Response
     }
 }
