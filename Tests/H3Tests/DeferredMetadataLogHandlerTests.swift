@@ -77,4 +77,32 @@ struct DeferredMetadataLogHandlerTests {
         #expect(logger.logLevel == .warning)
         #expect(record.all == [["request-id": "2"]])
     }
+
+    /// Copies of one handler, as adapters hand each request, share its base handler only until
+    /// one changes it: a value, as swift-log requires of a handler.
+    @Test func copiesChangeOnlyThemselves() {
+        let record = Recorded()
+        var application = Logger(label: "app") { _ in RecordingHandler(recorded: record) }
+        application[metadataKey: "app"] = "todos"
+        application.logLevel = .info
+        var prototype = application
+        prototype.handler = DeferredMetadataLogHandler(base: application.handler)
+
+        var first = prototype
+        first.logLevel = .error
+        first[metadataKey: "app"] = nil
+        first[metadataKey: "request-id"] = "1"
+        var second = prototype
+        second[metadataKey: "request-id"] = "2"
+        second.handler.metadata = ["only": "second"]
+
+        #expect(prototype.logLevel == .info && second.logLevel == .info && first.logLevel == .error)
+        #expect(prototype.handler.metadata == ["app": "todos"])
+        #expect(first.handler.metadata == ["request-id": "1"])
+        #expect(second.handler.metadata == ["only": "second"])
+        prototype.info("prototype")
+        first.info("filtered")
+        second.info("second")
+        #expect(record.all == [["app": "todos"], ["only": "second"]])
+    }
 }
