@@ -29,6 +29,10 @@ struct HTTP3VaporResponder: Sendable {
     /// The application's allocator, read once: `Application.allocator` looks it up in the
     /// application's storage at each read.
     let allocator: ByteBufferAllocator
+    /// The application's logger with a ``DeferredMetadataLogHandler``, made once and copied for
+    /// each request: Vapor sets `request-id` on a request's logger, which the handler holds
+    /// beside the application's until a message is written, rather than rendering it into it.
+    let requestLogger: Logger
 
     init(application: Application, responder: any Responder) {
         self.application = application
@@ -36,6 +40,9 @@ struct HTTP3VaporResponder: Sendable {
         self.streamedBodyRoutes = HTTP3StreamedBodyRoutes(routes: application.routes)
         self.maximumBodySize = (application.http3.configuration.maximumBodySize ?? application.routes.defaultMaxBodySize).value
         self.allocator = application.allocator
+        var requestLogger = application.logger
+        requestLogger.handler = DeferredMetadataLogHandler(base: requestLogger.handler)
+        self.requestLogger = requestLogger
     }
 
     /// The HTTP version Vapor's request says: 3.0 (RFC 9114).
@@ -116,10 +123,6 @@ struct HTTP3VaporResponder: Sendable {
         // HTTP/3 carries the authority in `:authority` (RFC 9114 §4.3.1); Vapor reads `Host`.
         if !hasHost, let authority = h3Request.authority { fields.append(("host", authority)) }
         let headers = HTTPHeaders(fields)
-        // Vapor sets `request-id` on the request's logger: held beside the application's
-        // handler until a message is written, rather than rendered into it on every request.
-        var logger = application.logger
-        logger.handler = DeferredMetadataLogHandler(base: logger.handler)
         let request = Request(
             application: application,
             method: target.method,
@@ -128,7 +131,7 @@ struct HTTP3VaporResponder: Sendable {
             headersNoUpdate: headers,
             collectedBody: body.flatMap { $0.readableBytes > 0 ? $0 : nil },
             remoteAddress: h3Request.remoteSocketAddress,
-            logger: logger,
+            logger: requestLogger,
             byteBufferAllocator: allocator,
             on: eventLoop
         )
