@@ -93,14 +93,18 @@ struct VaporTodosBare {
     /// its adapter's.
     ///
     /// The application is set up by the example's own `configure(_:)`, and no server is
-    /// started. Each request is made as Vapor's HTTP/1.1 decoder makes one (`URI(path:)`, the
+    /// started. Each request is made as the adapter makes one (`URI(path:)`, version 3.0, the
     /// headers h3load sends), with a logger whose `request-id` is held back as the adapter holds
-    /// it, and goes through the application's responder: `FileMiddleware`, then the router.
-    /// The requests run on the event loop they name, as the adapter runs them on their
-    /// connection's. Off it, every future would complete on another thread, and Vapor's own
-    /// count would grow by some 10 k of hand-offs the adapter never makes. The benchmark runs
-    /// it under callgrind at two counts; the difference, divided by the difference in requests,
-    /// is the cost per request, with start-up cancelled out.
+    /// it, and goes through the application's responder: `HTTP3AltSvcMiddleware`, which passes
+    /// an HTTP/3 request by, `FileMiddleware`, then the router.
+    ///
+    /// Vapor is driven as the adapter drives it (``inFlight``): from the event loop, outside any
+    /// task, so that `FileMiddleware`'s task runs on the global pool as it does in Vapor's own
+    /// server; and fifty at a time, as `h3load -m 50` keeps them at the server. One at a time,
+    /// the loop would sleep and be woken twice for every request, some 7k instructions that a
+    /// loop with fifty requests shares among them all. The benchmark runs it under callgrind at
+    /// two counts; the difference, divided by the difference in requests, is the cost per
+    /// request, with start-up cancelled out.
     static func vaporOnly(count: Int) async throws {
         // Logging as `VaporTodos serve --env production` sets it up: notices and above.
         var environment = Environment(name: "production", arguments: ["vapor-todos-bare"])
@@ -111,11 +115,9 @@ struct VaporTodosBare {
             try await app.asyncBoot()
             let responder = app.responder.current
             let eventLoop = app.eventLoopGroup.any()
-            // On the request's event loop, as HTTP3Server runs each handler on its connection's:
-            // Vapor's futures then complete on the thread that waits for them.
-            let written = try await withTaskExecutorPreference(EventLoopExecutor(eventLoop)) {
-                try await requests(count, through: responder, of: app, on: eventLoop)
-            }
+            let written = try await eventLoop.flatSubmit {
+                RequestsInFlight(count: count, responder: responder, app: app, eventLoop: eventLoop).start()
+            }.get()
             guard written == count * TodosKiB.body.count else {
                 throw Abort(.internalServerError, reason: "\(count) responses carried \(written) bytes, not \(count) KiB")
             }
@@ -127,35 +129,66 @@ struct VaporTodosBare {
         try await app.asyncShutdown()
     }
 
-    /// Sends `count` requests through `responder` and returns the bytes of their bodies.
-    static func requests(_ count: Int, through responder: any Responder, of app: Application, on eventLoop: any EventLoop) async throws -> Int {
-        let allocator = app.allocator
-        var written = 0
-        for _ in 0..<count {
-            var logger = app.logger
-            logger.handler = DeferredMetadataLogHandler(base: logger.handler)
-            let request = Request(
-                application: app, method: .GET, url: URI(path: "/kib"), version: .http1_1,
-                headersNoUpdate: ["host": "127.0.0.1:4433", "user-agent": "h3load/0.1"], collectedBody: nil,
-                remoteAddress: nil, logger: logger, byteBufferAllocator: allocator, on: eventLoop
-            )
-            let response = try await responder.respond(to: request).get()
-            written += response.body.buffer?.readableBytes ?? 0
-        }
-        return written
-    }
+    /// Requests in flight at once in `--vapor-only`: h3load's `-m 50`.
+    static let inFlight = 50
 }
 
-/// Runs Swift tasks on one NIO event loop (SE-0417), as H3 runs a connection's handlers.
-final class EventLoopExecutor: TaskExecutor {
+/// `count` requests through a Vapor responder, ``VaporTodosBare/inFlight`` at a time, each sent
+/// as the one before it is answered. Confined to one event loop, where every request starts
+/// and every answer lands.
+// @unchecked Sendable: its counters are read and written only on `eventLoop`.
+final class RequestsInFlight: @unchecked Sendable {
+    let count: Int
+    let responder: any Responder
+    let app: Application
     let eventLoop: any EventLoop
+    let allocator: ByteBufferAllocator
+    /// Made once and copied for each request, as the adapter does.
+    let requestLogger: Logger
+    let done: EventLoopPromise<Int>
+    var sent = 0
+    var answered = 0
+    /// Bytes of the bodies answered.
+    var written = 0
+    /// The first request that failed stops the run.
+    var failure: (any Error)?
 
-    init(_ eventLoop: any EventLoop) {
+    init(count: Int, responder: any Responder, app: Application, eventLoop: any EventLoop) {
+        self.count = count
+        self.responder = responder
+        self.app = app
         self.eventLoop = eventLoop
+        self.allocator = app.allocator
+        var requestLogger = app.logger
+        requestLogger.handler = DeferredMetadataLogHandler(base: requestLogger.handler)
+        self.requestLogger = requestLogger
+        self.done = eventLoop.makePromise()
     }
 
-    func enqueue(_ job: consuming ExecutorJob) {
-        let job = UnownedJob(job)
-        eventLoop.execute { job.runSynchronously(on: self.asUnownedTaskExecutor()) }
+    /// Sends the first requests, on the loop; the future gives the bytes of all the bodies.
+    func start() -> EventLoopFuture<Int> {
+        for _ in 0..<min(VaporTodosBare.inFlight, count) { sendNext() }
+        return done.futureResult
+    }
+
+    private func sendNext() {
+        sent += 1
+        let request = Request(
+            application: app, method: .GET, url: URI(path: "/kib"), version: HTTPVersion(major: 3, minor: 0),
+            headersNoUpdate: ["host": "127.0.0.1:4433", "user-agent": "h3load/0.1"], collectedBody: nil,
+            remoteAddress: nil, logger: requestLogger, byteBufferAllocator: allocator, on: eventLoop
+        )
+        responder.respond(to: request).hop(to: eventLoop).whenComplete { result in
+            self.answered += 1
+            switch result {
+            case .success(let response): self.written += response.body.buffer?.readableBytes ?? 0
+            case .failure(let error): self.failure = self.failure ?? error
+            }
+            if self.failure == nil, self.sent < self.count {
+                self.sendNext()
+            } else if self.answered == self.sent {
+                if let failure = self.failure { self.done.fail(failure) } else { self.done.succeed(self.written) }
+            }
+        }
     }
 }
