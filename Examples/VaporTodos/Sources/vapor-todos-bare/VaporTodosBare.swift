@@ -142,6 +142,7 @@ final class RequestsInFlight: @unchecked Sendable {
     let responder: any Responder
     let app: Application
     let eventLoop: any EventLoop
+    /// Read once, as the adapter reads it: `Application.allocator` is a storage look-up.
     let allocator: ByteBufferAllocator
     /// Made once and copied for each request, as the adapter does.
     let requestLogger: Logger

@@ -22,8 +22,8 @@ public struct HTTP3AltSvcMiddleware: Middleware {
     }
 
     public func respond(to request: Request, chainingTo next: any Responder) -> EventLoopFuture<Response> {
-        // Over HTTP/3 (which ``HTTP3VaporResponder`` marks as version 3.0) the client is there.
-        guard request.version.major < 3 else { return next.respond(to: request) }
+        // Over HTTP/3, the version `HTTP3VaporResponder` gives its requests, the client is there.
+        guard request.version != HTTP3VaporResponder.version else { return next.respond(to: request) }
         return next.respond(to: request).map { [server] response in
             guard let altSvc = server.altSvc, !response.headers.contains(name: HTTPField.Name.altSvc.canonicalName) else {
                 return response
