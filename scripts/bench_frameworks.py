@@ -192,11 +192,11 @@ def vapor_rows(args, bin_dir: str, work: str) -> None:
     # (content-type, content-length, date).
     bare = [stripped["vapor-todos-bare"], str(port), "--framework-fields"]
     plain_bare = [stripped["vapor-todos-bare"], str(port)]
-    # The adapter answers a request without a body from a future responder, with no task: the
+    # The adapter answers a request without a body from a promise responder, with no task: the
     # same bare answer given that way is the like-for-like baseline beside the bare handler.
-    future_bare = [stripped["vapor-todos-bare"], str(port), "--framework-fields", "--future-responder"]
-    like_for_like = ("bare future responder, Vapor's fields, no task", lambda: instructions_per_request(
-        args, future_bare, port, work, "vapor-future-bare"))
+    promise_bare = [stripped["vapor-todos-bare"], str(port), "--framework-fields", "--promise-responder"]
+    like_for_like = ("bare promise responder, Vapor's fields, no task", lambda: instructions_per_request(
+        args, promise_bare, port, work, "vapor-promise-bare"))
     served = lambda: instructions_per_request(args, app, port, work, "VaporTodos", ready=VAPOR_READY, cwd=work)
     bare_handler = lambda: instructions_per_request(args, bare, port, work, "vapor-bare")
     alone = lambda: framework_alone([stripped["vapor-todos-bare"], "--vapor-only"], work, "VaporTodos", cwd=work)

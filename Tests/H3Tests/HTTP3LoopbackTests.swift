@@ -13,7 +13,7 @@ struct HTTP3LoopbackTests {
     static func startServer(
         qlogDirectory: String? = nil,
         responder: HTTP3Server.Responder? = nil,
-        futureResponder: HTTP3Server.FutureResponder? = nil,
+        promiseResponder: HTTP3Server.PromiseResponder? = nil,
         _ handler: @escaping HTTP3Server.Handler
     ) async throws -> (HTTP3Server, UInt16, SelfSignedCertificate) {
         let identity = try SelfSignedCertificate.generate()
@@ -21,7 +21,7 @@ struct HTTP3LoopbackTests {
         configuration.port = 0
         configuration.identity = identity
         if let qlogDirectory { configuration.qlogDirectory = qlogDirectory }
-        let server = try HTTP3Server(configuration: configuration, responder: responder, futureResponder: futureResponder, handler: handler)
+        let server = try HTTP3Server(configuration: configuration, responder: responder, promiseResponder: promiseResponder, handler: handler)
         let port = try await server.start()
         return (server, port, identity)
     }
@@ -58,28 +58,38 @@ struct HTTP3LoopbackTests {
         #expect(responderCalls.withLockedValue { $0 } == 2)
     }
 
-    /// A future responder answers requests that ended with their head, as NIO frameworks
-    /// answer, with no task: its future may complete later, on the connection's loop or another,
-    /// and a failed one answers 500 and costs only its own stream. A HEAD request's answer goes
-    /// without content. What it passes on (nil), here an upload, reaches the handler.
-    @Test func aFutureResponderAnswersLaterOnAnyLoopAndPassesTheRestOn() async throws {
+    /// A promise responder answers requests that ended with their head, as NIO frameworks
+    /// answer, with no task: its promise may be completed later, on the connection's loop or
+    /// another, and a failed or dropped one answers 500 and costs only its own stream. Only the
+    /// first completion counts. A HEAD request's answer goes without content. What it passes on
+    /// (false), here an upload, reaches the handler, and its void promise sends nothing.
+    @Test func aPromiseResponderAnswersLaterOnAnyLoopAndPassesTheRestOn() async throws {
         let elsewhere = try QUICEventLoop(name: "test-elsewhere")
         let sawBodies = NIOLockedValueBox<[String: Bool]>([:])
         let (server, port, identity) = try await Self.startServer(
-            futureResponder: { request in
+            promiseResponder: { request, promise in
                 let path = request.path ?? ""
                 sawBodies.withLockedValue { $0[path] = !request.body.endedWithHead }
-                guard request.body.endedWithHead, let loop = request.eventLoop else { return nil }
                 let answer = HTTP3ServerResponse(status: .ok, body: Array("later from \(path)".utf8))
+                guard request.body.endedWithHead, let loop = request.eventLoop else {
+                    promise.succeed(answer)
+                    return false
+                }
                 switch path {
                 case "/fail":
                     struct Refused: Error {}
-                    return loop.makeFailedFuture(Refused())
+                    promise.fail(Refused())
+                case "/dropped":
+                    break
+                case "/twice":
+                    promise.succeed(answer)
+                    promise.succeed(HTTP3ServerResponse(status: .conflict))
                 case "/elsewhere":
-                    return elsewhere.scheduleTask(in: .milliseconds(20)) { answer }.futureResult
+                    elsewhere.scheduleTask(in: .milliseconds(20)) { promise.succeed(answer) }
                 default:
-                    return loop.scheduleTask(in: .milliseconds(20)) { answer }.futureResult
+                    loop.scheduleTask(in: .milliseconds(20)) { promise.succeed(answer) }
                 }
+                return true
             },
             Self.countsTheBody
         )
@@ -92,16 +102,20 @@ struct HTTP3LoopbackTests {
         }
         #expect(try await get("/loop") == (.ok, "later from /loop"))
         #expect(try await get("/elsewhere") == (.ok, "later from /elsewhere"))
-        let (failed, _) = try await get("/fail")
-        #expect(failed == .internalServerError)
+        #expect(try await get("/fail").0 == .internalServerError)
+        #expect(try await get("/dropped").0 == .internalServerError)
+        #expect(try await get("/twice") == (.ok, "later from /twice"))
         #expect(try await get("/head", method: .head) == (.ok, ""))
         let upload = try await client.execute(
             HTTPRequest(method: .post, scheme: "https", authority: "localhost:\(port)", path: "/upload"), body: Array(repeating: 7, count: 5000)
         )
         #expect(upload.head.status == .accepted)
         #expect(String(decoding: try await upload.body.collect(), as: UTF8.self) == "from the handler, 5000 bytes")
-        #expect(try await get("/loop") == (.ok, "later from /loop"), "the connection outlived the failed future")
-        #expect(sawBodies.withLockedValue { $0 } == ["/loop": false, "/elsewhere": false, "/fail": false, "/head": false, "/upload": true])
+        #expect(try await get("/loop") == (.ok, "later from /loop"), "the connection outlived the failed promises")
+        #expect(
+            sawBodies.withLockedValue { $0 }
+                == ["/loop": false, "/elsewhere": false, "/fail": false, "/dropped": false, "/twice": false, "/head": false, "/upload": true]
+        )
         let accepted = await server.workerStatistics().map(\.connectionsAccepted).reduce(0, +)
         #expect(accepted == 1)
     }

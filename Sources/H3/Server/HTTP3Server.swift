@@ -31,16 +31,18 @@ public final class HTTP3Server: Sendable {
     /// body (the body is still arriving; hand such requests to the handler).
     public typealias Responder = @Sendable (HTTP3ServerRequest) -> HTTP3ServerResponse?
 
-    /// Answers a request with a future, on the connection's event loop without a task, as soon
-    /// as its head arrives: return the future of the response, or nil to pass the request on to
-    /// the ``Handler``.
+    /// Takes a request to answer later, on the connection's event loop without a task, as soon
+    /// as its head arrives: return true and complete the ``HTTP3ResponsePromise`` once, from any
+    /// thread; or return false to pass the request on to the ``Handler`` (the promise is then
+    /// void).
     ///
     /// For frameworks built on NIO futures, such as Vapor, whose responders return one: the
     /// request goes through them as their own HTTP/1.1 server sends it, with no task to create
-    /// and no continuation to resume. The future may complete on any event loop; a failed one
-    /// answers 500, as a handler's error does. It runs beside the connection's I/O, so it must
-    /// neither block nor take long, and, like a ``Responder``, it cannot read the request body.
-    public typealias FutureResponder = @Sendable (HTTP3ServerRequest) -> EventLoopFuture<HTTP3ServerResponse>?
+    /// and no continuation to resume, and the framework's future completes the promise from its
+    /// callback (`future.whenComplete(promise.complete(with:))`). A failure answers 500, as a
+    /// handler's error does. It runs beside the connection's I/O, so it must neither block nor
+    /// take long, and, like a ``Responder``, it cannot read the request body.
+    public typealias PromiseResponder = @Sendable (HTTP3ServerRequest, HTTP3ResponsePromise) -> Bool
 
     /// The configuration the server was created with.
     public let configuration: Configuration
@@ -48,7 +50,7 @@ public final class HTTP3Server: Sendable {
     public let generatedCertificate: SelfSignedCertificate?
     private let handler: Handler
     private let responder: Responder?
-    private let futureResponder: FutureResponder?
+    private let promiseResponder: PromiseResponder?
     private let credentials: TLSCredentials
     private let logger: Logger
     private let workers = NIOLockedValueBox<QUICServerWorkerGroup?>(nil)
@@ -61,16 +63,16 @@ public final class HTTP3Server: Sendable {
     /// `start()`. Throws when a certificate file has no key, or a certificate cannot be loaded
     /// or generated.
     ///
-    /// A `responder` answers first, without a task, then a `futureResponder`; the requests both
+    /// A `responder` answers first, without a task, then a `promiseResponder`; the requests both
     /// pass on (nil) go to the `handler`.
     public init(
-        configuration: Configuration, responder: Responder? = nil, futureResponder: FutureResponder? = nil,
+        configuration: Configuration, responder: Responder? = nil, promiseResponder: PromiseResponder? = nil,
         handler: @escaping Handler
     ) throws {
         self.configuration = configuration
         self.handler = handler
         self.responder = responder
-        self.futureResponder = futureResponder
+        self.promiseResponder = promiseResponder
         self.logger = Logger(label: "h3.server")
         if let chain = configuration.certificateChainFile {
             guard let key = configuration.privateKeyFile else { throw TLSError.missingFile(path: "(no private key given for \(chain))") }
@@ -107,7 +109,7 @@ public final class HTTP3Server: Sendable {
         endpointConfiguration.loadBalancer = configuration.loadBalancer
         let handler = self.handler
         let responder = self.responder
-        let futureResponder = self.futureResponder
+        let promiseResponder = self.promiseResponder
         let logger = self.logger
         let connections = self.connections
         let workers = try await QUICServerWorkerGroup.bind(
@@ -120,7 +122,7 @@ public final class HTTP3Server: Sendable {
             logger: logger
         ) { driver in
             let connection = HTTP3ServerConnection(
-                driver: driver, responder: responder, futureResponder: futureResponder, handler: handler,
+                driver: driver, responder: responder, promiseResponder: promiseResponder, handler: handler,
                 requestHeaderTimeout: requestHeaderTimeout, logger: logger
             )
             connection.attach()

@@ -28,7 +28,7 @@ final class HTTP3ServerConnection: @unchecked Sendable {
     /// while `driver.core`, a property from another module, is retained around each use.
     private let core: QUICConnectionCore
     private let responder: HTTP3Server.Responder?
-    private let futureResponder: HTTP3Server.FutureResponder?
+    private let promiseResponder: HTTP3Server.PromiseResponder?
     private let handler: HTTP3Server.Handler
     let logger: Logger
     @exclusivity(unchecked) private var incoming: [Int64: Incoming] = [:]
@@ -63,7 +63,7 @@ final class HTTP3ServerConnection: @unchecked Sendable {
     init(
         driver: QUICConnectionDriver,
         responder: HTTP3Server.Responder? = nil,
-        futureResponder: HTTP3Server.FutureResponder? = nil,
+        promiseResponder: HTTP3Server.PromiseResponder? = nil,
         handler: @escaping HTTP3Server.Handler,
         requestHeaderTimeout: UInt64? = nil,
         logger: Logger
@@ -71,7 +71,7 @@ final class HTTP3ServerConnection: @unchecked Sendable {
         self.driver = driver
         self.core = driver.core
         self.responder = responder
-        self.futureResponder = futureResponder
+        self.promiseResponder = promiseResponder
         self.handler = handler
         self.requestHeaderTimeout = requestHeaderTimeout
         self.logger = logger
@@ -274,28 +274,29 @@ final class HTTP3ServerConnection: @unchecked Sendable {
             respond(streamID: streamID, response, toHead: response.hasContent && request.method == .head)
             return
         }
-        if let futureResponder, let future = futureResponder(request) {
-            respond(streamID: streamID, when: future, toHead: request.method == .head)
-            return
+        if let promiseResponder {
+            let promise = HTTP3ResponsePromise(connection: self, streamID: streamID, toHead: request.method == .head)
+            if promiseResponder(request, promise) {
+                promise.take()
+                return
+            }
+            promise.void()
         }
         runHandler(for: request)
     }
 
-    /// Sends the response `future` completes with, from this connection's loop; a failed
-    /// future answers 500, as a handler's error does.
-    @inline(never)
-    private func respond(streamID: Int64, when future: EventLoopFuture<HTTP3ServerResponse>, toHead: Bool) {
-        future.hop(to: driver.eventLoop).whenComplete { result in
-            switch result {
-            case .success(let response):
-                self.respond(streamID: streamID, response, toHead: toHead)
-            case .failure(let error):
-                self.respond(streamID: streamID, self.internalError(error, streamID: streamID), toHead: toHead)
-            }
+    /// Sends what a ``HTTP3ResponsePromise`` completed with, on this connection's loop; an error
+    /// answers 500, as a handler's does.
+    func answer(_ streamID: Int64, with result: Result<HTTP3ServerResponse, any Error>, toHead: Bool) {
+        switch result {
+        case .success(let response):
+            respond(streamID: streamID, response, toHead: toHead)
+        case .failure(let error):
+            respond(streamID: streamID, internalError(error, streamID: streamID), toHead: toHead)
         }
     }
 
-    /// The 500 for a handler's or a future's error, which is logged.
+    /// The 500 for a handler's or a promise's error, which is logged.
     private func internalError(_ error: any Error, streamID: Int64) -> HTTP3ServerResponse {
         logger.warning("handler failed", metadata: ["stream": "\(streamID)", "error": "\(error)"])
         return HTTP3ServerResponse(status: .internalServerError, body: Array("internal error\n".utf8))

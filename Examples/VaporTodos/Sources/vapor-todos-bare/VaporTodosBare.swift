@@ -14,13 +14,13 @@ import Glibc
 /// its adapter cost per request. Hummingbird's `todos-bare` is the same handler; each example
 /// has its own so that its benchmark builds from its own package.
 ///
-///     vapor-todos-bare PORT [--framework-fields] [--future-responder]
+///     vapor-todos-bare PORT [--framework-fields] [--promise-responder]
 ///     vapor-todos-bare --vapor-only COUNT
 ///
 /// `--framework-fields` answers with the header fields Vapor's response carries over HTTP/3,
 /// `content-length` and `date` beside `content-type`, so that encoding them is not counted as
-/// the adapter's. `--future-responder` answers as the adapter answers a request without a body,
-/// with a future from an `HTTP3Server.FutureResponder` and no task.
+/// the adapter's. `--promise-responder` answers as the adapter answers a request without a body,
+/// through an `HTTP3Server.PromiseResponder` and no task.
 @main
 struct VaporTodosBare {
     /// Runs on a blocked main thread, not one parked in `dispatch_main`, where Valgrind 3.19
@@ -47,9 +47,9 @@ struct VaporTodosBare {
         }
         let options = arguments.dropFirst(2)
         guard arguments.count >= 2, let port = UInt16(arguments[1]),
-            options.allSatisfy({ ["--framework-fields", "--future-responder"].contains($0) })
+            options.allSatisfy({ ["--framework-fields", "--promise-responder"].contains($0) })
         else {
-            print("usage: vapor-todos-bare PORT [--framework-fields] [--future-responder] | --vapor-only COUNT")
+            print("usage: vapor-todos-bare PORT [--framework-fields] [--promise-responder] | --vapor-only COUNT")
             exit(2)
         }
         var configuration = HTTP3Server.Configuration()
@@ -72,11 +72,14 @@ struct VaporTodosBare {
             answer = { HTTP3ServerResponse(status: .ok, headerFields: [.contentType: "application/octet-stream"], body: body) }
         }
         let server: HTTP3Server
-        if options.contains("--future-responder") {
-            // Answered as the adapter answers a request without a body: a future, no task.
+        if options.contains("--promise-responder") {
+            // Answered as the adapter answers a request without a body: a promise, no task.
             server = try HTTP3Server(
                 configuration: configuration,
-                futureResponder: { request in request.eventLoop?.makeSucceededFuture(answer()) },
+                promiseResponder: { _, promise in
+                    promise.succeed(answer())
+                    return true
+                },
                 handler: { _ in answer() }
             )
         } else {

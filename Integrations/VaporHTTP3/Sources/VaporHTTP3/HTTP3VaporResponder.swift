@@ -64,11 +64,13 @@ struct HTTP3VaporResponder: Sendable {
 
     /// Answers a request that ended with its head (a GET, say) without a task: it goes through
     /// Vapor's responder as Vapor's own HTTP/1.1 server sends it, futures on the connection's
-    /// loop. Requests with a body go to ``respond(to:)``, which reads it first; nil passes them on.
-    func respondWithoutTask(to h3Request: HTTP3ServerRequest) -> EventLoopFuture<HTTP3ServerResponse>? {
-        guard h3Request.body.endedWithHead, let eventLoop = h3Request.eventLoop else { return nil }
+    /// loop, and Vapor's future completes `promise`. Requests with a body go to ``respond(to:)``,
+    /// which reads it first; false passes them on.
+    func respondWithoutTask(to h3Request: HTTP3ServerRequest, completing promise: HTTP3ResponsePromise) -> Bool {
+        guard h3Request.body.endedWithHead, let eventLoop = h3Request.eventLoop else { return false }
         let (request, context) = vaporRequest(from: h3Request, target: target(of: h3Request), body: ByteBuffer(), on: eventLoop)
-        return answer(request, context: context, bodyTooLarge: false, on: eventLoop)
+        answer(request, context: context, bodyTooLarge: false, on: eventLoop, reply: promise.complete(with:))
+        return true
     }
 
     /// Answers any request, reading its body first (streamed, for the routes marked so).
@@ -83,7 +85,9 @@ struct HTTP3VaporResponder: Sendable {
             body = try await Self.collect(h3Request.body, limit: maximumBodySize, declaredLength: declaredLength)
         }
         let (request, context) = vaporRequest(from: h3Request, target: target, body: body, on: eventLoop)
-        return try await answer(request, context: context, bodyTooLarge: body == nil, on: eventLoop).get()
+        return try await withCheckedThrowingContinuation { continuation in
+            answer(request, context: context, bodyTooLarge: body == nil, on: eventLoop) { continuation.resume(with: $0) }
+        }
     }
 
     /// What a request asks for, in Vapor's terms, and whether its route reads the body streamed.
@@ -141,10 +145,12 @@ struct HTTP3VaporResponder: Sendable {
         return (request, context)
     }
 
-    /// Vapor's response to `request`, as an HTTP/3 one; `bodyTooLarge`, Vapor's 413.
-    func answer(
-        _ request: Request, context: HTTP3RequestContext, bodyTooLarge: Bool, on eventLoop: any EventLoop
-    ) -> EventLoopFuture<HTTP3ServerResponse> {
+    /// What HTTP/3 sends for Vapor's answer to a request: the response, or the error it failed with.
+    typealias Reply = @Sendable (Result<HTTP3ServerResponse, any Error>) -> Void
+
+    /// Vapor's response to `request`, as an HTTP/3 one, handed to `reply`; `bodyTooLarge`,
+    /// Vapor's 413.
+    func answer(_ request: Request, context: HTTP3RequestContext, bodyTooLarge: Bool, on eventLoop: any EventLoop, reply: @escaping Reply) {
         let vaporResponse: EventLoopFuture<Response>
         if bodyTooLarge {
             // Larger than the limit: Vapor's own answer to a `.collect` route over TCP, through
@@ -155,18 +161,16 @@ struct HTTP3VaporResponder: Sendable {
             vaporResponse = responder.respond(to: request)
         }
         let date = dates.current
-        // A promise completed in place, rather than `flatMap`, whose closure would have to
-        // return a future: most responses hold their body, and need no second future.
-        let answered = eventLoop.makePromise(of: HTTP3ServerResponse.self)
+        // Vapor's future hands its result straight on: most responses hold their body, and a
+        // second future here would only pass the first one's result along.
         vaporResponse.whenComplete { result in
             switch result {
             case .success(let response):
-                Self.complete(answered, with: response, for: request, context: context, date: date, on: eventLoop)
+                Self.complete(with: response, for: request, context: context, date: date, on: eventLoop, reply: reply)
             case .failure(let error):
-                answered.fail(error)
+                reply(.failure(error))
             }
         }
-        return answered.futureResult
     }
 
     /// Reads the body as QUIC delivers it, which is what opens the client's flow control
@@ -182,12 +186,12 @@ struct HTTP3VaporResponder: Sendable {
         return buffer
     }
 
-    /// Completes `answered` with the Vapor response as an HTTP/3 one, once its body is at hand:
-    /// the one it holds, or else collected from its stream, except for a HEAD request's and for
-    /// a stream written as QUIC takes it.
+    /// Replies with the Vapor response as an HTTP/3 one, once its body is at hand: the one it
+    /// holds, or else collected from its stream, except for a HEAD request's and for a stream
+    /// written as QUIC takes it.
     static func complete(
-        _ answered: EventLoopPromise<HTTP3ServerResponse>, with response: Response, for request: Request,
-        context: HTTP3RequestContext, date: HTTPField, on eventLoop: any EventLoop
+        with response: Response, for request: Request, context: HTTP3RequestContext, date: HTTPField, on eventLoop: any EventLoop,
+        reply: @escaping Reply
     ) {
         // Each of Vapor's accessors takes a lock and copies: read once.
         let body = response.body
@@ -195,12 +199,14 @@ struct HTTP3VaporResponder: Sendable {
         let streaming = body.count == -1 ? response.storage[HTTP3StreamingBodyKey.self] : nil
         let held = body.buffer
         guard !isHead, streaming == nil, held == nil, body.count != 0 else {
-            answered.succeed(http3Response(from: response, body: held, streaming: streaming, isHead: isHead, context: context, date: date))
+            reply(.success(http3Response(from: response, body: held, streaming: streaming, isHead: isHead, context: context, date: date)))
             return
         }
-        body.collect(on: eventLoop).map { collected in
-            http3Response(from: response, body: collected, streaming: nil, isHead: false, context: context, date: date)
-        }.cascade(to: answered)
+        body.collect(on: eventLoop).whenComplete { result in
+            reply(result.map { collected in
+                http3Response(from: response, body: collected, streaming: nil, isHead: false, context: context, date: date)
+            })
+        }
     }
 
     /// The Vapor response as an HTTP/3 one: status, header fields without the connection-specific

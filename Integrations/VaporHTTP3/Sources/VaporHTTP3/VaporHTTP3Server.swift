@@ -64,7 +64,7 @@ public final class VaporHTTP3Server: Vapor.Server, Sendable {
         let responder = HTTP3VaporResponder(application: application, responder: application.responder.current)
         do {
             let server = try HTTP3Server(
-                configuration: serverConfiguration, futureResponder: responder.respondWithoutTask, handler: responder.respond)
+                configuration: serverConfiguration, promiseResponder: responder.respondWithoutTask, handler: responder.respond)
             let bound = try await server.start()
             http3.withLockedValue { $0 = server }
             let altSvc = configuration.advertisesAlternativeService
