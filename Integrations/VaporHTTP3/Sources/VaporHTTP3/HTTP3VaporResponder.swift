@@ -48,6 +48,19 @@ struct HTTP3VaporResponder: Sendable {
     /// The HTTP version Vapor's request says: 3.0 (RFC 9114).
     static let version = HTTPVersion(major: 3, minor: 0)
 
+    /// The field name that `name`, as a Vapor response spells it, stands for; nil when it is no
+    /// token. The names Vapor's own responses carry are matched as written: `HTTPField.Name(_:)`
+    /// checks every character and makes a lower-cased copy of a name like `Content-Length`.
+    static func fieldName(_ name: String) -> HTTPField.Name? {
+        switch name {
+        case "Content-Length", "content-length": .contentLength
+        case "Content-Type", "content-type": .contentType
+        case "ETag", "etag": .eTag
+        case "Last-Modified", "last-modified": .lastModified
+        default: HTTPField.Name(name)
+        }
+    }
+
     /// Whether a field, by its lower-case name, is specific to an HTTP/1.1 connection and so
     /// malformed in HTTP/3 (RFC 9114 §4.2). A switch: a set would hash every name it is asked.
     static func isConnectionSpecific(_ canonicalName: String) -> Bool {
@@ -221,13 +234,13 @@ struct HTTP3VaporResponder: Sendable {
         var hasDate = false
         for (name, value) in headers {
             // The name's canonical form is lower case already: no second lower-cased copy.
-            guard let fieldName = HTTPField.Name(name), !isConnectionSpecific(fieldName.canonicalName) else { continue }
+            guard let fieldName = Self.fieldName(name), !isConnectionSpecific(fieldName.canonicalName) else { continue }
             if fieldName == .date { hasDate = true }
             fields.append(HTTPField(name: fieldName, value: value))
         }
         if !hasDate { fields.append(date) }
-        let status = response.status
-        let head = HTTPResponse(status: HTTPResponse.Status(code: Int(status.code), reasonPhrase: status.reasonPhrase), headerFields: fields)
+        // HTTP/3 sends no reason phrase (RFC 9114 §4.3.2): the code is all it needs.
+        let head = HTTPResponse(status: HTTPResponse.Status(code: Int(response.status.code)), headerFields: fields)
         var http3Response = HTTP3ServerResponse(head: head)
         if isHead {
             // No content.
