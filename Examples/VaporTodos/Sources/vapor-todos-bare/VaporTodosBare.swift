@@ -15,7 +15,7 @@ import Glibc
 /// has its own so that its benchmark builds from its own package.
 ///
 ///     vapor-todos-bare PORT [--framework-fields] [--promise-responder]
-///     vapor-todos-bare --vapor-only COUNT
+///     vapor-todos-bare --vapor-only [--batch N] COUNT
 ///
 /// `--framework-fields` answers with the header fields Vapor's response carries over HTTP/3,
 /// `content-length` and `date` beside `content-type`, so that encoding them is not counted as
@@ -43,13 +43,18 @@ struct VaporTodosBare {
     static func serve() async throws {
         let arguments = CommandLine.arguments
         if arguments.count == 3, arguments[1] == "--vapor-only", let count = Int(arguments[2]) {
-            return try await vaporOnly(count: count)
+            return try await vaporOnly(count: count, batch: 1)
+        }
+        if arguments.count == 5, arguments[1] == "--vapor-only", arguments[2] == "--batch",
+            let batch = Int(arguments[3]), (1...inFlight).contains(batch), let count = Int(arguments[4])
+        {
+            return try await vaporOnly(count: count, batch: batch)
         }
         let options = arguments.dropFirst(2)
         guard arguments.count >= 2, let port = UInt16(arguments[1]),
             options.allSatisfy({ ["--framework-fields", "--promise-responder"].contains($0) })
         else {
-            print("usage: vapor-todos-bare PORT [--framework-fields] [--promise-responder] | --vapor-only COUNT")
+            print("usage: vapor-todos-bare PORT [--framework-fields] [--promise-responder] | --vapor-only [--batch N] COUNT")
             exit(2)
         }
         var configuration = HTTP3Server.Configuration()
@@ -108,7 +113,10 @@ struct VaporTodosBare {
     /// loop with fifty requests shares among them all. The benchmark runs it under callgrind at
     /// two counts; the difference, divided by the difference in requests, is the cost per
     /// request, with start-up cancelled out.
-    static func vaporOnly(count: Int) async throws {
+    ///
+    /// `--batch N` sends the replacements for answered requests N at a time, as requests that
+    /// arrive several to a datagram reach the server; the benchmark sends them one for one.
+    static func vaporOnly(count: Int, batch: Int) async throws {
         // Logging as `VaporTodos serve --env production` sets it up: notices and above.
         var environment = Environment(name: "production", arguments: ["vapor-todos-bare"])
         try LoggingSystem.bootstrap(from: &environment)
@@ -119,7 +127,7 @@ struct VaporTodosBare {
             let responder = app.responder.current
             let eventLoop = app.eventLoopGroup.any()
             let written = try await eventLoop.flatSubmit {
-                RequestsInFlight(count: count, responder: responder, app: app, eventLoop: eventLoop).start()
+                RequestsInFlight(count: count, batch: batch, responder: responder, app: app, eventLoop: eventLoop).start()
             }.get()
             guard written == count * TodosKiB.body.count else {
                 throw Abort(.internalServerError, reason: "\(count) responses carried \(written) bytes, not \(count) KiB")
@@ -136,12 +144,13 @@ struct VaporTodosBare {
     static let inFlight = 50
 }
 
-/// `count` requests through a Vapor responder, ``VaporTodosBare/inFlight`` at a time, each sent
-/// as the one before it is answered. Confined to one event loop, where every request starts
-/// and every answer lands.
+/// `count` requests through a Vapor responder, ``VaporTodosBare/inFlight`` at a time, sent
+/// `batch` at a time as as many before them are answered. Confined to one event loop, where
+/// every request starts and every answer lands.
 // @unchecked Sendable: its counters are read and written only on `eventLoop`.
 final class RequestsInFlight: @unchecked Sendable {
     let count: Int
+    let batch: Int
     let responder: any Responder
     let app: Application
     let eventLoop: any EventLoop
@@ -152,13 +161,16 @@ final class RequestsInFlight: @unchecked Sendable {
     let done: EventLoopPromise<Int>
     var sent = 0
     var answered = 0
+    /// Requests answered whose replacements are not sent yet.
+    var owed = 0
     /// Bytes of the bodies answered.
     var written = 0
     /// The first request that failed stops the run.
     var failure: (any Error)?
 
-    init(count: Int, responder: any Responder, app: Application, eventLoop: any EventLoop) {
+    init(count: Int, batch: Int, responder: any Responder, app: Application, eventLoop: any EventLoop) {
         self.count = count
+        self.batch = batch
         self.responder = responder
         self.app = app
         self.eventLoop = eventLoop
@@ -189,7 +201,13 @@ final class RequestsInFlight: @unchecked Sendable {
             case .failure(let error): self.failure = self.failure ?? error
             }
             if self.failure == nil, self.sent < self.count {
-                self.sendNext()
+                self.owed += 1
+                // The last of a batch, or the last request in flight: send the replacements.
+                if self.owed == self.batch || self.answered == self.sent {
+                    let replacements = min(self.owed, self.count - self.sent)
+                    self.owed = 0
+                    for _ in 0..<replacements { self.sendNext() }
+                }
             } else if self.answered == self.sent {
                 if let failure = self.failure { self.done.fail(failure) } else { self.done.succeed(self.written) }
             }
