@@ -122,20 +122,18 @@ def median_of(repeats: int, measure) -> tuple[float, float, float]:
 
 # glibc keeps up to 7 freed blocks of each size per thread (tcache). With fifty requests in flight
 # a framework's blocks overflow it, and each allocation past it takes malloc's slow path, about
-# 210 instructions more: the Vapor route served takes it some 53 times per request, against 25
-# for Vapor alone with fifty in flight and 2.4 for the bare handler, and 18 when h3load keeps
-# one request in flight. The same runs with the cache h3serve sets for itself (32 blocks of each
-# size, CommandLineSupport's MallocCache.server, the setting the performance articles recommend
-# for servers) show how much of each cost is that, not code.
+# 210 instructions more. The served Vapor route makes about as many allocations per request as
+# Vapor alone and the bare handler together (108 against 107), yet takes the slow path some 53
+# times, against 25 for Vapor alone and 2.4 for the bare handler (18 when h3load keeps one
+# request in flight): its requests arrive several to a datagram, and a batch of them holds more
+# blocks of a size at once than requests answered one for one. Vapor alone fed ten at a time
+# takes it 37 times (`vapor-todos-bare --vapor-only --batch 10`), fifty at a time 51.
+#
+# So the split is also taken with two larger caches: h3serve's own (32 blocks of each size,
+# CommandLineSupport's MallocCache.server, the setting the performance articles recommend for
+# servers), and the largest glibc takes, where an allocation costs the same however the
+# requests interleave, and the adapter's share is its code and its allocations.
 SERVER_THREAD_CACHE = "glibc.malloc.tcache_count=32"
-# The largest cache glibc takes: no allocation a request frees is ever too many for it, so every
-# process pays the same for an allocation however the requests' allocations interleave, and the
-# split counts code and allocations, not where in malloc they land. The served Vapor route makes
-# about as many allocations per request as Vapor alone and the bare handler together (108 against
-# 107), yet with glibc's 7 blocks it takes the slow path twice as often (53 times against 27):
-# its requests arrive several to a datagram, and a batch of them holds more blocks of a size at
-# once than requests answered one for one. Vapor alone fed ten at a time takes it 37 times
-# (`vapor-todos-bare --vapor-only --batch 10`), fifty at a time 51.
 UNBOUNDED_THREAD_CACHE = "glibc.malloc.tcache_count=65535"
 
 

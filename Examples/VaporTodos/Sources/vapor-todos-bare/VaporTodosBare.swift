@@ -144,8 +144,8 @@ struct VaporTodosBare {
     static let inFlight = 50
 }
 
-/// `count` requests through a Vapor responder, ``VaporTodosBare/inFlight`` at a time, sent
-/// `batch` at a time as as many before them are answered. Confined to one event loop, where
+/// `count` requests through a Vapor responder, ``VaporTodosBare/inFlight`` at a time; each
+/// `batch` answered is replaced by as many new requests at once. Confined to one event loop, where
 /// every request starts and every answer lands.
 // @unchecked Sendable: its counters are read and written only on `eventLoop`.
 final class RequestsInFlight: @unchecked Sendable {
