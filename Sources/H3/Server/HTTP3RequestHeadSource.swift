@@ -56,14 +56,15 @@ final class HTTP3RequestHeadSource: Sendable {
     }
 
     /// Runs `body` with each header field, not the pseudo-header fields, in the order it came:
-    /// names in lower case (RFC 9114 §4.2), values as sent (nghttp3 has checked them).
+    /// names in lower case (RFC 9114 §4.2), values as sent (nghttp3 has checked them). A name
+    /// nghttp3 knows by its QPACK token is the table's constant, not a string decoded again.
     func forEachHeaderField(_ body: (_ name: String, _ value: String) -> Void) {
         if let built {
             for field in built.headerFields { body(field.name.canonicalName, field.value) }
             return
         }
-        fields.forEachRegularLine { _, name, value in
-            body(String(decoding: name, as: UTF8.self), String(decoding: value, as: UTF8.self))
+        fields.forEachRegularLine { line, name, value in
+            body(QPACKToken.name(of: line.token) ?? String(decoding: name, as: UTF8.self), String(decoding: value, as: UTF8.self))
         }
     }
 
