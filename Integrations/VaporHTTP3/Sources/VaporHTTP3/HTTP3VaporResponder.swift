@@ -82,7 +82,7 @@ struct HTTP3VaporResponder: Sendable {
     func respondWithoutTask(to h3Request: HTTP3ServerRequest, completing promise: HTTP3ResponsePromise) -> Bool {
         guard h3Request.body.endedWithHead, let eventLoop = h3Request.eventLoop else { return false }
         let (request, context) = vaporRequest(from: h3Request, target: target(of: h3Request), body: ByteBuffer(), on: eventLoop)
-        answer(request, context: context, bodyTooLarge: false, on: eventLoop, reply: promise.complete(with:))
+        answer(request, context: context, isHead: h3Request.method == .head, bodyTooLarge: false, on: eventLoop, reply: promise.complete(with:))
         return true
     }
 
@@ -99,7 +99,9 @@ struct HTTP3VaporResponder: Sendable {
         }
         let (request, context) = vaporRequest(from: h3Request, target: target, body: body, on: eventLoop)
         return try await withCheckedThrowingContinuation { continuation in
-            answer(request, context: context, bodyTooLarge: body == nil, on: eventLoop) { continuation.resume(with: $0) }
+            answer(request, context: context, isHead: h3Request.method == .head, bodyTooLarge: body == nil, on: eventLoop) {
+                continuation.resume(with: $0)
+            }
         }
     }
 
@@ -162,8 +164,13 @@ struct HTTP3VaporResponder: Sendable {
     typealias Reply = @Sendable (Result<HTTP3ServerResponse, any Error>) -> Void
 
     /// Vapor's response to `request`, as an HTTP/3 one, handed to `reply`; `bodyTooLarge`,
-    /// Vapor's 413.
-    func answer(_ request: Request, context: HTTP3RequestContext, bodyTooLarge: Bool, on eventLoop: any EventLoop, reply: @escaping Reply) {
+    /// Vapor's 413. `isHead`: the request as the client sent it was a HEAD, whose response
+    /// carries no content (RFC 9110 §9.3.2), as Vapor's HTTP/1.1 encoder judges by the request
+    /// it decoded rather than by `Request.method`.
+    func answer(
+        _ request: Request, context: HTTP3RequestContext, isHead: Bool, bodyTooLarge: Bool, on eventLoop: any EventLoop,
+        reply: @escaping Reply
+    ) {
         let vaporResponse: EventLoopFuture<Response>
         if bodyTooLarge {
             // Larger than the limit: Vapor's own answer to a `.collect` route over TCP, through
@@ -179,7 +186,7 @@ struct HTTP3VaporResponder: Sendable {
         vaporResponse.whenComplete { result in
             switch result {
             case .success(let response):
-                Self.complete(with: response, for: request, context: context, date: date, on: eventLoop, reply: reply)
+                Self.complete(with: response, isHead: isHead, context: context, date: date, on: eventLoop, reply: reply)
             case .failure(let error):
                 reply(.failure(error))
             }
@@ -203,12 +210,11 @@ struct HTTP3VaporResponder: Sendable {
     /// holds, or else collected from its stream, except for a HEAD request's and for a stream
     /// written as QUIC takes it.
     static func complete(
-        with response: Response, for request: Request, context: HTTP3RequestContext, date: HTTPField, on eventLoop: any EventLoop,
+        with response: Response, isHead: Bool, context: HTTP3RequestContext, date: HTTPField, on eventLoop: any EventLoop,
         reply: @escaping Reply
     ) {
         // Each of Vapor's accessors takes a lock and copies: read once.
         let body = response.body
-        let isHead = request.method == .HEAD
         let streaming = body.count == -1 ? response.storage[HTTP3StreamingBodyKey.self] : nil
         let held = body.buffer
         guard !isHead, streaming == nil, held == nil, body.count != 0 else {

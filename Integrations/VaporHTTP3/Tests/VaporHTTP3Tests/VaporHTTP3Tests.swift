@@ -35,13 +35,15 @@ struct VaporHTTP3Tests {
 
     static let exchanges: [(HTTPRequest.Method, String, String?)] = [
         (.get, "/todos", nil),
+        // The GET route's fields without its content (RFC 9110 §9.3.2).
+        (.head, "/todos", nil),
         (.post, "/todos", #"{"title":"ship HTTP/3"}"#),
         (.delete, "/todos/1", nil),
         (.delete, "/todos/7", nil),
         (.get, "/missing", nil),
     ]
 
-    /// GET, POST and DELETE JSON routes answer over HTTP/3 (certificate from PEM files) exactly
+    /// GET, HEAD, POST and DELETE JSON routes answer over HTTP/3 (certificate from PEM files) exactly
     /// as they answer over TCP through Vapor's own server: status, body, and the same header
     /// fields, `date` among them.
     @Test func jsonRoutesAnswerTheSameOverHTTP3AndTCP() async throws {
