@@ -50,6 +50,15 @@ public enum TodosKiB {
     public static let body = [UInt8](repeating: 0x61, count: 1024)
 }
 
+/// `GET /kib`, 1 KiB, for the benchmark (`scripts/bench-frameworks`): the trivial route it
+/// serves through the adapter, beside `vapor-todos-bare`'s same answer from a bare handler.
+public func addKiBRoute(to app: Application) {
+    let kib = ByteBuffer(bytes: TodosKiB.body)
+    app.get("kib") { _ in
+        Response(status: .ok, headers: ["content-type": "application/octet-stream"], body: .init(buffer: kib))
+    }
+}
+
 /// What `/upload` answers.
 public struct UploadDigest: Content, Equatable, Sendable {
     public var size: Int
@@ -105,11 +114,7 @@ func routes(_ app: Application, store: TodoStore) throws {
         })
     }
 
-    // 1 KiB, for the benchmark (scripts/bench-frameworks), beside vapor-todos-bare's same answer.
-    let kib = ByteBuffer(bytes: TodosKiB.body)
-    app.get("kib") { _ in
-        Response(status: .ok, headers: ["content-type": "application/octet-stream"], body: .init(buffer: kib))
-    }
+    addKiBRoute(to: app)
 
     // Size and SHA-256 of the body, hashed piece by piece as it arrives, on either protocol.
     app.on(.POST, "upload", body: .stream) { req -> UploadDigest in

@@ -15,7 +15,8 @@ import Glibc
 /// has its own so that its benchmark builds from its own package.
 ///
 ///     vapor-todos-bare PORT [--framework-fields] [--promise-responder]
-///     vapor-todos-bare --vapor-only [--batch N] COUNT
+///     vapor-todos-bare --through-adapter PORT
+///     vapor-todos-bare --vapor-only [--route-only] [--batch N] COUNT
 ///
 /// `--framework-fields` answers with the header fields Vapor's response carries over HTTP/3,
 /// `content-length` and `date` beside `content-type`, so that encoding them is not counted as
@@ -42,19 +43,17 @@ struct VaporTodosBare {
 
     static func serve() async throws {
         let arguments = CommandLine.arguments
-        if arguments.count == 3, arguments[1] == "--vapor-only", let count = Int(arguments[2]) {
-            return try await vaporOnly(count: count, batch: 1)
+        if arguments.count == 3, arguments[1] == "--through-adapter", let port = UInt16(arguments[2]) {
+            return try await serveThroughAdapter(port: port)
         }
-        if arguments.count == 5, arguments[1] == "--vapor-only", arguments[2] == "--batch",
-            let batch = Int(arguments[3]), (1...inFlight).contains(batch), let count = Int(arguments[4])
-        {
-            return try await vaporOnly(count: count, batch: batch)
+        if arguments.count >= 3, arguments[1] == "--vapor-only", let vaporOnly = VaporOnly(arguments.dropFirst(2)) {
+            return try await vaporOnly.run()
         }
         let options = arguments.dropFirst(2)
         guard arguments.count >= 2, let port = UInt16(arguments[1]),
             options.allSatisfy({ ["--framework-fields", "--promise-responder"].contains($0) })
         else {
-            print("usage: vapor-todos-bare PORT [--framework-fields] [--promise-responder] | --vapor-only [--batch N] COUNT")
+            print(usage)
             exit(2)
         }
         var configuration = HTTP3Server.Configuration()
@@ -96,33 +95,110 @@ struct VaporTodosBare {
         while true { try await Task.sleep(for: .seconds(3600)) }
     }
 
-    /// `--vapor-only COUNT`: the Vapor application's own work for COUNT requests of `/kib`,
-    /// with no transport at all, so that the benchmark can tell Vapor's cost per request from
-    /// its adapter's.
-    ///
-    /// The application is set up by the example's own `configure(_:)`, and no server is
-    /// started. Each request is made as the adapter makes one (`URI(path:)`, version 3.0, the
-    /// headers h3load sends), with a logger whose `request-id` is held back as the adapter holds
-    /// it, and goes through the application's responder: `HTTP3AltSvcMiddleware`, which passes
-    /// an HTTP/3 request by, `FileMiddleware`, then the router.
-    ///
-    /// Vapor is driven as the adapter drives it (``inFlight``): from the event loop, outside any
-    /// task, so that `FileMiddleware`'s task runs on the global pool as it does in Vapor's own
-    /// server; and fifty at a time, as `h3load -m 50` keeps them at the server. One at a time,
-    /// the loop would sleep and be woken twice for every request, some 7k instructions that a
-    /// loop with fifty requests shares among them all. The benchmark runs it under callgrind at
-    /// two counts; the difference, divided by the difference in requests, is the cost per
-    /// request, with start-up cancelled out.
-    ///
-    /// `--batch N` sends the replacements for answered requests N at a time, as requests that
-    /// arrive several to a datagram reach the server; the benchmark sends them one for one.
-    static func vaporOnly(count: Int, batch: Int) async throws {
-        // Logging as `VaporTodos serve --env production` sets it up: notices and above.
+    static let usage = """
+        usage: vapor-todos-bare PORT [--framework-fields] [--promise-responder]
+               vapor-todos-bare --through-adapter PORT
+               vapor-todos-bare --vapor-only [--route-only] [--batch N] COUNT
+        """
+
+    /// `--through-adapter PORT`: the trivial route served through the adapter, the benchmark's
+    /// measure of its cost. A Vapor application with `/kib` as its only route and nothing else
+    /// but the adapter (`app.servers.use(.http3(…))`, with its `Alt-Svc` middleware), so that
+    /// what it costs over the bare handler is Vapor's routing and the adapter's own work.
+    /// Hummingbird's `todos-bare --through-adapter` is its counterpart.
+    static func serveThroughAdapter(port: UInt16) async throws {
+        let app = try await productionApplication()
+        do {
+            let identity = try SelfSignedCertificate.generate()
+            configureRouteOnly(app, identity: identity)
+            try await app.asyncBoot()
+            try await app.server.start(address: .hostname("127.0.0.1", port: Int(port)))
+            print("HTTP/3 https://127.0.0.1:\(port)/kib  SHA-256 \(identity.sha256FingerprintHex)")
+            fflush(nil)  // also into a pipe, where stdout is fully buffered
+            while true { try await Task.sleep(for: .seconds(3600)) }
+        } catch {
+            try await app.asyncShutdown()
+            throw error
+        }
+    }
+
+    /// An application with Vapor's logging as `VaporTodos serve --env production` sets it up:
+    /// notices and above.
+    static func productionApplication() async throws -> Application {
         var environment = Environment(name: "production", arguments: ["vapor-todos-bare"])
         try LoggingSystem.bootstrap(from: &environment)
-        let app = try await Application.make(environment)
+        return try await Application.make(environment)
+    }
+
+    /// Configures `app` with the adapter, serving with `identity`, and `/kib` alone.
+    static func configureRouteOnly(_ app: Application, identity: SelfSignedCertificate?) {
+        var configuration = Application.HTTP3.Configuration()
+        configuration.server.identity = identity
+        app.servers.use(.http3(configuration))
+        addKiBRoute(to: app)
+    }
+
+    /// Requests in flight at once in `--vapor-only`: h3load's `-m 50`.
+    static let inFlight = 50
+}
+
+/// `--vapor-only [--route-only] [--batch N] COUNT`: Vapor's own work for COUNT requests of
+/// `/kib`, with no transport at all, so that the benchmark can tell Vapor's cost per request
+/// from its adapter's.
+///
+/// The application is set up by the example's own `configure(_:)`, or with `--route-only` as
+/// `--through-adapter` sets it up, and no server is started. Each request is made as the adapter
+/// makes one (`URI(path:)`, version 3.0, the headers h3load sends), with a logger whose
+/// `request-id` is held back as the adapter holds it, and goes through the application's
+/// responder: `HTTP3AltSvcMiddleware`, which passes an HTTP/3 request by, then in the example
+/// `FileMiddleware`, then the router.
+///
+/// Vapor is driven as the adapter drives it (``RequestsInFlight``): from the event loop, outside
+/// any task, so that `FileMiddleware`'s task runs on the global pool as it does in Vapor's own
+/// server; and fifty at a time, as `h3load -m 50` keeps them at the server. One at a time, the
+/// loop would sleep and be woken twice for every request, some 7k instructions that a loop with
+/// fifty requests shares among them all. The benchmark runs it under callgrind at two counts;
+/// the difference, divided by the difference in requests, is the cost per request, with start-up
+/// cancelled out.
+///
+/// `--batch N` sends the replacements for answered requests N at a time, as requests that
+/// arrive several to a datagram reach the server; the benchmark sends them one for one.
+struct VaporOnly {
+    var routeOnly = false
+    var batch = 1
+    var count: Int
+
+    init?(_ arguments: ArraySlice<String>) {
+        var arguments = arguments
+        guard let count = arguments.popLast().flatMap(Int.init), count > 0 else { return nil }
+        self.count = count
+        while let option = arguments.popFirst() {
+            switch option {
+            case "--route-only": routeOnly = true
+            case "--batch":
+                guard let batch = arguments.popFirst().flatMap(Int.init), (1...VaporTodosBare.inFlight).contains(batch)
+                else { return nil }
+                self.batch = batch
+            default: return nil
+            }
+        }
+    }
+
+    func run() async throws {
+        let app = try await VaporTodosBare.productionApplication()
         do {
-            try await configure(app)
+            // No certificate is made, since no server starts: making one costs a key's
+            // generation and a signature, whose count of instructions varies from run to run
+            // by millions, some 5k for each of 1,000 requests.
+            if routeOnly {
+                VaporTodosBare.configureRouteOnly(app, identity: nil)
+            } else {
+                // The example's `configure(_:)` makes one unless it is given PEM files, which
+                // it reads only when the server starts.
+                setenv("TLS_CERT", "unread-cert.pem", 1)
+                setenv("TLS_KEY", "unread-key.pem", 1)
+                try await configure(app)
+            }
             try await app.asyncBoot()
             let responder = app.responder.current
             let eventLoop = app.eventLoopGroup.any()
@@ -139,11 +215,7 @@ struct VaporTodosBare {
         }
         try await app.asyncShutdown()
     }
-
-    /// Requests in flight at once in `--vapor-only`: h3load's `-m 50`.
-    static let inFlight = 50
 }
-
 /// `count` requests through a Vapor responder, ``VaporTodosBare/inFlight`` at a time; each
 /// `batch` answered is replaced by as many new requests at once. Confined to one event loop, where
 /// every request starts and every answer lands.
@@ -160,8 +232,14 @@ final class RequestsInFlight: @unchecked Sendable {
     let requestLogger: Logger
     let done: EventLoopPromise<Int>
     var sent = 0
+    /// Requests that may be sent so far: those sent and those the sending loop has yet to send.
+    var released = 0
+    /// Whether the sending loop (``release(_:)``) is on the stack. A responder that answers at
+    /// once completes inside it, and the replacement is left to that loop: sent from within, each
+    /// request would nest another, and every request's blocks would live until the last.
+    var sending = false
     var answered = 0
-    /// Requests answered whose replacements are not sent yet.
+    /// Requests answered whose replacements are not released yet.
     var owed = 0
     /// Bytes of the bodies answered.
     var written = 0
@@ -183,11 +261,19 @@ final class RequestsInFlight: @unchecked Sendable {
 
     /// Sends the first requests, on the loop; the future gives the bytes of all the bodies.
     func start() -> EventLoopFuture<Int> {
-        for _ in 0..<min(VaporTodosBare.inFlight, count) { sendNext() }
+        release(min(VaporTodosBare.inFlight, count))
         return done.futureResult
     }
 
-    private func sendNext() {
+    private func release(_ more: Int) {
+        released += more
+        guard !sending else { return }
+        sending = true
+        while sent < released, failure == nil { send() }
+        sending = false
+    }
+
+    private func send() {
         sent += 1
         let request = Request(
             application: app, method: .GET, url: URI(path: "/kib"), version: HTTPVersion(major: 3, minor: 0),
@@ -200,15 +286,15 @@ final class RequestsInFlight: @unchecked Sendable {
             case .success(let response): self.written += response.body.buffer?.readableBytes ?? 0
             case .failure(let error): self.failure = self.failure ?? error
             }
-            if self.failure == nil, self.sent < self.count {
+            if self.failure == nil, self.released < self.count {
                 self.owed += 1
-                // The last of a batch, or the last request in flight: send the replacements.
+                // The last of a batch, or the last request in flight: release the replacements.
                 if self.owed == self.batch || self.answered == self.sent {
-                    let replacements = min(self.owed, self.count - self.sent)
+                    let replacements = min(self.owed, self.count - self.released)
                     self.owed = 0
-                    for _ in 0..<replacements { self.sendNext() }
+                    self.release(replacements)
                 }
-            } else if self.answered == self.sent {
+            } else if self.answered == self.sent, self.failure != nil || self.sent == self.count {
                 if let failure = self.failure { self.done.fail(failure) } else { self.done.succeed(self.written) }
             }
         }
