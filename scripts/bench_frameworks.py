@@ -120,14 +120,15 @@ def median_of(repeats: int, measure) -> tuple[float, float, float]:
     return values[len(values) // 2], values[0], values[-1]
 
 
-# glibc keeps up to 7 freed blocks of each size per thread (tcache). With fifty requests in flight
-# a framework's blocks overflow it, and each allocation past it takes malloc's slow path, about
-# 210 instructions more. The served Vapor route makes about as many allocations per request as
-# Vapor alone and the bare handler together (108 against 107), yet takes the slow path some 53
-# times, against 25 for Vapor alone and 2.4 for the bare handler (18 when h3load keeps one
-# request in flight): its requests arrive several to a datagram, and a batch of them holds more
-# blocks of a size at once than requests answered one for one. Vapor alone fed ten at a time
-# takes it 37 times (`vapor-todos-bare --vapor-only --batch 10`), fifty at a time 51.
+# glibc keeps up to 7 freed blocks of each size per thread (tcache). When more blocks of a size
+# are alive at once, each allocation past the cache takes malloc's slow path, about 210
+# instructions more. The example application's /kib goes through FileMiddleware, whose task runs
+# on the global pool, so the requests that arrive together in a datagram are all in flight at
+# once: served, it makes about as many allocations per request as Vapor alone and the bare
+# handler together (108 against 107), yet takes the slow path some 53 times, against 25 for
+# Vapor alone fed one for one and 2.4 for the bare handler. Vapor alone fed ten at a time takes
+# it 37 times (`vapor-todos-bare --vapor-only --batch 10`), fifty at a time 51. The adapter over
+# one route, whose requests Vapor answers at once on the loop, takes it about 3.6 times.
 #
 # So the split is also taken with two larger caches: h3serve's own (32 blocks of each size,
 # CommandLineSupport's MallocCache.server, the setting the performance articles recommend for
@@ -188,7 +189,8 @@ def vapor_app(binary: str, port: int) -> list[str]:
 
 
 def vapor_rows(args, bin_dir: str, work: str) -> None:
-    """The Vapor rows: its application's /kib over HTTP/3 against vapor-todos-bare, and its own server under wrk."""
+    """The Vapor rows: the adapter over one route and the example application's /kib over HTTP/3,
+    each against vapor-todos-bare, and Vapor's own server under wrk."""
     stripped = {}
     for binary in ("VaporTodos", "vapor-todos-bare"):
         stripped[binary] = os.path.join(work, f"VaporTodos.{binary}")
@@ -196,6 +198,9 @@ def vapor_rows(args, bin_dir: str, work: str) -> None:
         subprocess.run(["objcopy", "--strip-debug", stripped[binary]], check=True)
     port = free_udp_port()
     app = vapor_app(stripped["VaporTodos"], port)
+    # The trivial route of the target: an application with /kib as its only route, served
+    # through the adapter, as Hummingbird's is measured over one closure.
+    through_adapter = [stripped["vapor-todos-bare"], "--through-adapter", str(port)]
     # The equivalent bare handler sends the fields Vapor's response carries over HTTP/3
     # (content-type, content-length, date).
     bare = [stripped["vapor-todos-bare"], str(port), "--framework-fields"]
@@ -205,20 +210,29 @@ def vapor_rows(args, bin_dir: str, work: str) -> None:
     promise_bare = [stripped["vapor-todos-bare"], str(port), "--framework-fields", "--promise-responder"]
     like_for_like = ("bare promise responder, Vapor's fields, no task", lambda: instructions_per_request(
         args, promise_bare, port, work, "vapor-promise-bare"))
+    adapter = lambda: instructions_per_request(args, through_adapter, port, work, "vapor-adapter", cwd=work)
     served = lambda: instructions_per_request(args, app, port, work, "VaporTodos", ready=VAPOR_READY, cwd=work)
     bare_handler = lambda: instructions_per_request(args, bare, port, work, "vapor-bare")
     alone = lambda: framework_alone([stripped["vapor-todos-bare"], "--vapor-only"], work, "VaporTodos", cwd=work)
-    bare_ir = split_rows(args, "VaporTodos", "instructions per 1 KiB GET, application", served, bare_handler, alone, "Vapor",
-                         also_over=like_for_like)
+    route_alone = lambda: framework_alone([stripped["vapor-todos-bare"], "--vapor-only", "--route-only"], work,
+                                          "VaporTodos.route", cwd=work)
+    bare_ir = split_rows(args, "VaporTodos", "instructions, adapter over one route", adapter, bare_handler, route_alone,
+                         "Vapor", also_over=like_for_like)
     plain_ir = instructions_per_request(args, plain_bare, port, work, "vapor-plain")
     row("VaporTodos: bare handler, content-type only", "k instr", plain_ir / 1e3, bare_ir / 1e3)
     for tunables in (SERVER_THREAD_CACHE, UNBOUNDED_THREAD_CACHE):
         with servers_thread_cache(tunables):
-            split_rows(args, "VaporTodos", f"{tunables}: application", served, bare_handler, alone, "Vapor",
-                       also_over=like_for_like)
+            split_rows(args, "VaporTodos", f"{tunables}: adapter over one route", adapter, bare_handler, route_alone,
+                       "Vapor", also_over=like_for_like)
+    # The example application, for information: its /kib goes through FileMiddleware first,
+    # whose task on the global pool keeps the requests of a datagram in flight together (see
+    # the note on glibc's cache above).
+    split_rows(args, "VaporTodos", "instructions per 1 KiB GET, application", served, bare_handler, alone, "Vapor")
     app_cpu = cpu_per_request(args, app, port, ready=VAPOR_READY, cwd=work)
+    adapter_cpu = cpu_per_request(args, through_adapter, port, cwd=work)
     bare_cpu = cpu_per_request(args, bare, port)
     row("VaporTodos: server CPU per 1 KiB GET, application", "µs", app_cpu, bare_cpu)
+    row("VaporTodos: server CPU, adapter over one route", "µs", adapter_cpu, bare_cpu)
     tcp_port = free_udp_port()  # Vapor serves HTTP/3 on the UDP port of the TCP port's number
     tcp = wrk_per_request(vapor_app(stripped["VaporTodos"], tcp_port), f"http://127.0.0.1:{tcp_port}/kib",
                           ready=VAPOR_READY, cwd=work)
@@ -334,8 +348,10 @@ def main() -> int:
     print(f"{UNBOUNDED_THREAD_CACHE}: the same with the largest cache glibc takes, where an allocation costs the same")
     print("however the requests' allocations interleave: the adapter's own there is its code and its allocations.")
     if any(example.startswith("VaporTodos=") for example in args.examples):
-        print("VaporTodos: application = `VaporTodos serve --env production`, its /kib route through FileMiddleware and the")
-        print("router, HTTP/3 on the TCP port's number; bare = vapor-todos-bare --framework-fields.")
+        print("VaporTodos: adapter over one route = vapor-todos-bare --through-adapter, an application with /kib as its only")
+        print("route (Vapor alone: --vapor-only --route-only); application = `VaporTodos serve --env production`, its /kib")
+        print("route through FileMiddleware and the router, HTTP/3 on the TCP port's number; bare = vapor-todos-bare")
+        print("--framework-fields.")
     return 0
 
 
