@@ -216,6 +216,7 @@ struct VaporOnly {
         try await app.asyncShutdown()
     }
 }
+
 /// `count` requests through a Vapor responder, ``VaporTodosBare/inFlight`` at a time; each
 /// `batch` answered is replaced by as many new requests at once. Confined to one event loop, where
 /// every request starts and every answer lands.
